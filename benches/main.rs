@@ -1,0 +1,124 @@
+//! `gflow-bench`: benchmarks printing one JSON line per measurement, in the format of
+//! `../shared/bench/README.md` (median of the slowest rank over runs after warm-ups).
+//!
+//! Run: `cargo run --release --bin gflow-bench -- boxing [--ranks 4] [--mib 16] [--runs 7]`.
+
+use std::time::Instant;
+
+use gflow::prelude::*;
+
+struct Args {
+    what: String,
+    ranks: usize,
+    mib: usize,
+    runs: usize,
+}
+
+fn parse() -> std::result::Result<Args, String> {
+    let mut a = Args {
+        what: "boxing".into(),
+        ranks: 4,
+        mib: 16,
+        runs: 7,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        let mut num = |name: &str| -> std::result::Result<usize, String> {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{name} needs a positive integer"))
+        };
+        match x.as_str() {
+            "--ranks" => a.ranks = num("--ranks")?,
+            "--mib" => a.mib = num("--mib")?,
+            "--runs" => a.runs = num("--runs")?,
+            "boxing" => a.what = x,
+            other => return Err(format!("unknown argument {other:?}; usage: gflow-bench boxing [--ranks N] [--mib M] [--runs R]")),
+        }
+    }
+    Ok(a)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Times `f` on every rank (a barrier before each run) and returns the median of the slowest
+/// rank's times.
+fn time_collective(env: &Env, runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let world: Vec<usize> = (0..env.world_size()).collect();
+    let mut times = vec![];
+    for i in 0..runs + 2 {
+        env.comm().barrier(&world)?;
+        let t = Instant::now();
+        f()?;
+        let mut dt = [t.elapsed().as_secs_f64()];
+        env.comm().all_reduce(
+            &world,
+            bytemuck::cast_slice_mut(&mut dt),
+            DType::F64,
+            gflow::ReduceOp::Max,
+        )?;
+        if i >= 2 {
+            times.push(dt[0]);
+        }
+    }
+    Ok(median(times))
+}
+
+fn boxing(a: &Args) -> Result<()> {
+    let n = a.ranks;
+    let elems = a.mib * (1 << 20) / 4;
+    let bytes = elems * 4;
+    // Peer in the same run: one memcpy of the buffer on this machine.
+    let src = vec![1.0f32; elems];
+    let mut dst = vec![0.0f32; elems];
+    let mut t = vec![];
+    for _ in 0..a.runs + 2 {
+        let s = Instant::now();
+        dst.copy_from_slice(&src);
+        t.push(s.elapsed().as_secs_f64());
+        std::hint::black_box(&mut dst);
+    }
+    let memcpy = median(t[2..].to_vec());
+    println!(
+        "{{\"system\": \"memcpy\", \"op\": \"copy\", \"ranks\": 1, \"bytes\": {bytes}, \"median_s\": {memcpy:.6}, \"gbs\": {:.3}}}",
+        bytes as f64 / memcpy / 1e9
+    );
+    let results = gflow::simulate(n, |env| {
+        let p = Placement::new("cpu", (0..n).collect::<Vec<_>>())?;
+        let s0 = Tensor::randn(&[elems / 1024, 1024], (&p, Sbp::split(0)))?;
+        let t_s2b = time_collective(&env, a.runs, || s0.to_global(&p, Sbp::broadcast()).map(drop))?;
+        let ps = s0.to_global(&p, Sbp::partial_sum())?;
+        let t_p2b = time_collective(&env, a.runs, || ps.to_global(&p, Sbp::broadcast()).map(drop))?;
+        Ok((t_s2b, t_p2b))
+    })?;
+    let (s2b, p2b) = results[0];
+    let nf = n as f64;
+    for (op, t, factor) in [("to_global_s0_to_b", s2b, (nf - 1.0) / nf), ("to_global_p_to_b", p2b, 2.0 * (nf - 1.0) / nf)] {
+        println!(
+            "{{\"system\": \"gflow-inproc\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
+            factor * bytes as f64 / t / 1e9
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("gflow-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let r = match args.what.as_str() {
+        "boxing" => boxing(&args),
+        other => Err(gflow::Error::InvalidArgument { op: "gflow-bench", reason: format!("unknown benchmark {other:?}") }),
+    };
+    if let Err(e) = r {
+        eprintln!("gflow-bench: {e}");
+        std::process::exit(1);
+    }
+}

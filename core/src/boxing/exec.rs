@@ -1,0 +1,302 @@
+//! Runs a boxing [`Plan`] over a [`Communicator`]: every rank runs the same plan and does its own
+//! part (ranks outside both placements do nothing).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::comm::{CommOp, Communicator};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::reduce::ReduceOp;
+use crate::sbp::{Sbp, balanced_range};
+use crate::shape::{Region, copy_region, extract, numel, region_shape, relative};
+use crate::storage::HostData;
+
+use super::plan::{AxisKind, AxisStep, Plan, Redistribute, Step, Transfer};
+
+/// Runs `plan` for a tensor of logical `shape`. `data` is this rank's component under the plan's
+/// source layout (`None` outside the source placement); returns its component under the
+/// destination layout (`None` outside the destination placement).
+///
+/// # Errors
+/// Communication failures (a peer gone, a timeout, a desync).
+pub fn execute(
+    plan: &Plan,
+    shape: &[usize],
+    dtype: DType,
+    data: Option<&HostData>,
+    comm: &dyn Communicator,
+) -> Result<Option<HostData>> {
+    let mut cur: Option<Cow<'_, HostData>> = data.map(Cow::Borrowed);
+    for step in &plan.steps {
+        cur = match step {
+            Step::Axis(s) => match (cur, s.placement.coords_of(comm.rank())) {
+                (Some(d), Some(coords)) => Some(Cow::Owned(axis_step(s, shape, &coords, d, comm)?)),
+                (other, _) => other,
+            },
+            Step::Redistribute(r) => redistribute(r, shape, dtype, cur.as_deref(), comm)?.map(Cow::Owned),
+        };
+    }
+    Ok(cur.map(Cow::into_owned))
+}
+
+/// The data layout of one axis group: the group's logical box and the members' parts of it.
+struct Group<'a> {
+    ranks: Vec<usize>,
+    me: usize,
+    /// Shape of the tensor the group holds (the box with this axis not split).
+    shape: Vec<usize>,
+    elem: usize,
+    comm: &'a dyn Communicator,
+}
+
+impl Group<'_> {
+    fn n(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Member i's part along dimension `d`.
+    fn part(&self, d: usize, i: usize) -> Range<usize> {
+        balanced_range(self.shape[d], self.n(), i)
+    }
+
+    /// The shape of member i's slice along `d`.
+    fn part_shape(&self, d: usize, i: usize) -> Vec<usize> {
+        let mut s = self.shape.clone();
+        s[d] = self.part(d, i).len();
+        s
+    }
+
+    /// The region of member i's slice along `d`, in group coordinates.
+    fn part_region(&self, d: usize, i: usize) -> Region {
+        let mut r: Region = self.shape.iter().map(|&x| 0..x).collect();
+        r[d] = self.part(d, i);
+        r
+    }
+
+    /// Whether slices along `d` are contiguous runs of the row-major buffer.
+    fn contiguous(&self, d: usize) -> bool {
+        self.shape[..d].iter().all(|&x| x == 1)
+    }
+
+    fn all_gather(&self, d: usize, mine: &HostData) -> Result<HostData> {
+        let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
+        let all = self.comm.all_gather(&self.ranks, mine.as_bytes(), &counts)?;
+        if self.contiguous(d) {
+            return Ok(HostData::from_bytes(mine.dtype(), &all));
+        }
+        let mut out = HostData::filled(mine.dtype(), numel(&self.shape), 0.0);
+        let mut off = 0;
+        for (i, c) in counts.iter().enumerate() {
+            let ps = self.part_shape(d, i);
+            let mut at = vec![0; ps.len()];
+            at[d] = self.part(d, i).start;
+            copy_region(self.elem, &all[off..off + c], &ps, &vec![0; ps.len()], out.as_bytes_mut(), &self.shape, &at, &ps);
+            off += c;
+        }
+        Ok(out)
+    }
+
+    /// Packs the full tensor into one contiguous chunk per member along `d`.
+    fn chunks(&self, d: usize, full: &HostData) -> (Vec<usize>, Cow<'_, [u8]>) {
+        let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
+        if self.contiguous(d) {
+            return (counts, Cow::Owned(full.as_bytes().to_vec()));
+        }
+        let mut packed = Vec::with_capacity(full.as_bytes().len());
+        for i in 0..self.n() {
+            packed.extend_from_slice(&extract(self.elem, full.as_bytes(), &self.shape, &self.part_region(d, i)));
+        }
+        (counts, Cow::Owned(packed))
+    }
+
+    fn reduce_scatter(&self, d: usize, full: &HostData, op: ReduceOp) -> Result<HostData> {
+        let dtype = full.dtype();
+        if self.contiguous(d) {
+            let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
+            let mine = self.comm.reduce_scatter(&self.ranks, full.as_bytes(), &counts, dtype, op)?;
+            return Ok(HostData::from_bytes(dtype, &mine));
+        }
+        let (counts, packed) = self.chunks(d, full);
+        let mine = self.comm.reduce_scatter(&self.ranks, &packed, &counts, dtype, op)?;
+        Ok(HostData::from_bytes(dtype, &mine))
+    }
+
+    fn all_to_all(&self, i: usize, j: usize, mine: &HostData) -> Result<HostData> {
+        let my_shape = self.part_shape(i, self.me);
+        let sends: Vec<Vec<u8>> = (0..self.n())
+            .map(|q| {
+                let mut r: Region = my_shape.iter().map(|&x| 0..x).collect();
+                r[j] = self.part(j, q);
+                extract(self.elem, mine.as_bytes(), &my_shape, &r)
+            })
+            .collect();
+        let send_refs: Vec<&[u8]> = sends.iter().map(Vec::as_slice).collect();
+        let block_shape = |q: usize| {
+            let mut s = self.shape.clone();
+            s[i] = self.part(i, q).len();
+            s[j] = self.part(j, self.me).len();
+            s
+        };
+        let counts: Vec<usize> = (0..self.n()).map(|q| numel(&block_shape(q)) * self.elem).collect();
+        let got = self.comm.all_to_all(&self.ranks, &send_refs, &counts)?;
+        let out_shape = self.part_shape(j, self.me);
+        let mut out = HostData::filled(mine.dtype(), numel(&out_shape), 0.0);
+        for (q, block) in got.iter().enumerate() {
+            let bs = block_shape(q);
+            let mut at = vec![0; bs.len()];
+            at[i] = self.part(i, q).start;
+            copy_region(self.elem, block, &bs, &vec![0; bs.len()], out.as_bytes_mut(), &out_shape, &at, &bs);
+        }
+        Ok(out)
+    }
+
+    fn slice(&self, d: usize, full: &HostData) -> HostData {
+        let bytes = extract(self.elem, full.as_bytes(), &self.shape, &self.part_region(d, self.me));
+        HostData::from_bytes(full.dtype(), &bytes)
+    }
+
+    fn pad(&self, d: usize, mine: &HostData, op: ReduceOp) -> HostData {
+        let mut out = HostData::identity(mine.dtype(), numel(&self.shape), op);
+        let ps = self.part_shape(d, self.me);
+        let mut at = vec![0; ps.len()];
+        at[d] = self.part(d, self.me).start;
+        copy_region(self.elem, mine.as_bytes(), &ps, &vec![0; ps.len()], out.as_bytes_mut(), &self.shape, &at, &ps);
+        out
+    }
+
+    fn keep_first(&self, full: Cow<'_, HostData>, op: ReduceOp) -> HostData {
+        if self.me == 0 {
+            full.into_owned()
+        } else {
+            HostData::identity(full.dtype(), numel(&self.shape), op)
+        }
+    }
+
+    fn all_reduce(&self, full: Cow<'_, HostData>, op: ReduceOp) -> Result<HostData> {
+        let mut data = full.into_owned();
+        let dtype = data.dtype();
+        self.comm.all_reduce(&self.ranks, data.as_bytes_mut(), dtype, op)?;
+        Ok(data)
+    }
+}
+
+fn axis_step(
+    s: &AxisStep,
+    shape: &[usize],
+    coords: &[usize],
+    data: Cow<'_, HostData>,
+    comm: &dyn Communicator,
+) -> Result<HostData> {
+    let p = &s.placement;
+    let whole = s.before.with(s.axis, Sbp::Broadcast);
+    let g = Group {
+        ranks: p.axis_group(coords, s.axis),
+        me: coords[s.axis],
+        shape: region_shape(&whole.local_region(shape, coords, p.hierarchy())),
+        elem: data.dtype().size(),
+        comm,
+    };
+    let from = s.before.as_slice()[s.axis];
+    let (fd, td) = (from.split_dim().unwrap_or(0), s.to.split_dim().unwrap_or(0));
+    let (fop, top) = (
+        from.partial_op().unwrap_or(ReduceOp::Sum),
+        s.to.partial_op().unwrap_or(ReduceOp::Sum),
+    );
+    Ok(match s.kind {
+        AxisKind::AllGather => g.all_gather(fd, &data)?,
+        AxisKind::AllReduce => g.all_reduce(data, fop)?,
+        AxisKind::ReduceScatter => g.reduce_scatter(td, &data, fop)?,
+        AxisKind::AllToAll => g.all_to_all(fd, td, &data)?,
+        AxisKind::Slice => g.slice(td, &data),
+        AxisKind::KeepFirst => g.keep_first(data, top),
+        AxisKind::PadIdentity => g.pad(fd, &data, top),
+        AxisKind::ReduceScatterPad if g.shape.is_empty() => {
+            let reduced = g.all_reduce(data, fop)?;
+            g.keep_first(Cow::Owned(reduced), top)
+        }
+        AxisKind::ReduceScatterPad => {
+            let part = g.reduce_scatter(0, &data, fop)?;
+            g.pad(0, &part, top)
+        }
+    })
+}
+
+/// What this rank must end up with in a redistribution.
+pub enum DstRole {
+    /// The box `Region` of summand data, filled by transfers.
+    Data(Region),
+    /// A box of the reduction identity; receives nothing.
+    Identity(Region, ReduceOp),
+}
+
+/// Runs the point-to-point copies of `transfers`: sends the boxes this rank holds (its source
+/// box is `src`), then fills its destination box in transfer order.
+///
+/// # Errors
+/// Communication failures.
+pub fn run_transfers(
+    transfers: &[Transfer],
+    dtype: DType,
+    src: Option<(&HostData, &Region)>,
+    dst: Option<DstRole>,
+    comm: &dyn Communicator,
+) -> Result<Option<HostData>> {
+    let me = comm.rank();
+    let elem = dtype.size();
+    if let Some((data, held)) = src {
+        let held_shape = region_shape(held);
+        for t in transfers.iter().filter(|t| t.src == me && t.dst != me) {
+            let rel: Region = relative(&t.region, held)
+                .into_iter()
+                .zip(&t.region)
+                .map(|(s, r)| s..s + r.len())
+                .collect();
+            comm.send(t.dst, CommOp::P2p, &extract(elem, data.as_bytes(), &held_shape, &rel))?;
+        }
+    }
+    let region = match dst {
+        None => return Ok(None),
+        Some(DstRole::Identity(region, op)) => {
+            return Ok(Some(HostData::identity(dtype, numel(&region_shape(&region)), op)));
+        }
+        Some(DstRole::Data(region)) => region,
+    };
+    let out_shape = region_shape(&region);
+    let mut out = HostData::filled(dtype, numel(&out_shape), 0.0);
+    for t in transfers.iter().filter(|t| t.dst == me) {
+        let ext = region_shape(&t.region);
+        let at = relative(&t.region, &region);
+        if t.src == me {
+            if let Some((data, held)) = src {
+                let from = relative(&t.region, held);
+                copy_region(elem, data.as_bytes(), &region_shape(held), &from, out.as_bytes_mut(), &out_shape, &at, &ext);
+            }
+        } else {
+            let bytes = comm.recv_exact(t.src, CommOp::P2p, numel(&ext) * elem)?;
+            copy_region(elem, &bytes, &ext, &vec![0; ext.len()], out.as_bytes_mut(), &out_shape, &at, &ext);
+        }
+    }
+    Ok(Some(out))
+}
+
+fn redistribute(
+    r: &Redistribute,
+    shape: &[usize],
+    dtype: DType,
+    data: Option<&HostData>,
+    comm: &dyn Communicator,
+) -> Result<Option<HostData>> {
+    let me = comm.rank();
+    let src_region = r.src.placement.index_of(me).map(|i| r.src.region_of_index(shape, i));
+    let src = data.zip(src_region.as_ref());
+    let dst = r.dst.placement.index_of(me).map(|i| {
+        let coords = r.dst.placement.coords_of_index(i);
+        let region = r.dst.region_of_index(shape, i);
+        match r.dst.identity_op(&coords) {
+            Some(op) => DstRole::Identity(region, op),
+            None => DstRole::Data(region),
+        }
+    });
+    run_transfers(&r.transfers, dtype, src, dst, comm)
+}

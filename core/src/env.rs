@@ -1,0 +1,240 @@
+//! The process environment: this rank, the world, the communicator, and the random generator's
+//! state. Tensors use the *current* env: the calling thread's (set by `simulate` for each rank
+//! thread), else the process's (set by `gflow::init`), else a world of one rank.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::comm::{Communicator, InProcComm};
+use crate::error::{Error, Result};
+
+/// Default deadline of a blocking receive in `simulate` (override with `GFLOW_TIMEOUT_SECS`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy)]
+struct RngState {
+    seed: u64,
+    /// How many random tensors have been made since the last seeding.
+    counter: u64,
+}
+
+struct EnvInner {
+    rank: usize,
+    world_size: usize,
+    local_rank: usize,
+    comm: Arc<dyn Communicator>,
+    rng: Mutex<RngState>,
+}
+
+/// One rank's view of the job: rank, world size, local rank and the communicator.
+/// A cheap handle.
+#[derive(Clone)]
+pub struct Env(Arc<EnvInner>);
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("rank", &self.rank())
+            .field("world_size", &self.world_size())
+            .field("local_rank", &self.local_rank())
+            .finish()
+    }
+}
+
+impl Env {
+    /// An env over `comm`, which decides rank and world size.
+    pub fn new(local_rank: usize, comm: Arc<dyn Communicator>) -> Env {
+        Env(Arc::new(EnvInner {
+            rank: comm.rank(),
+            world_size: comm.world_size(),
+            local_rank,
+            comm,
+            rng: Mutex::new(RngState { seed: 0, counter: 0 }),
+        }))
+    }
+
+    /// A world of one rank (rank 0), used when no distributed environment is configured.
+    pub fn single() -> Env {
+        Env::new(0, Arc::new(InProcComm::solo()))
+    }
+
+    /// This process's rank in the world.
+    pub fn rank(&self) -> usize {
+        self.0.rank
+    }
+
+    /// Number of ranks in the world.
+    pub fn world_size(&self) -> usize {
+        self.0.world_size
+    }
+
+    /// This process's index among the ranks of its node.
+    pub fn local_rank(&self) -> usize {
+        self.0.local_rank
+    }
+
+    /// The communicator that boxing uses.
+    pub fn comm(&self) -> &dyn Communicator {
+        self.0.comm.as_ref()
+    }
+
+    /// Sets the seed of the random generator and restarts its stream (call it on every rank).
+    pub fn manual_seed(&self, seed: u64) {
+        if let Ok(mut s) = self.0.rng.lock() {
+            *s = RngState { seed, counter: 0 };
+        }
+    }
+
+    /// The (seed, index) of the next random tensor, advancing the index.
+    pub(crate) fn next_random(&self) -> (u64, u64) {
+        match self.0.rng.lock() {
+            Ok(mut s) => {
+                let k = s.counter;
+                s.counter += 1;
+                (s.seed, k)
+            }
+            Err(p) => {
+                let s = p.into_inner();
+                (s.seed, s.counter)
+            }
+        }
+    }
+
+    /// Makes this env the calling thread's current env until the guard drops.
+    pub fn enter(&self) -> EnvGuard {
+        let prev = CURRENT.with(|c| c.replace(Some(self.clone())));
+        EnvGuard { prev }
+    }
+
+    /// Makes this env the process's current env (what `gflow::init` does). Only the first call
+    /// takes effect; later calls return the env already installed.
+    pub fn install_process(self) -> Env {
+        PROCESS.get_or_init(|| self).clone()
+    }
+
+    /// The env installed for the process, if any.
+    pub fn process() -> Option<Env> {
+        PROCESS.get().cloned()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Env>> = const { RefCell::new(None) };
+}
+static PROCESS: OnceLock<Env> = OnceLock::new();
+
+/// Restores the previous current env when dropped.
+pub struct EnvGuard {
+    prev: Option<Env>,
+}
+
+impl Drop for EnvGuard {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        CURRENT.with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+/// The current env: the thread's, else the process's, else a world of one rank (installed as
+/// the process's env on first use).
+pub fn current() -> Env {
+    CURRENT
+        .with(|c| c.borrow().clone())
+        .unwrap_or_else(|| PROCESS.get_or_init(Env::single).clone())
+}
+
+/// Sets the seed of the current env's random generator (same call on every rank).
+pub fn manual_seed(seed: u64) {
+    current().manual_seed(seed);
+}
+
+/// The receive deadline: `GFLOW_TIMEOUT_SECS` if set and valid, else [`DEFAULT_TIMEOUT`].
+pub fn timeout_from_env() -> Duration {
+    std::env::var("GFLOW_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
+}
+
+/// Runs `n` ranks as threads of one process, joined by an in-process communicator, each with
+/// its own current env; returns their results in rank order.
+///
+/// ```
+/// # use gflow_core::{simulate, Placement, Sbp, Tensor};
+/// let sums = simulate(2, |env| {
+///     let p = Placement::new("cpu", [0, 1])?;
+///     let x = Tensor::ones(&[4, 2], (&p, Sbp::split(0)))?;
+///     Ok((env.rank(), x.to_local()?.shape().to_vec()))
+/// })?;
+/// assert_eq!(sums, vec![(0, vec![2, 2]), (1, vec![2, 2])]);
+/// # Ok::<(), gflow_core::Error>(())
+/// ```
+///
+/// # Errors
+/// The first rank's error in rank order that is a root cause (not just a peer that went away);
+/// `RankPanicked` if a rank panicked; `InvalidArgument` for `n == 0`.
+pub fn simulate<T, F>(n: usize, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Env) -> Result<T> + Sync,
+{
+    simulate_with_timeout(n, timeout_from_env(), f)
+}
+
+/// [`simulate`] with an explicit receive deadline.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_with_timeout<T, F>(n: usize, timeout: Duration, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Env) -> Result<T> + Sync,
+{
+    if n == 0 {
+        return Err(Error::InvalidArgument {
+            op: "simulate",
+            reason: "needs at least one rank".into(),
+        });
+    }
+    let f = &f;
+    let results: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = InProcComm::mesh(n, timeout)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| {
+                std::thread::Builder::new()
+                    .name(format!("gflow-rank-{rank}"))
+                    .spawn_scoped(s, move || {
+                        let env = Env::new(rank, Arc::new(comm));
+                        let _guard = env.enter();
+                        f(env)
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| match h {
+                Err(e) => Err(Error::Environment {
+                    reason: format!("cannot spawn the thread of rank {rank}: {e}"),
+                }),
+                Ok(h) => h.join().unwrap_or_else(|p| {
+                    let message = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(Error::RankPanicked { rank, message })
+                }),
+            })
+            .collect()
+    });
+    if results.iter().all(Result::is_ok) {
+        return results.into_iter().collect();
+    }
+    let mut errs: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    let root = errs.iter().position(|e| !e.is_consequence()).unwrap_or(0);
+    Err(errs.swap_remove(root))
+}

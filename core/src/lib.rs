@@ -1,0 +1,41 @@
+//! gflow's core: global tensors and their boxing, with no I/O and no heavy dependencies.
+//!
+//! A global tensor has a logical shape, a [`Placement`] (a device type and an n-d array of
+//! ranks) and an [`NdSbp`] (split, broadcast or partial per placement axis). Converting between
+//! layouts ("boxing") is planned by a pure planner ([`boxing::plan`]) and run over a
+//! [`Communicator`]. [`simulate`] runs n ranks as threads of one process.
+//!
+//! ```
+//! use gflow_core::{simulate, Placement, Sbp, Tensor};
+//! let out = simulate(2, |_env| {
+//!     let p = Placement::new("cpu", [0, 1])?;
+//!     let x = Tensor::arange(6, (&p, Sbp::split(0)))?;      // ranks hold [0,1,2] and [3,4,5]
+//!     let b = x.to_global(&p, Sbp::broadcast())?;           // all-gather
+//!     b.to_local()?.to_vec::<f32>()
+//! })?;
+//! assert_eq!(out[1], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+//! # Ok::<(), gflow_core::Error>(())
+//! ```
+
+pub mod boxing;
+pub mod comm;
+pub mod dtype;
+pub mod env;
+pub mod error;
+pub mod placement;
+pub mod reduce;
+pub mod rng;
+pub mod sbp;
+pub mod shape;
+pub mod storage;
+pub mod tensor;
+
+pub use comm::{CommError, CommOp, Communicator};
+pub use dtype::{DType, Element};
+pub use env::{Env, manual_seed, simulate};
+pub use error::{Error, Result};
+pub use placement::{DeviceType, IntoRanks, Placement, Ranks};
+pub use reduce::ReduceOp;
+pub use sbp::{NdSbp, Sbp};
+pub use storage::HostData;
+pub use tensor::{Device, IntoTarget, Target, Tensor};

@@ -1,0 +1,143 @@
+//! Reductions used by `partial_*` SBPs and by the communicator: the operator, its identity, and an
+//! elementwise combine over raw byte buffers of a known dtype.
+
+use std::fmt;
+
+use crate::dtype::{DType, Element};
+
+/// How the components of a partial tensor combine into its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    /// Elementwise sum.
+    Sum,
+    /// Elementwise minimum.
+    Min,
+    /// Elementwise maximum.
+    Max,
+}
+
+impl ReduceOp {
+    /// The identity element as f64 (`0`, `+inf`, `-inf`); integers saturate to their extremes.
+    pub fn identity_f64(self) -> f64 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Min => f64::INFINITY,
+            ReduceOp::Max => f64::NEG_INFINITY,
+        }
+    }
+
+    /// The identity element in type `T`.
+    pub fn identity<T: Element>(self) -> T {
+        match (T::DTYPE, self) {
+            (DType::I64, ReduceOp::Min) => T::from_f64(i64::MAX as f64),
+            (DType::I64, ReduceOp::Max) => T::from_f64(i64::MIN as f64),
+            _ => T::from_f64(self.identity_f64()),
+        }
+    }
+
+    /// Combine `acc[i] = acc[i] op x[i]` for a typed slice.
+    pub fn combine<T: Combine>(self, acc: &mut [T], x: &[T]) {
+        T::combine(self, acc, x)
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+        })
+    }
+}
+
+/// Element types with a vectorisable elementwise combine.
+pub trait Combine: Element {
+    /// `acc[i] = acc[i] op x[i]`.
+    fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]);
+}
+
+macro_rules! float_combine {
+    ($t:ty) => {
+        impl Combine for $t {
+            fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
+                match op {
+                    ReduceOp::Sum => acc.iter_mut().zip(x).for_each(|(a, b)| *a += *b),
+                    ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, b)| *a = a.min(*b)),
+                    ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, b)| *a = a.max(*b)),
+                }
+            }
+        }
+    };
+}
+float_combine!(f32);
+float_combine!(f64);
+
+impl Combine for i64 {
+    fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
+        match op {
+            ReduceOp::Sum => acc
+                .iter_mut()
+                .zip(x)
+                .for_each(|(a, b)| *a = a.wrapping_add(*b)),
+            ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).min(*b)),
+            ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).max(*b)),
+        }
+    }
+}
+
+/// `acc = acc op x` over raw bytes holding elements of `dtype` (the communicator's wire form).
+/// Buffers that are not aligned for the element type take a copying path.
+pub fn combine_bytes(dtype: DType, op: ReduceOp, acc: &mut [u8], x: &[u8]) {
+    fn typed<T: Combine>(op: ReduceOp, acc: &mut [u8], x: &[u8]) {
+        let n = acc.len().min(x.len());
+        let (acc, x) = (&mut acc[..n], &x[..n]);
+        match (
+            bytemuck::try_cast_slice_mut::<u8, T>(acc),
+            bytemuck::try_cast_slice::<u8, T>(x),
+        ) {
+            (Ok(a), Ok(b)) => T::combine(op, a, b),
+            _ => {
+                let mut a: Vec<T> = bytemuck::pod_collect_to_vec(acc);
+                let b: Vec<T> = bytemuck::pod_collect_to_vec(x);
+                T::combine(op, &mut a, &b);
+                acc.copy_from_slice(bytemuck::cast_slice(&a));
+            }
+        }
+    }
+    match dtype {
+        DType::F32 => typed::<f32>(op, acc, x),
+        DType::F64 => typed::<f64>(op, acc, x),
+        DType::I64 => typed::<i64>(op, acc, x),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_neutral() {
+        for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+            let mut a = vec![3.5f32, -2.0];
+            op.combine(&mut a, &[op.identity(), op.identity()]);
+            assert_eq!(a, vec![3.5, -2.0]);
+            let mut b = vec![7i64, -9];
+            op.combine(&mut b, &[op.identity(), op.identity()]);
+            assert_eq!(b, vec![7, -9]);
+        }
+    }
+
+    #[test]
+    fn combine_bytes_handles_misaligned_buffers() {
+        let a = [1.0f64, 5.0];
+        let b = [4.0f64, 2.0];
+        let mut raw = vec![0u8; 17];
+        raw[1..].copy_from_slice(bytemuck::cast_slice(&a));
+        let mut xb = vec![0u8; 17];
+        xb[1..].copy_from_slice(bytemuck::cast_slice(&b));
+        combine_bytes(DType::F64, ReduceOp::Max, &mut raw[1..], &xb[1..]);
+        let out: Vec<f64> = bytemuck::pod_collect_to_vec(&raw[1..]);
+        assert_eq!(out, vec![4.0, 5.0]);
+    }
+}

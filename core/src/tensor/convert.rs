@@ -1,0 +1,107 @@
+//! Conversions: `to_global` (local -> global and global -> global boxing), `to_local`, `to_vec`.
+
+use crate::boxing::{self, Dist, exec, from_local};
+use crate::dtype::Element;
+use crate::env;
+use crate::error::{Error, Result};
+use crate::placement::Placement;
+use crate::sbp::NdSbp;
+use crate::shape::region_shape;
+use crate::storage::HostData;
+
+use super::{Device, Tensor};
+
+impl Tensor {
+    /// Converts to a global tensor on `placement` with `sbp`.
+    ///
+    /// From a local tensor, the ranks' local tensors are the components: `split(d)` concatenates
+    /// them along `d` (sizes may differ per rank), `broadcast` takes the data of the first rank of
+    /// each broadcast group, `partial_*` treats them as summands (or min/max operands). From a
+    /// global tensor it boxes to the new placement and SBP, moving only what must move; the value
+    /// is unchanged. Every rank of the world calls it (SPMD).
+    ///
+    /// # Errors
+    /// `SbpAxesMismatch`, `SplitDimOutOfRange`, `RankOutOfWorld`, `LocalShapeMismatch`,
+    /// `DTypeMismatch`, `BackendUnavailable`; communication failures.
+    pub fn to_global(&self, placement: &Placement, sbp: impl Into<NdSbp>) -> Result<Tensor> {
+        let dist = Dist::new(placement.clone(), sbp.into());
+        let env = env::current();
+        placement.check_world(env.world_size())?;
+        // The SBP count is known everywhere; split dims are checked against the shape that every
+        // rank agrees on (the global shape, or the exchanged local shapes).
+        if dist.nd_sbp.len() != placement.ndim() {
+            dist.nd_sbp.check(placement, 0)?;
+        }
+        Device::for_placement(placement.device_type())?;
+        match self.dist() {
+            None => {
+                let data = self.read().ok_or(Error::WrongKind { op: "to_global", needs: "local" })?;
+                let (shape, dtype, out) = from_local::from_local((&data, self.shape()), &dist, env.comm())?;
+                Ok(Tensor::global_from(out, shape, dtype, dist))
+            }
+            Some(src) => {
+                let plan = boxing::plan(self.shape(), self.dtype().size(), src, &dist)?;
+                let data = self.read();
+                let out = exec::execute(&plan, self.shape(), self.dtype(), data.as_deref(), env.comm())?;
+                Ok(Tensor::global_from(out, self.shape().to_vec(), self.dtype(), dist))
+            }
+        }
+    }
+
+    /// This rank's component of a global tensor, as a local tensor sharing its storage (a local
+    /// tensor is returned as is).
+    ///
+    /// # Errors
+    /// `NotInPlacement` on a rank outside the placement.
+    pub fn to_local(&self) -> Result<Tensor> {
+        let Some(dist) = self.dist() else {
+            return Ok(self.clone());
+        };
+        let rank = env::current().rank();
+        let (Some(i), Some(data)) = (dist.placement.index_of(rank), self.0.data.as_ref()) else {
+            return Err(Error::NotInPlacement {
+                rank,
+                placement: dist.placement.to_string(),
+            });
+        };
+        Ok(Tensor(std::sync::Arc::new(super::TensorImpl {
+            shape: region_shape(&dist.region_of_index(self.shape(), i)),
+            dtype: self.dtype(),
+            kind: super::Kind::Local(self.device()),
+            data: Some(data.clone()),
+        })))
+    }
+
+    /// The whole logical value, row-major, converted to `T`. For a global tensor this is a
+    /// collective on its placement (like OneFlow's `numpy()`: box to broadcast, take the local
+    /// copy).
+    ///
+    /// # Errors
+    /// `NotInPlacement` on a rank outside the placement; communication failures.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        Ok(self.to_host()?.to_vec())
+    }
+
+    /// The whole logical value as host data (see [`Tensor::to_vec`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::to_vec`].
+    pub fn to_host(&self) -> Result<HostData> {
+        let Some(dist) = self.dist() else {
+            return Ok(self.read().map(|d| d.clone()).unwrap_or_else(|| HostData::F32(vec![])));
+        };
+        let rank = env::current().rank();
+        if !dist.placement.contains(rank) {
+            return Err(Error::NotInPlacement {
+                rank,
+                placement: dist.placement.to_string(),
+            });
+        }
+        let b = NdSbp::broadcast(dist.placement.ndim());
+        let full = if dist.nd_sbp == b { self.clone() } else { self.to_global(&dist.placement, b)? };
+        full.read().map(|d| d.clone()).ok_or(Error::NotInPlacement {
+            rank,
+            placement: dist.placement.to_string(),
+        })
+    }
+}

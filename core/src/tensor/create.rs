@@ -1,0 +1,243 @@
+//! Creation: `from_vec`, `zeros`, `ones`, `full`, `arange`, `randn`, each local (a [`Device`]) or
+//! global (`(&Placement, sbp)`). A global tensor's components are computed where they live, from
+//! global element indices, so no communication is needed.
+
+use crate::boxing::Dist;
+use crate::dtype::{DType, Element};
+use crate::env;
+use crate::error::{Error, Result};
+use crate::placement::Placement;
+use crate::rng;
+use crate::sbp::NdSbp;
+use crate::shape::{Region, checked_numel, full_region, numel, region_shape, strides};
+use crate::storage::HostData;
+
+use super::{Device, Tensor};
+
+/// Where a new tensor goes: a local device, or a placement and SBP.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A local tensor on a device.
+    Local(Device),
+    /// A global tensor.
+    Global(Placement, NdSbp),
+}
+
+/// Anything that names a [`Target`]: a [`Device`], or `(&Placement, sbp)` with any
+/// `impl Into<NdSbp>`.
+pub trait IntoTarget {
+    /// The target.
+    fn into_target(self) -> Target;
+}
+
+impl IntoTarget for Device {
+    fn into_target(self) -> Target {
+        Target::Local(self)
+    }
+}
+impl IntoTarget for &Device {
+    fn into_target(self) -> Target {
+        Target::Local(*self)
+    }
+}
+impl<S: Into<NdSbp>> IntoTarget for (&Placement, S) {
+    fn into_target(self) -> Target {
+        Target::Global(self.0.clone(), self.1.into())
+    }
+}
+impl<S: Into<NdSbp>> IntoTarget for (Placement, S) {
+    fn into_target(self) -> Target {
+        Target::Global(self.0, self.1.into())
+    }
+}
+impl IntoTarget for Target {
+    fn into_target(self) -> Target {
+        self
+    }
+}
+
+/// For each contiguous run of `region` in a tensor of `shape`: (global flat index of its first
+/// element, its position in the region's buffer, its length).
+fn runs(shape: &[usize], region: &[std::ops::Range<usize>], mut f: impl FnMut(usize, usize, usize)) {
+    let ext = region_shape(region);
+    if ext.contains(&0) {
+        return;
+    }
+    if shape.is_empty() {
+        f(0, 0, 1);
+        return;
+    }
+    let st = strides(shape);
+    let last = shape.len() - 1;
+    let run = ext[last];
+    let mut idx = vec![0usize; last];
+    let mut pos = 0;
+    loop {
+        let g: usize = (0..last).map(|d| (region[d].start + idx[d]) * st[d]).sum::<usize>() + region[last].start;
+        f(g, pos, run);
+        pos += run;
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < ext[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+impl Tensor {
+    /// Builds a tensor of `shape` on `target` whose box `region` holds `fill(region)`.
+    fn build(
+        shape: &[usize],
+        dtype: DType,
+        target: Target,
+        fill: impl Fn(&Region) -> HostData,
+    ) -> Result<Tensor> {
+        checked_numel(shape)?;
+        match target {
+            Target::Local(device) => Ok(Tensor::local_from(fill(&full_region(shape)), shape.to_vec(), device)),
+            Target::Global(placement, nd_sbp) => {
+                let env = env::current();
+                placement.check_world(env.world_size())?;
+                nd_sbp.check(&placement, shape.len())?;
+                Device::for_placement(placement.device_type())?;
+                let dist = Dist::new(placement, nd_sbp);
+                let data = dist.placement.index_of(env.rank()).map(|i| {
+                    let coords = dist.placement.coords_of_index(i);
+                    let region = dist.region_of_index(shape, i);
+                    match dist.identity_op(&coords) {
+                        Some(op) => HostData::identity(dtype, numel(&region_shape(&region)), op),
+                        None => fill(&region),
+                    }
+                });
+                Ok(Tensor::global_from(data, shape.to_vec(), dtype, dist))
+            }
+        }
+    }
+
+    /// A tensor holding `data` (row-major) with `shape`. For a global target, `data` is the whole
+    /// logical value (the same on every rank) and each rank keeps its part.
+    ///
+    /// # Errors
+    /// `DataShapeMismatch` when `data.len()` differs from the element count; placement and SBP
+    /// errors for a global target.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+        if checked_numel(shape)? != data.len() {
+            return Err(Error::DataShapeMismatch {
+                len: data.len(),
+                shape: shape.to_vec(),
+            });
+        }
+        let target = target.into_target();
+        if let Target::Local(device) = target {
+            return Ok(Tensor::local_from(HostData::from_vec(data), shape.to_vec(), device));
+        }
+        let all = HostData::from_vec(data);
+        Tensor::build(shape, T::DTYPE, target, |region| {
+            let bytes = crate::shape::extract(T::DTYPE.size(), all.as_bytes(), shape, region);
+            HostData::from_bytes(T::DTYPE, &bytes)
+        })
+    }
+
+    /// A tensor of `value` (f32).
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn full(shape: &[usize], value: f64, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::full_dtype(shape, value, DType::F32, target)
+    }
+
+    /// A tensor of `value` with element type `dtype`.
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn full_dtype(shape: &[usize], value: f64, dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::build(shape, dtype, target.into_target(), |r| {
+            HostData::filled(dtype, numel(&region_shape(r)), value)
+        })
+    }
+
+    /// A tensor of zeros (f32).
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn zeros(shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::full(shape, 0.0, target)
+    }
+
+    /// A tensor of ones (f32).
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn ones(shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::full(shape, 1.0, target)
+    }
+
+    /// The 1-D tensor `[0, 1, ..., n-1]` (f32).
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn arange(n: usize, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::arange_dtype(n, DType::F32, target)
+    }
+
+    /// `[0, 1, ..., n-1]` with element type `dtype`.
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn arange_dtype(n: usize, dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::build(&[n], dtype, target.into_target(), |r| match dtype {
+            DType::F32 => HostData::F32(r[0].clone().map(|i| i as f32).collect()),
+            DType::F64 => HostData::F64(r[0].clone().map(|i| i as f64).collect()),
+            DType::I64 => HostData::I64(r[0].clone().map(|i| i as i64).collect()),
+        })
+    }
+
+    /// Standard normal values (f32).
+    ///
+    /// A global `randn` is placement-invariant: the k-th random tensor made after
+    /// `manual_seed(s)` has values that depend only on `s`, `k`, the shape and the element index,
+    /// never on the number of ranks, the placement or the SBP. A local `randn` also depends on
+    /// the rank, so ranks draw different local tensors. Every rank must make the same sequence of
+    /// random tensors (the SPMD rule).
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn randn(shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::randn_dtype(shape, DType::F32, target)
+    }
+
+    /// [`Tensor::randn`] with element type `dtype` (F32 or F64).
+    ///
+    /// # Errors
+    /// As [`Tensor::randn`]; `InvalidArgument` for integer dtypes.
+    pub fn randn_dtype(shape: &[usize], dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+        if dtype == DType::I64 {
+            return Err(Error::InvalidArgument {
+                op: "randn",
+                reason: "normal values need a floating-point dtype".into(),
+            });
+        }
+        let env = env::current();
+        let (seed, k) = env.next_random();
+        let target = target.into_target();
+        let key = match target {
+            Target::Local(_) => seed ^ (env.rank() as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            Target::Global(..) => seed,
+        };
+        Tensor::build(shape, dtype, target, |region| {
+            let mut out = vec![0.0f64; numel(&region_shape(region))];
+            runs(shape, region, |g, pos, len| rng::normal_f64(key, k, g as u64, &mut out[pos..pos + len]));
+            match dtype {
+                DType::F64 => HostData::F64(out),
+                _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()),
+            }
+        })
+    }
+}

@@ -1,0 +1,167 @@
+//! One `Tensor` type, local or global. A tensor is a cheap handle (`Arc`); its data sits behind a
+//! lock so that optimizers can update parameters in place and every handle sees the update.
+//!
+//! A global tensor has a logical shape, a [`Placement`] and an [`NdSbp`]; on a rank of the
+//! placement it holds that rank's component (its box of the logical tensor, or a partial
+//! summand), elsewhere nothing.
+
+mod convert;
+mod create;
+mod display;
+
+pub use create::{IntoTarget, Target};
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use crate::boxing::Dist;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::placement::{DeviceType, Placement};
+use crate::sbp::NdSbp;
+use crate::storage::HostData;
+
+/// Where a local tensor (or a global tensor's component) lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Device {
+    /// Host memory, computed by the CPU backend.
+    Cpu,
+}
+
+impl Device {
+    /// The device a rank uses for a placement's device type.
+    ///
+    /// # Errors
+    /// `BackendUnavailable` for device types without a backend in this build.
+    pub fn for_placement(t: DeviceType) -> Result<Device> {
+        match t {
+            DeviceType::Cpu => Ok(Device::Cpu),
+            other => Err(Error::BackendUnavailable {
+                device: other.to_string(),
+                reason: "no backend for this device type is built into this gflow yet; use \"cpu\"".into(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Local(Device),
+    Global(Dist),
+}
+
+/// Shared, lockable storage of one component.
+type Shared = Arc<RwLock<HostData>>;
+
+#[derive(Debug)]
+struct TensorImpl {
+    shape: Vec<usize>,
+    dtype: DType,
+    kind: Kind,
+    /// `None` on ranks outside a global tensor's placement.
+    data: Option<Shared>,
+}
+
+/// A local or global tensor.
+#[derive(Clone, Debug)]
+pub struct Tensor(Arc<TensorImpl>);
+
+impl Tensor {
+    fn local_from(data: HostData, shape: Vec<usize>, device: Device) -> Tensor {
+        Tensor(Arc::new(TensorImpl {
+            shape,
+            dtype: data.dtype(),
+            kind: Kind::Local(device),
+            data: Some(Arc::new(RwLock::new(data))),
+        }))
+    }
+
+    fn global_from(data: Option<HostData>, shape: Vec<usize>, dtype: DType, dist: Dist) -> Tensor {
+        Tensor(Arc::new(TensorImpl {
+            shape,
+            dtype,
+            kind: Kind::Global(dist),
+            data: data.map(|d| Arc::new(RwLock::new(d))),
+        }))
+    }
+
+    /// The logical shape (for a global tensor, the global shape).
+    pub fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.0.shape.len()
+    }
+
+    /// Number of logical elements.
+    pub fn numel(&self) -> usize {
+        self.0.shape.iter().product()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// Whether this is a global tensor.
+    pub fn is_global(&self) -> bool {
+        matches!(self.0.kind, Kind::Global(_))
+    }
+
+    /// Whether this is a local tensor.
+    pub fn is_local(&self) -> bool {
+        !self.is_global()
+    }
+
+    /// The SBP of a global tensor, `None` for a local one.
+    pub fn sbp(&self) -> Option<&NdSbp> {
+        self.dist().map(|d| &d.nd_sbp)
+    }
+
+    /// The placement of a global tensor, `None` for a local one.
+    pub fn placement(&self) -> Option<&Placement> {
+        self.dist().map(|d| &d.placement)
+    }
+
+    /// The device of a local tensor, or of a global tensor's components.
+    pub fn device(&self) -> Device {
+        match &self.0.kind {
+            Kind::Local(d) => *d,
+            // Global tensors are only built on placements whose device resolved.
+            Kind::Global(d) => Device::for_placement(d.placement.device_type()).unwrap_or(Device::Cpu),
+        }
+    }
+
+    /// The layout of a global tensor.
+    pub fn dist(&self) -> Option<&Dist> {
+        match &self.0.kind {
+            Kind::Global(d) => Some(d),
+            Kind::Local(_) => None,
+        }
+    }
+
+    /// Whether this rank holds a component (always true for a local tensor).
+    pub fn has_local(&self) -> bool {
+        self.0.data.is_some()
+    }
+
+    /// Reads this rank's component (`None` outside the placement).
+    pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, HostData>> {
+        self.0.data.as_ref().map(|d| d.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether two handles refer to the same tensor.
+    pub fn same_as(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
