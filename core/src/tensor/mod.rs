@@ -93,6 +93,38 @@ impl Tensor {
         }))
     }
 
+    /// Wraps this rank's component of a global tensor without communication: `component` is this
+    /// rank's box of the logical tensor under `dist` (or a partial summand), `None` off the
+    /// placement. Operators use it to wrap a local kernel's output with the inferred SBP; the
+    /// caller guarantees the ranks' components form a valid layout.
+    ///
+    /// # Errors
+    /// `SbpAxesMismatch`/`SplitDimOutOfRange` for a `dist` that does not fit `shape`;
+    /// `DataShapeMismatch` when the component's size is not that of this rank's box, or a
+    /// component is given (or missing) on a rank outside (inside) the placement.
+    pub fn from_component(component: Option<HostData>, shape: &[usize], dtype: DType, dist: Dist) -> Result<Tensor> {
+        dist.nd_sbp.check(&dist.placement, shape.len())?;
+        let rank = crate::env::current().rank();
+        let want = dist
+            .placement
+            .index_of(rank)
+            .map(|i| crate::shape::region_shape(&dist.region_of_index(shape, i)));
+        match (&component, &want) {
+            (Some(c), Some(w)) if c.len() == crate::shape::numel(w) && c.dtype() == dtype => {}
+            (None, None) => {}
+            (Some(c), Some(_)) if c.dtype() != dtype => {
+                return Err(Error::DTypeMismatch { expected: dtype, got: c.dtype() });
+            }
+            _ => {
+                return Err(Error::DataShapeMismatch {
+                    len: component.as_ref().map_or(0, HostData::len),
+                    shape: want.unwrap_or_default(),
+                });
+            }
+        }
+        Ok(Tensor::global_from(component, shape.to_vec(), dtype, dist))
+    }
+
     /// The logical shape (for a global tensor, the global shape).
     pub fn shape(&self) -> &[usize] {
         &self.0.shape
