@@ -33,7 +33,11 @@ fn parse() -> std::result::Result<Args, String> {
             "--mib" => a.mib = num("--mib")?,
             "--runs" => a.runs = num("--runs")?,
             "boxing" => a.what = x,
-            other => return Err(format!("unknown argument {other:?}; usage: gflow-bench boxing [--ranks N] [--mib M] [--runs R]")),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; usage: gflow-bench boxing [--ranks N] [--mib M] [--runs R]"
+                ));
+            }
         }
     }
     Ok(a)
@@ -89,14 +93,21 @@ fn boxing(a: &Args) -> Result<()> {
     let results = gflow::simulate(n, |env| {
         let p = Placement::new("cpu", (0..n).collect::<Vec<_>>())?;
         let s0 = Tensor::randn(&[elems / 1024, 1024], (&p, Sbp::split(0)))?;
-        let t_s2b = time_collective(&env, a.runs, || s0.to_global(&p, Sbp::broadcast()).map(drop))?;
+        let t_s2b = time_collective(&env, a.runs, || {
+            s0.to_global(&p, Sbp::broadcast()).map(drop)
+        })?;
         let ps = s0.to_global(&p, Sbp::partial_sum())?;
-        let t_p2b = time_collective(&env, a.runs, || ps.to_global(&p, Sbp::broadcast()).map(drop))?;
+        let t_p2b = time_collective(&env, a.runs, || {
+            ps.to_global(&p, Sbp::broadcast()).map(drop)
+        })?;
         Ok((t_s2b, t_p2b))
     })?;
     let (s2b, p2b) = results[0];
     let nf = n as f64;
-    for (op, t, factor) in [("to_global_s0_to_b", s2b, (nf - 1.0) / nf), ("to_global_p_to_b", p2b, 2.0 * (nf - 1.0) / nf)] {
+    for (op, t, factor) in [
+        ("to_global_s0_to_b", s2b, (nf - 1.0) / nf),
+        ("to_global_p_to_b", p2b, 2.0 * (nf - 1.0) / nf),
+    ] {
         println!(
             "{{\"system\": \"gflow-inproc\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
             factor * bytes as f64 / t / 1e9
@@ -115,7 +126,10 @@ fn main() {
     };
     let r = match args.what.as_str() {
         "boxing" => boxing(&args),
-        other => Err(gflow::Error::InvalidArgument { op: "gflow-bench", reason: format!("unknown benchmark {other:?}") }),
+        other => Err(gflow::Error::InvalidArgument {
+            op: "gflow-bench",
+            reason: format!("unknown benchmark {other:?}"),
+        }),
     };
     if let Err(e) = r {
         eprintln!("gflow-bench: {e}");

@@ -13,8 +13,9 @@
 //! ```
 
 pub use gflow_core::{
-    CommError, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget,
-    NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing, comm, manual_seed, sbp, simulate,
+    CommError, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData, IntoRanks,
+    IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing, comm,
+    manual_seed, sbp, simulate,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;`.

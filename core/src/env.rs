@@ -50,7 +50,10 @@ impl Env {
             world_size: comm.world_size(),
             local_rank,
             comm,
-            rng: Mutex::new(RngState { seed: 0, counter: 0 }),
+            rng: Mutex::new(RngState {
+                seed: 0,
+                counter: 0,
+            }),
         }))
     }
 

@@ -111,7 +111,9 @@ pub enum Error {
         got: DType,
     },
     /// Local tensors handed to `to_global` do not fit together under the requested SBP.
-    #[error("to_global: local tensor of rank {rank} has shape {got:?}, which does not fit {expected}")]
+    #[error(
+        "to_global: local tensor of rank {rank} has shape {got:?}, which does not fit {expected}"
+    )]
     LocalShapeMismatch {
         /// The rank whose component does not fit.
         rank: usize,

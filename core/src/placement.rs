@@ -252,7 +252,10 @@ impl Placement {
     /// The rank at `coords`.
     pub fn rank_at(&self, coords: &[usize]) -> usize {
         let shape = self.hierarchy();
-        let idx = coords.iter().zip(shape).fold(0, |acc, (&c, &n)| acc * n + c);
+        let idx = coords
+            .iter()
+            .zip(shape)
+            .fold(0, |acc, (&c, &n)| acc * n + c);
         self.0.ranks.flat[idx]
     }
 
@@ -327,28 +330,50 @@ mod tests {
         assert_eq!(h.hierarchy(), &[2, 2, 2]);
         assert_eq!(h.coords_of(6), Some(vec![1, 1, 0]));
         assert_eq!(h.axis_group(&[1, 0, 1], 1), vec![5, 7]);
-        assert_eq!(e.to_string(), "placement(type=\"cuda\", ranks=[[0, 1], [2, 3]])");
+        assert_eq!(
+            e.to_string(),
+            "placement(type=\"cuda\", ranks=[[0, 1], [2, 3]])"
+        );
         Ok(())
     }
 
     #[test]
     fn rejects_bad_arrays() {
-        assert!(matches!(Placement::new("cpu", Vec::<usize>::new()), Err(Error::EmptyPlacement)));
-        assert!(matches!(Placement::new("cpu", [0, 1, 0]), Err(Error::DuplicateRank { rank: 0 })));
+        assert!(matches!(
+            Placement::new("cpu", Vec::<usize>::new()),
+            Err(Error::EmptyPlacement)
+        ));
+        assert!(matches!(
+            Placement::new("cpu", [0, 1, 0]),
+            Err(Error::DuplicateRank { rank: 0 })
+        ));
         assert!(matches!(
             Placement::new("cpu", vec![vec![0, 1], vec![2]]),
-            Err(Error::RaggedRanks { row: 1, expected: 2, got: 1 })
+            Err(Error::RaggedRanks {
+                row: 1,
+                expected: 2,
+                got: 1
+            })
         ));
-        assert!(matches!(Placement::new("npu", [0]), Err(Error::UnknownDeviceType { .. })));
+        assert!(matches!(
+            Placement::new("npu", [0]),
+            Err(Error::UnknownDeviceType { .. })
+        ));
         assert!(matches!(
             Placement::new("cpu", Ranks::nd([2, 3], vec![0, 1, 2])),
             Err(Error::RanksShape { .. })
         ));
-        assert!(matches!(Placement::new("cpu", vec![Vec::<usize>::new()]), Err(Error::EmptyPlacement)));
+        assert!(matches!(
+            Placement::new("cpu", vec![Vec::<usize>::new()]),
+            Err(Error::EmptyPlacement)
+        ));
         let p = Placement::new("cpu", [0, 5]).ok();
         assert!(matches!(
             p.map(|p| p.check_world(4)),
-            Some(Err(Error::RankOutOfWorld { rank: 5, world_size: 4 }))
+            Some(Err(Error::RankOutOfWorld {
+                rank: 5,
+                world_size: 4
+            }))
         ));
     }
 }

@@ -132,9 +132,9 @@ mod tests {
     fn combine_bytes_handles_misaligned_buffers() {
         let a = [1.0f64, 5.0];
         let b = [4.0f64, 2.0];
-        let mut raw = vec![0u8; 17];
+        let mut raw = [0u8; 17];
         raw[1..].copy_from_slice(bytemuck::cast_slice(&a));
-        let mut xb = vec![0u8; 17];
+        let mut xb = [0u8; 17];
         xb[1..].copy_from_slice(bytemuck::cast_slice(&b));
         combine_bytes(DType::F64, ReduceOp::Max, &mut raw[1..], &xb[1..]);
         let out: Vec<f64> = bytemuck::pod_collect_to_vec(&raw[1..]);

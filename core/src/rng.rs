@@ -32,7 +32,12 @@ pub fn normal_f64(seed: u64, stream: u64, start: u64, out: &mut [f64]) {
         let g = start + i as u64;
         let block = g / 4;
         let r = philox4x32_10(
-            [block as u32, (block >> 32) as u32, stream as u32, (stream >> 32) as u32],
+            [
+                block as u32,
+                (block >> 32) as u32,
+                stream as u32,
+                (stream >> 32) as u32,
+            ],
             key,
         );
         let z = box_muller(r);
@@ -65,13 +70,19 @@ mod tests {
     /// Known-answer vectors of the Random123 distribution (kat_vectors, philox4x32_10).
     #[test]
     fn philox_known_answers() {
-        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+        assert_eq!(
+            philox4x32_10([0; 4], [0; 2]),
+            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+        );
         assert_eq!(
             philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
             [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
         );
         assert_eq!(
-            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
+            philox4x32_10(
+                [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+                [0xa4093822, 0x299f31d0]
+            ),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
         );
     }

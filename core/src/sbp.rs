@@ -114,10 +114,10 @@ impl NdSbp {
             });
         }
         for s in &self.0 {
-            if let Sbp::Split(dim) = *s {
-                if dim >= ndim {
-                    return Err(Error::SplitDimOutOfRange { dim, ndim });
-                }
+            if let Sbp::Split(dim) = *s
+                && dim >= ndim
+            {
+                return Err(Error::SplitDimOutOfRange { dim, ndim });
             }
         }
         Ok(())
@@ -198,7 +198,9 @@ pub fn balanced_range(len: usize, parts: usize, index: usize) -> Range<usize> {
 
 /// All part sizes of the balanced splitter.
 pub fn balanced_sizes(len: usize, parts: usize) -> Vec<usize> {
-    (0..parts).map(|i| balanced_range(len, parts, i).len()).collect()
+    (0..parts)
+        .map(|i| balanced_range(len, parts, i).len())
+        .collect()
 }
 
 #[cfg(test)]
@@ -233,8 +235,14 @@ mod tests {
             .map(|i| nd.local_region(&[7], &p.coords_of_index(i), p.hierarchy())[0].clone())
             .collect();
         assert_eq!(r, vec![0..2, 2..4, 4..6, 6..7]);
-        assert!(matches!(nd.check(&p, 0), Err(Error::SplitDimOutOfRange { dim: 0, ndim: 0 })));
-        assert!(matches!(NdSbp::from(Sbp::split(0)).check(&p, 1), Err(Error::SbpAxesMismatch { .. })));
+        assert!(matches!(
+            nd.check(&p, 0),
+            Err(Error::SplitDimOutOfRange { dim: 0, ndim: 0 })
+        ));
+        assert!(matches!(
+            NdSbp::from(Sbp::split(0)).check(&p, 1),
+            Err(Error::SbpAxesMismatch { .. })
+        ));
         Ok(())
     }
 }

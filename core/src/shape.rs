@@ -128,7 +128,16 @@ pub fn extract(elem: usize, src: &[u8], shape: &[usize], region: &[Range<usize>]
     let ext = region_shape(region);
     let mut out = vec![0u8; numel(&ext) * elem];
     let at: Vec<usize> = region.iter().map(|r| r.start).collect();
-    copy_region(elem, src, shape, &at, &mut out, &ext, &vec![0; ext.len()], &ext);
+    copy_region(
+        elem,
+        src,
+        shape,
+        &at,
+        &mut out,
+        &ext,
+        &vec![0; ext.len()],
+        &ext,
+    );
     out
 }
 
@@ -145,7 +154,16 @@ mod tests {
         // src 3x4x5 arange; copy box [1..3, 1..4, 2..5] into dst 2x3x3 at origin.
         let src: Vec<i64> = (0..60).collect();
         let mut dst = vec![0u8; 18 * 8];
-        copy_region(8, &as_bytes(&src), &[3, 4, 5], &[1, 1, 2], &mut dst, &[2, 3, 3], &[0, 0, 0], &[2, 3, 3]);
+        copy_region(
+            8,
+            &as_bytes(&src),
+            &[3, 4, 5],
+            &[1, 1, 2],
+            &mut dst,
+            &[2, 3, 3],
+            &[0, 0, 0],
+            &[2, 3, 3],
+        );
         let got: Vec<i64> = bytemuck::pod_collect_to_vec(&dst);
         let mut want = vec![];
         for i in 1..3 {
@@ -162,7 +180,10 @@ mod tests {
     fn copy_region_merges_full_trailing_dims_and_skips_empty() {
         let src: Vec<i64> = (0..24).collect();
         let got = extract(8, &as_bytes(&src), &[4, 3, 2], &[1..3, 0..3, 0..2]);
-        assert_eq!(bytemuck::pod_collect_to_vec::<u8, i64>(&got), (6..18).collect::<Vec<_>>());
+        assert_eq!(
+            bytemuck::pod_collect_to_vec::<u8, i64>(&got),
+            (6..18).collect::<Vec<_>>()
+        );
         assert!(extract(8, &as_bytes(&src), &[4, 3, 2], &[1..1, 0..3, 0..2]).is_empty());
         let scalar = extract(8, &as_bytes(&[42]), &[], &[]);
         assert_eq!(bytemuck::pod_collect_to_vec::<u8, i64>(&scalar), vec![42]);

@@ -120,6 +120,9 @@ mod tests {
         assert_eq!(d.to_vec::<f64>(), vec![1.5, -2.0]);
         assert_eq!(d.to_vec::<i64>(), vec![1, -2]);
         assert_eq!(HostData::from_bytes(DType::F32, d.as_bytes()), d);
-        assert_eq!(HostData::identity(DType::F64, 1, ReduceOp::Max).get_f64(0), Some(f64::NEG_INFINITY));
+        assert_eq!(
+            HostData::identity(DType::F64, 1, ReduceOp::Max).get_f64(0),
+            Some(f64::NEG_INFINITY)
+        );
     }
 }

@@ -6,17 +6,22 @@
 //! brute-force index filtering, and partial components are random integer summands (or min/max
 //! operands) built from the definition, so every comparison is exact.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 use std::collections::HashMap;
 
 use gflow_core::boxing::{Dist, exec, plan::axis_search};
-use gflow_core::{Device, DType, NdSbp, Placement, ReduceOp, Sbp, Tensor, simulate};
+use gflow_core::{DType, Device, NdSbp, Placement, ReduceOp, Sbp, Tensor, simulate};
 use proptest::prelude::*;
 
 /// A tiny deterministic generator so every rank derives the same reference.
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n.max(1)
     }
 }
@@ -29,7 +34,12 @@ fn part(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
 }
 
 /// The slab `range` of dimension `d`, by filtering every element's multi-index.
-fn slab(v: &[f64], shape: &[usize], d: usize, range: std::ops::Range<usize>) -> (Vec<f64>, Vec<usize>) {
+fn slab(
+    v: &[f64],
+    shape: &[usize],
+    d: usize,
+    range: std::ops::Range<usize>,
+) -> (Vec<f64>, Vec<usize>) {
     let mut out = vec![];
     for (flat, x) in v.iter().enumerate() {
         let mut rem = flat;
@@ -48,7 +58,13 @@ fn slab(v: &[f64], shape: &[usize], d: usize, range: std::ops::Range<usize>) -> 
 }
 
 /// Every rank's component of value `v` under (placement, sbp), straight from the definitions.
-fn decompose(v: &[f64], shape: &[usize], p: &Placement, sbp: &[Sbp], seed: u64) -> HashMap<usize, (Vec<f64>, Vec<usize>)> {
+fn decompose(
+    v: &[f64],
+    shape: &[usize],
+    p: &Placement,
+    sbp: &[Sbp],
+    seed: u64,
+) -> HashMap<usize, (Vec<f64>, Vec<usize>)> {
     let mut out = HashMap::new();
     let mut rng = Lcg(seed);
     fn rec(
@@ -68,7 +84,9 @@ fn decompose(v: &[f64], shape: &[usize], p: &Placement, sbp: &[Sbp], seed: u64) 
         let n = p.hierarchy()[a];
         let children: Vec<(Vec<f64>, Vec<usize>)> = match sbp[a] {
             Sbp::Broadcast => (0..n).map(|_| (v.clone(), shape.clone())).collect(),
-            Sbp::Split(d) => (0..n).map(|c| slab(&v, &shape, d, part(shape[d], n, c))).collect(),
+            Sbp::Split(d) => (0..n)
+                .map(|c| slab(&v, &shape, d, part(shape[d], n, c)))
+                .collect(),
             Sbp::Partial(op) => {
                 let mut parts: Vec<Vec<f64>> = vec![v.clone(); n];
                 for x in 0..v.len() {
@@ -98,7 +116,15 @@ fn decompose(v: &[f64], shape: &[usize], p: &Placement, sbp: &[Sbp], seed: u64) 
             prefix.pop();
         }
     }
-    rec(v.to_vec(), shape.to_vec(), p, sbp, &mut vec![], &mut rng, &mut out);
+    rec(
+        v.to_vec(),
+        shape.to_vec(),
+        p,
+        sbp,
+        &mut vec![],
+        &mut rng,
+        &mut out,
+    );
     out
 }
 
@@ -111,7 +137,11 @@ struct Layout {
 
 impl Layout {
     fn placement(&self) -> Placement {
-        Placement::new("cpu", gflow_core::Ranks::nd(&self.hierarchy, self.ranks.clone())).expect("valid placement")
+        Placement::new(
+            "cpu",
+            gflow_core::Ranks::nd(&self.hierarchy, self.ranks.clone()),
+        )
+        .expect("valid placement")
     }
 }
 
@@ -132,7 +162,9 @@ fn layout_strategy(world: usize, ndim: usize) -> impl Strategy<Value = Layout> {
         (1..=3usize, 1..=3usize).prop_map(|(a, b)| vec![a, b]),
         (1..=2usize, 1..=2usize, 1..=2usize).prop_map(|(a, b, c)| vec![a, b, c]),
     ]
-    .prop_filter("fits the world", move |h| h.iter().product::<usize>() <= world);
+    .prop_filter("fits the world", move |h| {
+        h.iter().product::<usize>() <= world
+    });
     hier.prop_flat_map(move |h| {
         let k = h.len();
         let n: usize = h.iter().product();
@@ -141,7 +173,11 @@ fn layout_strategy(world: usize, ndim: usize) -> impl Strategy<Value = Layout> {
             Just((0..world).collect::<Vec<_>>()).prop_shuffle(),
             proptest::collection::vec(sbp_strategy(ndim), k),
         )
-            .prop_map(move |(h, ranks, sbp)| Layout { hierarchy: h, ranks: ranks[..n].to_vec(), sbp })
+            .prop_map(move |(h, ranks, sbp)| Layout {
+                hierarchy: h,
+                ranks: ranks[..n].to_vec(),
+                sbp,
+            })
     })
 }
 
@@ -156,19 +192,37 @@ struct Case {
 }
 
 fn case_strategy() -> impl Strategy<Value = Case> {
-    (1..=8usize, proptest::collection::vec(0..=6usize, 1..=3), any::<bool>(), any::<u64>()).prop_flat_map(
-        |(world, shape, same, seed)| {
+    (
+        1..=8usize,
+        proptest::collection::vec(0..=6usize, 1..=3),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_flat_map(|(world, shape, same, seed)| {
             let nd = shape.len();
-            (layout_strategy(world, nd), layout_strategy(world, nd), proptest::collection::vec(sbp_strategy(nd), 3))
+            (
+                layout_strategy(world, nd),
+                layout_strategy(world, nd),
+                proptest::collection::vec(sbp_strategy(nd), 3),
+            )
                 .prop_map(move |(src, mut dst, alt)| {
                     if same {
                         // Same placement, new SBP: exercises the per-axis planner.
-                        dst = Layout { sbp: alt[..src.hierarchy.len()].to_vec(), ..src.clone() };
+                        dst = Layout {
+                            sbp: alt[..src.hierarchy.len()].to_vec(),
+                            ..src.clone()
+                        };
                     }
-                    Case { world, shape: shape.clone(), src, dst, same_placement: same, seed }
+                    Case {
+                        world,
+                        shape: shape.clone(),
+                        src,
+                        dst,
+                        same_placement: same,
+                        seed,
+                    }
                 })
-        },
-    )
+        })
 }
 
 fn run_case(c: &Case) -> Result<(), String> {
@@ -183,13 +237,20 @@ fn run_case(c: &Case) -> Result<(), String> {
     let dst_nd: NdSbp = c.dst.sbp.clone().into();
     simulate(c.world, |env| {
         let me = env.rank();
-        let mine = src_parts.get(&me).cloned().unwrap_or((vec![], vec![0; c.shape.len()]));
+        let mine = src_parts
+            .get(&me)
+            .cloned()
+            .unwrap_or((vec![], vec![0; c.shape.len()]));
         let local = Tensor::from_vec(mine.0.clone(), &mine.1, Device::Cpu)?;
         let x = local.to_global(&sp, src_nd.clone())?;
         assert_eq!(x.shape(), &c.shape[..], "local->global shape");
         if let Some((v, s)) = src_parts.get(&me) {
             let l = x.to_local()?;
-            assert_eq!(l.shape(), &s[..], "component shape follows the balanced splitter");
+            assert_eq!(
+                l.shape(),
+                &s[..],
+                "component shape follows the balanced splitter"
+            );
             assert_eq!(&l.to_vec::<f64>()?, v, "local->global keeps the components");
         }
         let y = x.to_global(&dp, dst_nd.clone())?;
@@ -206,7 +267,8 @@ fn run_case(c: &Case) -> Result<(), String> {
             // The per-axis route, forced, must be right too (the planner may prefer p2p).
             let src = Dist::new(sp.clone(), src_nd.clone());
             let dst = Dist::new(sp.clone(), dst_nd.clone());
-            let plan = axis_search(&c.shape, 8, &sp, &src.nd_sbp, &dst.nd_sbp).expect("a per-axis route exists");
+            let plan = axis_search(&c.shape, 8, &sp, &src.nd_sbp, &dst.nd_sbp)
+                .expect("a per-axis route exists");
             let data = x.to_local().ok().map(|l| l.to_host()).transpose()?;
             let out = exec::execute(&plan, &c.shape, DType::F64, data.as_ref(), env.comm())?;
             let z = Tensor::from_component(out, &c.shape, DType::F64, dst)?;
@@ -236,13 +298,29 @@ fn hand_picked_layouts() {
     use Sbp::{Broadcast as B, Split as S};
     let ps = Sbp::partial_sum();
     let pm = Sbp::partial_max();
-    let l = |h: &[usize], sbp: &[Sbp]| Layout { hierarchy: h.to_vec(), ranks: (0..h.iter().product()).collect(), sbp: sbp.to_vec() };
+    let l = |h: &[usize], sbp: &[Sbp]| Layout {
+        hierarchy: h.to_vec(),
+        ranks: (0..h.iter().product()).collect(),
+        sbp: sbp.to_vec(),
+    };
     let cases = [
-        (vec![7, 3], l(&[2, 2], &[S(0), S(0)]), l(&[2, 2], &[S(1), S(0)])),
-        (vec![7, 3], l(&[2, 2], &[S(0), S(0)]), l(&[2, 2], &[S(0), S(1)])),
+        (
+            vec![7, 3],
+            l(&[2, 2], &[S(0), S(0)]),
+            l(&[2, 2], &[S(1), S(0)]),
+        ),
+        (
+            vec![7, 3],
+            l(&[2, 2], &[S(0), S(0)]),
+            l(&[2, 2], &[S(0), S(1)]),
+        ),
         (vec![5, 6], l(&[2, 3], &[pm, ps]), l(&[2, 3], &[B, S(1)])),
         (vec![5, 6], l(&[2, 3], &[ps, pm]), l(&[3, 2], &[S(0), pm])),
-        (vec![3, 2], l(&[2, 2, 2], &[S(0), S(0), S(0)]), l(&[8], &[S(1)])),
+        (
+            vec![3, 2],
+            l(&[2, 2, 2], &[S(0), S(0), S(0)]),
+            l(&[8], &[S(1)]),
+        ),
         (vec![0, 4], l(&[2, 2], &[S(0), ps]), l(&[4], &[B])),
         (vec![2], l(&[4], &[S(0)]), l(&[2, 2], &[ps, S(0)])),
     ];
@@ -251,7 +329,14 @@ fn hand_picked_layouts() {
             if same && src.hierarchy != dst.hierarchy {
                 continue;
             }
-            let c = Case { world: 8, shape: shape.clone(), src: src.clone(), dst: dst.clone(), same_placement: same, seed: i as u64 };
+            let c = Case {
+                world: 8,
+                shape: shape.clone(),
+                src: src.clone(),
+                dst: dst.clone(),
+                same_placement: same,
+                seed: i as u64,
+            };
             assert_eq!(run_case(&c), Ok(()), "{c:?}");
         }
     }

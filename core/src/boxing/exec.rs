@@ -34,7 +34,9 @@ pub fn execute(
                 (Some(d), Some(coords)) => Some(Cow::Owned(axis_step(s, shape, &coords, d, comm)?)),
                 (other, _) => other,
             },
-            Step::Redistribute(r) => redistribute(r, shape, dtype, cur.as_deref(), comm)?.map(Cow::Owned),
+            Step::Redistribute(r) => {
+                redistribute(r, shape, dtype, cur.as_deref(), comm)?.map(Cow::Owned)
+            }
         };
     }
     Ok(cur.map(Cow::into_owned))
@@ -80,46 +82,71 @@ impl Group<'_> {
     }
 
     fn all_gather(&self, d: usize, mine: &HostData) -> Result<HostData> {
-        let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
-        let all = self.comm.all_gather(&self.ranks, mine.as_bytes(), &counts)?;
-        if self.contiguous(d) {
-            return Ok(HostData::from_bytes(mine.dtype(), &all));
-        }
+        let counts: Vec<usize> = (0..self.n())
+            .map(|i| numel(&self.part_shape(d, i)) * self.elem)
+            .collect();
         let mut out = HostData::filled(mine.dtype(), numel(&self.shape), 0.0);
+        if self.contiguous(d) {
+            self.comm
+                .all_gather_into(&self.ranks, mine.as_bytes(), &counts, out.as_bytes_mut())?;
+            return Ok(out);
+        }
+        let all = self
+            .comm
+            .all_gather(&self.ranks, mine.as_bytes(), &counts)?;
         let mut off = 0;
         for (i, c) in counts.iter().enumerate() {
             let ps = self.part_shape(d, i);
             let mut at = vec![0; ps.len()];
             at[d] = self.part(d, i).start;
-            copy_region(self.elem, &all[off..off + c], &ps, &vec![0; ps.len()], out.as_bytes_mut(), &self.shape, &at, &ps);
+            copy_region(
+                self.elem,
+                &all[off..off + c],
+                &ps,
+                &vec![0; ps.len()],
+                out.as_bytes_mut(),
+                &self.shape,
+                &at,
+                &ps,
+            );
             off += c;
         }
         Ok(out)
     }
 
     /// Packs the full tensor into one contiguous chunk per member along `d`.
-    fn chunks(&self, d: usize, full: &HostData) -> (Vec<usize>, Cow<'_, [u8]>) {
-        let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
+    fn chunks<'d>(&self, d: usize, full: &'d HostData) -> (Vec<usize>, Cow<'d, [u8]>) {
+        let counts: Vec<usize> = (0..self.n())
+            .map(|i| numel(&self.part_shape(d, i)) * self.elem)
+            .collect();
         if self.contiguous(d) {
-            return (counts, Cow::Owned(full.as_bytes().to_vec()));
+            return (counts, Cow::Borrowed(full.as_bytes()));
         }
         let mut packed = Vec::with_capacity(full.as_bytes().len());
         for i in 0..self.n() {
-            packed.extend_from_slice(&extract(self.elem, full.as_bytes(), &self.shape, &self.part_region(d, i)));
+            packed.extend_from_slice(&extract(
+                self.elem,
+                full.as_bytes(),
+                &self.shape,
+                &self.part_region(d, i),
+            ));
         }
         (counts, Cow::Owned(packed))
     }
 
     fn reduce_scatter(&self, d: usize, full: &HostData, op: ReduceOp) -> Result<HostData> {
         let dtype = full.dtype();
-        if self.contiguous(d) {
-            let counts: Vec<usize> = (0..self.n()).map(|i| numel(&self.part_shape(d, i)) * self.elem).collect();
-            let mine = self.comm.reduce_scatter(&self.ranks, full.as_bytes(), &counts, dtype, op)?;
-            return Ok(HostData::from_bytes(dtype, &mine));
-        }
+        let mut out = HostData::filled(dtype, numel(&self.part_shape(d, self.me)), 0.0);
         let (counts, packed) = self.chunks(d, full);
-        let mine = self.comm.reduce_scatter(&self.ranks, &packed, &counts, dtype, op)?;
-        Ok(HostData::from_bytes(dtype, &mine))
+        self.comm.reduce_scatter_into(
+            &self.ranks,
+            &packed,
+            &counts,
+            dtype,
+            op,
+            out.as_bytes_mut(),
+        )?;
+        Ok(out)
     }
 
     fn all_to_all(&self, i: usize, j: usize, mine: &HostData) -> Result<HostData> {
@@ -138,7 +165,9 @@ impl Group<'_> {
             s[j] = self.part(j, self.me).len();
             s
         };
-        let counts: Vec<usize> = (0..self.n()).map(|q| numel(&block_shape(q)) * self.elem).collect();
+        let counts: Vec<usize> = (0..self.n())
+            .map(|q| numel(&block_shape(q)) * self.elem)
+            .collect();
         let got = self.comm.all_to_all(&self.ranks, &send_refs, &counts)?;
         let out_shape = self.part_shape(j, self.me);
         let mut out = HostData::filled(mine.dtype(), numel(&out_shape), 0.0);
@@ -146,13 +175,27 @@ impl Group<'_> {
             let bs = block_shape(q);
             let mut at = vec![0; bs.len()];
             at[i] = self.part(i, q).start;
-            copy_region(self.elem, block, &bs, &vec![0; bs.len()], out.as_bytes_mut(), &out_shape, &at, &bs);
+            copy_region(
+                self.elem,
+                block,
+                &bs,
+                &vec![0; bs.len()],
+                out.as_bytes_mut(),
+                &out_shape,
+                &at,
+                &bs,
+            );
         }
         Ok(out)
     }
 
     fn slice(&self, d: usize, full: &HostData) -> HostData {
-        let bytes = extract(self.elem, full.as_bytes(), &self.shape, &self.part_region(d, self.me));
+        let bytes = extract(
+            self.elem,
+            full.as_bytes(),
+            &self.shape,
+            &self.part_region(d, self.me),
+        );
         HostData::from_bytes(full.dtype(), &bytes)
     }
 
@@ -161,7 +204,16 @@ impl Group<'_> {
         let ps = self.part_shape(d, self.me);
         let mut at = vec![0; ps.len()];
         at[d] = self.part(d, self.me).start;
-        copy_region(self.elem, mine.as_bytes(), &ps, &vec![0; ps.len()], out.as_bytes_mut(), &self.shape, &at, &ps);
+        copy_region(
+            self.elem,
+            mine.as_bytes(),
+            &ps,
+            &vec![0; ps.len()],
+            out.as_bytes_mut(),
+            &self.shape,
+            &at,
+            &ps,
+        );
         out
     }
 
@@ -176,7 +228,8 @@ impl Group<'_> {
     fn all_reduce(&self, full: Cow<'_, HostData>, op: ReduceOp) -> Result<HostData> {
         let mut data = full.into_owned();
         let dtype = data.dtype();
-        self.comm.all_reduce(&self.ranks, data.as_bytes_mut(), dtype, op)?;
+        self.comm
+            .all_reduce(&self.ranks, data.as_bytes_mut(), dtype, op)?;
         Ok(data)
     }
 }
@@ -252,13 +305,21 @@ pub fn run_transfers(
                 .zip(&t.region)
                 .map(|(s, r)| s..s + r.len())
                 .collect();
-            comm.send(t.dst, CommOp::P2p, &extract(elem, data.as_bytes(), &held_shape, &rel))?;
+            comm.send(
+                t.dst,
+                CommOp::P2p,
+                &extract(elem, data.as_bytes(), &held_shape, &rel),
+            )?;
         }
     }
     let region = match dst {
         None => return Ok(None),
         Some(DstRole::Identity(region, op)) => {
-            return Ok(Some(HostData::identity(dtype, numel(&region_shape(&region)), op)));
+            return Ok(Some(HostData::identity(
+                dtype,
+                numel(&region_shape(&region)),
+                op,
+            )));
         }
         Some(DstRole::Data(region)) => region,
     };
@@ -270,11 +331,33 @@ pub fn run_transfers(
         if t.src == me {
             if let Some((data, held)) = src {
                 let from = relative(&t.region, held);
-                copy_region(elem, data.as_bytes(), &region_shape(held), &from, out.as_bytes_mut(), &out_shape, &at, &ext);
+                copy_region(
+                    elem,
+                    data.as_bytes(),
+                    &region_shape(held),
+                    &from,
+                    out.as_bytes_mut(),
+                    &out_shape,
+                    &at,
+                    &ext,
+                );
             }
         } else {
-            let bytes = comm.recv_exact(t.src, CommOp::P2p, numel(&ext) * elem)?;
-            copy_region(elem, &bytes, &ext, &vec![0; ext.len()], out.as_bytes_mut(), &out_shape, &at, &ext);
+            if ext == out_shape {
+                comm.recv_into(t.src, CommOp::P2p, out.as_bytes_mut())?;
+            } else {
+                let bytes = comm.recv_exact(t.src, CommOp::P2p, numel(&ext) * elem)?;
+                copy_region(
+                    elem,
+                    &bytes,
+                    &ext,
+                    &vec![0; ext.len()],
+                    out.as_bytes_mut(),
+                    &out_shape,
+                    &at,
+                    &ext,
+                );
+            }
         }
     }
     Ok(Some(out))
@@ -288,7 +371,11 @@ fn redistribute(
     comm: &dyn Communicator,
 ) -> Result<Option<HostData>> {
     let me = comm.rank();
-    let src_region = r.src.placement.index_of(me).map(|i| r.src.region_of_index(shape, i));
+    let src_region = r
+        .src
+        .placement
+        .index_of(me)
+        .map(|i| r.src.region_of_index(shape, i));
     let src = data.zip(src_region.as_ref());
     let dst = r.dst.placement.index_of(me).map(|i| {
         let coords = r.dst.placement.coords_of_index(i);

@@ -33,8 +33,16 @@ impl Meta {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
         let n = usize::try_from(*w.get(2)?).ok()?;
-        let shape = w.get(3..3 + n)?.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<Vec<_>>>()?;
-        Some(Meta { member: w[0] == 1, dtype: w[1], shape })
+        let shape = w
+            .get(3..3 + n)?
+            .iter()
+            .map(|&d| usize::try_from(d).ok())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Meta {
+            member: w[0] == 1,
+            dtype: w[1],
+            shape,
+        })
     }
 }
 
@@ -43,7 +51,11 @@ impl Meta {
 fn exchange(comm: &dyn Communicator, mine: &Meta) -> Result<Vec<Meta>> {
     let world: Vec<usize> = (0..comm.world_size()).collect();
     let enc = mine.encode();
-    let lens = comm.all_gather(&world, &(enc.len() as u64).to_le_bytes(), &vec![8; world.len()])?;
+    let lens = comm.all_gather(
+        &world,
+        &(enc.len() as u64).to_le_bytes(),
+        &vec![8; world.len()],
+    )?;
     let counts: Vec<usize> = lens
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
@@ -79,7 +91,10 @@ impl Components<'_> {
         let p = &self.dist.placement;
         let a = prefix.len();
         if a == p.ndim() {
-            let idx = prefix.iter().zip(p.hierarchy()).fold(0, |acc, (&c, &n)| acc * n + c);
+            let idx = prefix
+                .iter()
+                .zip(p.hierarchy())
+                .fold(0, |acc, (&c, &n)| acc * n + c);
             return Ok(self.shapes[idx].clone());
         }
         let n = p.hierarchy()[a];
@@ -95,7 +110,11 @@ impl Components<'_> {
         let mut out = first.clone();
         for (c, child) in children.iter().enumerate().skip(1) {
             let fits = match sbp {
-                Sbp::Split(d) => child.iter().zip(&first).enumerate().all(|(i, (x, y))| i == d || x == y),
+                Sbp::Split(d) => child
+                    .iter()
+                    .zip(&first)
+                    .enumerate()
+                    .all(|(i, (x, y))| i == d || x == y),
                 _ => child == &first,
             };
             if !fits {
@@ -108,7 +127,11 @@ impl Components<'_> {
                     expected: format!(
                         "{} on placement axis {a}: the same shape as {first:?}{}",
                         sbp,
-                        if let Sbp::Split(d) = sbp { format!(" except dimension {d}") } else { String::new() }
+                        if let Sbp::Split(d) = sbp {
+                            format!(" except dimension {d}")
+                        } else {
+                            String::new()
+                        }
                     ),
                 });
             }
@@ -120,7 +143,13 @@ impl Components<'_> {
     }
 
     /// Source pieces under `prefix`, whose intermediate tensor starts at `origin`.
-    fn pieces(&self, prefix: &mut Vec<usize>, origin: Vec<usize>, summand: usize, out: &mut Vec<Piece>) -> Result<()> {
+    fn pieces(
+        &self,
+        prefix: &mut Vec<usize>,
+        origin: Vec<usize>,
+        summand: usize,
+        out: &mut Vec<Piece>,
+    ) -> Result<()> {
         let p = &self.dist.placement;
         let a = prefix.len();
         if a == p.ndim() {
@@ -194,7 +223,11 @@ pub fn from_local(
     let member_meta = |i: usize| &metas[p.ranks()[i]];
     let first = member_meta(0).clone();
     let dtype = DType::from_code(first.dtype).ok_or_else(|| Error::Environment {
-        reason: format!("rank {} sent an unknown dtype code {}", p.ranks()[0], first.dtype),
+        reason: format!(
+            "rank {} sent an unknown dtype code {}",
+            p.ranks()[0],
+            first.dtype
+        ),
     })?;
     for (i, &rank) in p.ranks().iter().enumerate() {
         let m = member_meta(i);
@@ -208,14 +241,20 @@ pub fn from_local(
             return Err(Error::LocalShapeMismatch {
                 rank,
                 got: m.shape.clone(),
-                expected: format!("{} dimensions, as rank {} has", first.shape.len(), p.ranks()[0]),
+                expected: format!(
+                    "{} dimensions, as rank {} has",
+                    first.shape.len(),
+                    p.ranks()[0]
+                ),
             });
         }
     }
     dist.nd_sbp.check(p, first.shape.len())?;
     let comps = Components {
         dist,
-        shapes: (0..p.size()).map(|i| member_meta(i).shape.clone()).collect(),
+        shapes: (0..p.size())
+            .map(|i| member_meta(i).shape.clone())
+            .collect(),
     };
     let shape = comps.extent(&mut vec![])?;
     let mut src = vec![];
@@ -228,8 +267,14 @@ pub fn from_local(
         })
         .collect();
     let transfers = plan_transfers(&src, &dst);
-    let my_src = src.iter().find(|s| s.rank == me).map(|s| (local.0, &s.region));
-    let my_dst = dst.iter().find(|d| d.rank == me).map(|d| DstRole::Data(d.region.clone()));
+    let my_src = src
+        .iter()
+        .find(|s| s.rank == me)
+        .map(|s| (local.0, &s.region));
+    let my_dst = dst
+        .iter()
+        .find(|d| d.rank == me)
+        .map(|d| DstRole::Data(d.region.clone()));
     let data = run_transfers(&transfers, dtype, my_src, my_dst, comm)?;
     Ok((shape, dtype, data))
 }

@@ -28,7 +28,8 @@ impl Dist {
     /// The box held by the rank at array position `index`.
     pub fn region_of_index(&self, shape: &[usize], index: usize) -> Region {
         let coords = self.placement.coords_of_index(index);
-        self.nd_sbp.local_region(shape, &coords, self.placement.hierarchy())
+        self.nd_sbp
+            .local_region(shape, &coords, self.placement.hierarchy())
     }
 
     /// If the rank at `coords` holds only the reduction identity (its coordinate on some partial
@@ -220,10 +221,8 @@ pub fn plan(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> Result<Plan
     } else {
         None
     };
-    if let Some(p) = &axis {
-        if p.cost_bytes == 0 {
-            return Ok(axis.unwrap_or_default());
-        }
+    if let Some(p) = axis.as_ref().filter(|p| p.cost_bytes == 0) {
+        return Ok(p.clone());
     }
     let fallback = via_redistribution(shape, elem, src, dst);
     Ok(match axis {
@@ -238,15 +237,24 @@ pub fn plan(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> Result<Plan
 /// reduction other than the one being resolved.
 fn axis_step_valid(state: &NdSbp, axis: usize, to: Sbp) -> bool {
     let from = state.as_slice()[axis];
-    state.as_slice()[axis + 1..].iter().all(|inner| match *inner {
-        Sbp::Split(d) => from.split_dim() != Some(d) && to.split_dim() != Some(d),
-        Sbp::Partial(op) => from.partial_op().is_none_or(|f| f == op),
-        Sbp::Broadcast => true,
-    })
+    state.as_slice()[axis + 1..]
+        .iter()
+        .all(|inner| match *inner {
+            Sbp::Split(d) => from.split_dim() != Some(d) && to.split_dim() != Some(d),
+            Sbp::Partial(op) => from.partial_op().is_none_or(|f| f == op),
+            Sbp::Broadcast => true,
+        })
 }
 
 /// Bytes a 1-D conversion of `axis` sends, summed over all groups along that axis.
-fn axis_step_bytes(shape: &[usize], elem: usize, p: &Placement, state: &NdSbp, axis: usize, to: Sbp) -> u64 {
+fn axis_step_bytes(
+    shape: &[usize],
+    elem: usize,
+    p: &Placement,
+    state: &NdSbp,
+    axis: usize,
+    to: Sbp,
+) -> u64 {
     let n = p.hierarchy()[axis] as u64;
     let from = state.as_slice()[axis];
     let kind = AxisKind::of(from, to);
@@ -288,7 +296,13 @@ fn axis_step_bytes(shape: &[usize], elem: usize, p: &Placement, state: &NdSbp, a
 /// Cheapest sequence of valid axis steps from `src` to `dst` on one placement (Dijkstra over the
 /// states whose axes take their source SBP, their destination SBP or broadcast). `None` only if
 /// the SBPs do not fit the placement.
-pub fn axis_search(shape: &[usize], elem: usize, p: &Placement, src: &NdSbp, dst: &NdSbp) -> Option<Plan> {
+pub fn axis_search(
+    shape: &[usize],
+    elem: usize,
+    p: &Placement,
+    src: &NdSbp,
+    dst: &NdSbp,
+) -> Option<Plan> {
     let k = src.len();
     let candidates: Vec<Vec<Sbp>> = (0..k)
         .map(|a| {
@@ -306,7 +320,10 @@ pub fn axis_search(shape: &[usize], elem: usize, p: &Placement, src: &NdSbp, dst
     best.insert(src.clone(), (0, 0, None));
     heap.push(Reverse((0u64, 0usize, src.clone())));
     while let Some(Reverse((cost, nsteps, state))) = heap.pop() {
-        if best.get(&state).is_some_and(|b| (b.0, b.1) < (cost, nsteps)) {
+        if best
+            .get(&state)
+            .is_some_and(|b| (b.0, b.1) < (cost, nsteps))
+        {
             continue;
         }
         if &state == dst {
@@ -317,7 +334,10 @@ pub fn axis_search(shape: &[usize], elem: usize, p: &Placement, src: &NdSbp, dst
                 steps.push(Step::Axis(step.clone()));
             }
             steps.reverse();
-            return Some(Plan { steps, cost_bytes: cost });
+            return Some(Plan {
+                steps,
+                cost_bytes: cost,
+            });
         }
         for (axis, cands) in candidates.iter().enumerate() {
             for &to in cands {
@@ -380,7 +400,10 @@ fn wanted_pieces(shape: &[usize], d: &Dist) -> Vec<Piece> {
 pub fn plan_transfers(src: &[Piece], dst: &[Piece]) -> Vec<Transfer> {
     let mut groups: Vec<(usize, &Region, Vec<usize>)> = vec![];
     for s in src {
-        match groups.iter_mut().find(|g| g.0 == s.summand && g.1 == &s.region) {
+        match groups
+            .iter_mut()
+            .find(|g| g.0 == s.summand && g.1 == &s.region)
+        {
             Some(g) => g.2.push(s.rank),
             None => groups.push((s.summand, &s.region, vec![s.rank])),
         }
@@ -397,7 +420,11 @@ pub fn plan_transfers(src: &[Piece], dst: &[Piece]) -> Vec<Transfer> {
                 } else {
                     replicas[di % replicas.len()]
                 };
-                out.push(Transfer { src, dst: d.rank, region });
+                out.push(Transfer {
+                    src,
+                    dst: d.rank,
+                    region,
+                });
             }
         }
     }
@@ -468,7 +495,13 @@ mod tests {
                 Placement::new("cpu", v).unwrap()
             }
         };
-        let p = plan(shape, 4, &Dist::new(pl(src.0), src.1), &Dist::new(pl(dst.0), dst.1)).unwrap();
+        let p = plan(
+            shape,
+            4,
+            &Dist::new(pl(src.0), src.1),
+            &Dist::new(pl(dst.0), dst.1),
+        )
+        .unwrap();
         want.assert_eq(&p.to_string());
     }
 
@@ -483,67 +516,127 @@ mod tests {
     #[test]
     fn one_d_plans() {
         let p = "0,1,2,3";
-        check(&[8, 4], (p, nd(&[S(0)])), (p, nd(&[B])), expect![[r#"
+        check(
+            &[8, 4],
+            (p, nd(&[S(0)])),
+            (p, nd(&[B])),
+            expect![[r#"
             axis 0: (split(dim=0),) -> (broadcast,) by all_gather (384 B)
             total 384 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[PS])), (p, nd(&[B])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[PS])),
+            (p, nd(&[B])),
+            expect![[r#"
             axis 0: (partial_sum,) -> (broadcast,) by all_reduce (768 B)
             total 768 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[PS])), (p, nd(&[S(1)])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[PS])),
+            (p, nd(&[S(1)])),
+            expect![[r#"
             axis 0: (partial_sum,) -> (split(dim=1),) by reduce_scatter (384 B)
             total 384 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[S(0)])), (p, nd(&[S(1)])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[S(0)])),
+            (p, nd(&[S(1)])),
+            expect![[r#"
             axis 0: (split(dim=0),) -> (split(dim=1),) by all_to_all (96 B)
             total 96 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[B])), (p, nd(&[PM])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[B])),
+            (p, nd(&[PM])),
+            expect![[r#"
             axis 0: (broadcast,) -> (partial_max,) by keep_first (0 B)
             total 0 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[S(0)])), (p, nd(&[PS])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[S(0)])),
+            (p, nd(&[PS])),
+            expect![[r#"
             axis 0: (split(dim=0),) -> (partial_sum,) by pad_identity (0 B)
             total 0 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[PS])), (p, nd(&[PM])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[PS])),
+            (p, nd(&[PM])),
+            expect![[r#"
             axis 0: (partial_sum,) -> (partial_max,) by reduce_scatter+pad (384 B)
             total 384 B
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn two_d_plans_pick_the_cheapest_route() {
         // p2p (96 B) beats undoing the nested split per axis (128 B).
         let p = "0,1|2,3";
-        check(&[8, 4], (p, nd(&[S(0), S(0)])), (p, nd(&[S(1), S(0)])), expect![[r#"
+        check(
+            &[8, 4],
+            (p, nd(&[S(0), S(0)])),
+            (p, nd(&[S(1), S(0)])),
+            expect![[r#"
             p2p: (split(dim=0), split(dim=0)) -> (split(dim=1), split(dim=0)) (8 transfers, 6 remote, 96 B)
             total 96 B
-        "#]]);
-        check(&[8, 4], (p, nd(&[B, S(0)])), (p, nd(&[B, B])), expect![[r#"
+        "#]],
+        );
+        check(
+            &[8, 4],
+            (p, nd(&[B, S(0)])),
+            (p, nd(&[B, B])),
+            expect![[r#"
             axis 1: (broadcast, split(dim=0)) -> (broadcast, broadcast) by all_gather (256 B)
             total 256 B
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn cross_placement_moves_only_what_must_move() {
         // [0,1] S0 -> [1,2] S0 on 4 rows: rank 1 sends rows 2..4 to rank 2, receives rows 0..2.
-        check(&[4, 2], ("0,1", nd(&[S(0)])), ("1,2", nd(&[S(0)])), expect![[r#"
+        check(
+            &[4, 2],
+            ("0,1", nd(&[S(0)])),
+            ("1,2", nd(&[S(0)])),
+            expect![[r#"
             p2p: (split(dim=0),) -> (split(dim=0),) (2 transfers, 2 remote, 32 B)
             total 32 B
-        "#]]);
+        "#]],
+        );
         // Same ranks, same data layout in another hierarchy: nothing moves.
-        check(&[4, 2], ("0,1,2,3", nd(&[S(0)])), ("0,1|2,3", nd(&[S(0), S(0)])), expect![[r#"
+        check(
+            &[4, 2],
+            ("0,1,2,3", nd(&[S(0)])),
+            ("0,1|2,3", nd(&[S(0), S(0)])),
+            expect![[r#"
             p2p: (split(dim=0),) -> (split(dim=0), split(dim=0)) (4 transfers, 0 remote, 0 B)
             total 0 B
-        "#]]);
+        "#]],
+        );
         // Partial source on other ranks: reduce-scatter first, then send the slices.
-        check(&[4, 2], ("0,1", nd(&[PS])), ("2,3", nd(&[B])), expect![[r#"
+        check(
+            &[4, 2],
+            ("0,1", nd(&[PS])),
+            ("2,3", nd(&[B])),
+            expect![[r#"
             axis 0: (partial_sum,) -> (split(dim=0),) by reduce_scatter (32 B)
             p2p: (split(dim=0),) -> (broadcast,) (4 transfers, 4 remote, 64 B)
             total 96 B
-        "#]]);
+        "#]],
+        );
     }
 }

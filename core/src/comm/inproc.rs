@@ -1,14 +1,15 @@
 //! Ranks as threads of one process: a full mesh of channels. Backs `simulate`.
 
-use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{CommError, CommOp, Communicator};
 
 struct Message {
     op: CommOp,
-    data: Vec<u8>,
+    /// Shared, so that one buffer serves every receiver of a `send_to_all`.
+    data: Arc<[u8]>,
 }
 
 /// One rank's end of an in-process mesh. When a rank's `InProcComm` is dropped (its thread
@@ -24,7 +25,8 @@ impl InProcComm {
     /// A connected mesh of `n` ranks; element i belongs to rank i. A receive that waits longer
     /// than `timeout` fails with [`CommError::Timeout`].
     pub fn mesh(n: usize, timeout: Duration) -> Vec<InProcComm> {
-        let mut to: Vec<Vec<Option<Sender<Message>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut to: Vec<Vec<Option<Sender<Message>>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         let mut from: Vec<Vec<Option<Mutex<Receiver<Message>>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for (s, row) in to.iter_mut().enumerate() {
@@ -39,7 +41,12 @@ impl InProcComm {
         to.into_iter()
             .zip(from)
             .enumerate()
-            .map(|(rank, (to, from))| InProcComm { rank, to, from, timeout })
+            .map(|(rank, (to, from))| InProcComm {
+                rank,
+                to,
+                from,
+                timeout,
+            })
             .collect()
     }
 
@@ -71,29 +78,62 @@ impl Communicator for InProcComm {
     }
 
     fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError> {
-        let tx = self.to.get(peer).and_then(Option::as_ref).ok_or_else(|| self.bad_peer(peer))?;
-        tx.send(Message { op, data: data.to_vec() })
-            .map_err(|_| CommError::PeerGone { rank: self.rank, peer })
+        self.send_shared(peer, op, Arc::from(data))
     }
 
-    fn recv(&self, peer: usize, op: CommOp) -> Result<Vec<u8>, CommError> {
-        let rx = self.from.get(peer).and_then(Option::as_ref).ok_or_else(|| self.bad_peer(peer))?;
-        let rx = rx.lock().map_err(|_| CommError::PeerGone { rank: self.rank, peer })?;
+    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
+        let shared: Arc<[u8]> = Arc::from(data);
+        peers
+            .iter()
+            .try_for_each(|&p| self.send_shared(p, op, shared.clone()))
+    }
+
+    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError> {
+        let rx = self
+            .from
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.bad_peer(peer))?;
+        let rx = rx.lock().map_err(|_| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        })?;
         match rx.recv_timeout(self.timeout) {
-            Ok(m) if m.op == op => Ok(m.data),
+            Ok(m) if m.op == op && m.data.len() == out.len() => {
+                out.copy_from_slice(&m.data);
+                Ok(())
+            }
             Ok(m) => Err(CommError::Desync {
                 rank: self.rank,
                 peer,
-                expected: op.to_string(),
-                got: m.op.to_string(),
+                expected: format!("{op} of {} bytes", out.len()),
+                got: format!("{} of {} bytes", m.op, m.data.len()),
             }),
-            Err(RecvTimeoutError::Disconnected) => Err(CommError::PeerGone { rank: self.rank, peer }),
+            Err(RecvTimeoutError::Disconnected) => Err(CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            }),
             Err(RecvTimeoutError::Timeout) => Err(CommError::Timeout {
                 rank: self.rank,
                 peer,
                 secs: self.timeout.as_secs_f64(),
             }),
         }
+    }
+}
+
+impl InProcComm {
+    fn send_shared(&self, peer: usize, op: CommOp, data: Arc<[u8]>) -> Result<(), CommError> {
+        let tx = self
+            .to
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.bad_peer(peer))?;
+        tx.send(Message { op, data })
+            .map_err(|_| CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            })
     }
 }
 
@@ -125,7 +165,12 @@ mod tests {
             };
             // all_reduce max over everyone
             let mut x: Vec<f32> = vec![r as f32, -(r as f32), 0.5];
-            c.all_reduce(&[0, 1, 2, 3], bytemuck::cast_slice_mut(&mut x), DType::F32, ReduceOp::Max)?;
+            c.all_reduce(
+                &[0, 1, 2, 3],
+                bytemuck::cast_slice_mut(&mut x),
+                DType::F32,
+                ReduceOp::Max,
+            )?;
             Ok((g, x))
         });
         for (r, o) in out.into_iter().enumerate() {
@@ -146,8 +191,18 @@ mod tests {
                 c.broadcast(&[0, 1], 0, &[], 1).map(|_| ())
             }
         });
-        assert!(matches!(out[1], Err(CommError::Desync { .. })), "{:?}", out[1]);
-        let out = run(2, |c| if c.rank() == 0 { Ok(vec![]) } else { c.recv(0, CommOp::P2p) });
+        assert!(
+            matches!(out[1], Err(CommError::Desync { .. })),
+            "{:?}",
+            out[1]
+        );
+        let out = run(2, |c| {
+            if c.rank() == 0 {
+                Ok(vec![])
+            } else {
+                c.recv_exact(0, CommOp::P2p, 4)
+            }
+        });
         assert!(matches!(out[1], Err(CommError::PeerGone { peer: 0, .. })));
     }
 }

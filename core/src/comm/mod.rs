@@ -100,7 +100,8 @@ pub enum CommError {
 }
 
 /// Collectives for boxing. Groups are lists of world ranks, identical (same order) on every
-/// member; every member calls the same collectives in the same order.
+/// member; every member calls the same collectives in the same order. Implementations provide
+/// `send` and `recv_into`; every collective has a default built on them.
 pub trait Communicator: Send + Sync {
     /// This rank in the world.
     fn rank(&self) -> usize;
@@ -111,45 +112,124 @@ pub trait Communicator: Send + Sync {
     /// Sends `data` to `peer`, tagged with `op`. Does not wait for the receiver.
     fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError>;
 
-    /// Receives the next message from `peer`, which must be tagged `op`.
-    fn recv(&self, peer: usize, op: CommOp) -> Result<Vec<u8>, CommError>;
+    /// Receives the next message from `peer` into `out`; it must be tagged `op` and hold exactly
+    /// `out.len()` bytes (else [`CommError::Desync`]).
+    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError>;
 
-    /// Receives the next message from `peer`, which must be tagged `op` and hold `len` bytes.
-    fn recv_exact(&self, peer: usize, op: CommOp, len: usize) -> Result<Vec<u8>, CommError> {
-        let m = self.recv(peer, op)?;
-        if m.len() != len {
-            return Err(CommError::Desync {
-                rank: self.rank(),
-                peer,
-                expected: format!("{op} of {len} bytes"),
-                got: format!("{op} of {} bytes", m.len()),
-            });
-        }
-        Ok(m)
+    /// Sends the same bytes to several peers (an implementation may share one buffer).
+    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
+        peers.iter().try_for_each(|&p| self.send(p, op, data))
     }
 
-    /// Every member's `mine` (member i contributes `counts[i]` bytes), concatenated in group order.
-    fn all_gather(&self, group: &[usize], mine: &[u8], counts: &[usize]) -> Result<Vec<u8>, CommError> {
+    /// Receives `len` bytes from `peer` into a new buffer (see [`Communicator::recv_into`]).
+    fn recv_exact(&self, peer: usize, op: CommOp, len: usize) -> Result<Vec<u8>, CommError> {
+        let mut v = vec![0; len];
+        self.recv_into(peer, op, &mut v)?;
+        Ok(v)
+    }
+
+    /// Every member's `mine` (member i contributes `counts[i]` bytes), concatenated in group
+    /// order into `out` (which holds the sum of `counts`).
+    fn all_gather_into(
+        &self,
+        group: &[usize],
+        mine: &[u8],
+        counts: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
         let me = position(self.rank(), group, counts)?;
         check_len(self.rank(), mine.len(), counts[me], "all_gather input")?;
+        check_len(
+            self.rank(),
+            out.len(),
+            counts.iter().sum(),
+            "all_gather output",
+        )?;
+        let peers: Vec<usize> = group
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != me)
+            .map(|(_, &p)| p)
+            .collect();
+        self.send_to_all(&peers, CommOp::AllGather, mine)?;
+        let offsets = prefix(counts);
         for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.send(p, CommOp::AllGather, mine)?;
-            }
-        }
-        let mut out = Vec::with_capacity(counts.iter().sum());
-        for (i, &p) in group.iter().enumerate() {
+            let slot = &mut out[offsets[i]..offsets[i + 1]];
             if i == me {
-                out.extend_from_slice(mine);
+                slot.copy_from_slice(mine);
             } else {
-                out.extend_from_slice(&self.recv_exact(p, CommOp::AllGather, counts[i])?);
+                self.recv_into(p, CommOp::AllGather, slot)?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Communicator::all_gather_into`] into a new buffer.
+    fn all_gather(
+        &self,
+        group: &[usize],
+        mine: &[u8],
+        counts: &[usize],
+    ) -> Result<Vec<u8>, CommError> {
+        let mut out = vec![0; counts.iter().sum()];
+        self.all_gather_into(group, mine, counts, &mut out)?;
         Ok(out)
     }
 
     /// `data` holds one chunk per member (member i's chunk has `counts[i]` bytes, in group order);
-    /// returns this member's chunk reduced with `op` over all members.
+    /// writes this member's chunk, reduced with `op` over all members in group order (so every
+    /// member computes bit-identical results), into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter_into(
+        &self,
+        group: &[usize],
+        data: &[u8],
+        counts: &[usize],
+        dtype: DType,
+        op: ReduceOp,
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        let me = position(self.rank(), group, counts)?;
+        check_len(
+            self.rank(),
+            data.len(),
+            counts.iter().sum(),
+            "reduce_scatter input",
+        )?;
+        check_len(self.rank(), out.len(), counts[me], "reduce_scatter output")?;
+        let offsets = prefix(counts);
+        for (i, &p) in group.iter().enumerate() {
+            if i != me {
+                self.send(p, CommOp::ReduceScatter, &data[offsets[i]..offsets[i + 1]])?;
+            }
+        }
+        let own = &data[offsets[me]..offsets[me + 1]];
+        let mut tmp = vec![
+            0u8;
+            if group.len() > 2 || me == 0 {
+                out.len()
+            } else {
+                0
+            }
+        ];
+        for (i, &p) in group.iter().enumerate() {
+            if i == 0 {
+                if i == me {
+                    out.copy_from_slice(own);
+                } else {
+                    self.recv_into(p, CommOp::ReduceScatter, out)?;
+                }
+            } else if i == me {
+                combine_bytes(dtype, op, out, own);
+            } else {
+                self.recv_into(p, CommOp::ReduceScatter, &mut tmp)?;
+                combine_bytes(dtype, op, out, &tmp);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Communicator::reduce_scatter_into`] into a new buffer.
     fn reduce_scatter(
         &self,
         group: &[usize],
@@ -159,28 +239,9 @@ pub trait Communicator: Send + Sync {
         op: ReduceOp,
     ) -> Result<Vec<u8>, CommError> {
         let me = position(self.rank(), group, counts)?;
-        check_len(self.rank(), data.len(), counts.iter().sum(), "reduce_scatter input")?;
-        let offsets = prefix(counts);
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.send(p, CommOp::ReduceScatter, &data[offsets[i]..offsets[i + 1]])?;
-            }
-        }
-        let own = &data[offsets[me]..offsets[me + 1]];
-        // Reduce in group order, so the result does not depend on which member computes it.
-        let mut acc: Option<Vec<u8>> = None;
-        for (i, &p) in group.iter().enumerate() {
-            let part = if i == me {
-                own.to_vec()
-            } else {
-                self.recv_exact(p, CommOp::ReduceScatter, counts[me])?
-            };
-            match acc.as_mut() {
-                None => acc = Some(part),
-                Some(a) => combine_bytes(dtype, op, a, &part),
-            }
-        }
-        Ok(acc.unwrap_or_default())
+        let mut out = vec![0; counts[me]];
+        self.reduce_scatter_into(group, data, counts, dtype, op, &mut out)?;
+        Ok(out)
     }
 
     /// Reduces `data` with `op` over the group, in place, with the same result on every member.
@@ -196,9 +257,7 @@ pub trait Communicator: Send + Sync {
             .map(|i| balanced_range(elems, group.len(), i).len() * dtype.size())
             .collect();
         let mine = self.reduce_scatter(group, data, &counts, dtype, op)?;
-        let all = self.all_gather(group, &mine, &counts)?;
-        data.copy_from_slice(&all);
-        Ok(())
+        self.all_gather_into(group, &mine, &counts, data)
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]` bytes
@@ -210,7 +269,12 @@ pub trait Communicator: Send + Sync {
         recv_counts: &[usize],
     ) -> Result<Vec<Vec<u8>>, CommError> {
         let me = position(self.rank(), group, recv_counts)?;
-        check_len(self.rank(), sends.len(), group.len(), "all_to_all send list")?;
+        check_len(
+            self.rank(),
+            sends.len(),
+            group.len(),
+            "all_to_all send list",
+        )?;
         for (i, &p) in group.iter().enumerate() {
             if i != me {
                 self.send(p, CommOp::AllToAll, sends[i])?;
@@ -221,7 +285,12 @@ pub trait Communicator: Send + Sync {
             .enumerate()
             .map(|(i, &p)| {
                 if i == me {
-                    check_len(self.rank(), sends[i].len(), recv_counts[i], "all_to_all self part")?;
+                    check_len(
+                        self.rank(),
+                        sends[i].len(),
+                        recv_counts[i],
+                        "all_to_all self part",
+                    )?;
                     Ok(sends[i].to_vec())
                 } else {
                     self.recv_exact(p, CommOp::AllToAll, recv_counts[i])
@@ -231,7 +300,13 @@ pub trait Communicator: Send + Sync {
     }
 
     /// Copies `len` bytes from the member at group position `root` to every member.
-    fn broadcast(&self, group: &[usize], root: usize, data: &[u8], len: usize) -> Result<Vec<u8>, CommError> {
+    fn broadcast(
+        &self,
+        group: &[usize],
+        root: usize,
+        data: &[u8],
+        len: usize,
+    ) -> Result<Vec<u8>, CommError> {
         let me = position(self.rank(), group, group)?;
         if root >= group.len() {
             return Err(CommError::BadGroup {
@@ -241,11 +316,13 @@ pub trait Communicator: Send + Sync {
         }
         if me == root {
             check_len(self.rank(), data.len(), len, "broadcast input")?;
-            for (i, &p) in group.iter().enumerate() {
-                if i != me {
-                    self.send(p, CommOp::Broadcast, data)?;
-                }
-            }
+            let peers: Vec<usize> = group
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != me)
+                .map(|(_, &p)| p)
+                .collect();
+            self.send_to_all(&peers, CommOp::Broadcast, data)?;
             Ok(data.to_vec())
         } else {
             self.recv_exact(group[root], CommOp::Broadcast, len)
@@ -254,7 +331,8 @@ pub trait Communicator: Send + Sync {
 
     /// Waits until every member of `group` has arrived.
     fn barrier(&self, group: &[usize]) -> Result<(), CommError> {
-        self.all_gather(group, &[], &vec![0; group.len()]).map(|_| ())
+        self.all_gather_into(group, &[], &vec![0; group.len()], &mut [])
+            .map(|_| ())
     }
 }
 
@@ -266,10 +344,13 @@ fn position<T>(rank: usize, group: &[usize], per_member: &[T]) -> Result<usize, 
             reason: format!("{} members but {} counts", group.len(), per_member.len()),
         });
     }
-    group.iter().position(|&r| r == rank).ok_or_else(|| CommError::BadGroup {
-        rank,
-        reason: format!("rank {rank} is not in the group {group:?}"),
-    })
+    group
+        .iter()
+        .position(|&r| r == rank)
+        .ok_or_else(|| CommError::BadGroup {
+            rank,
+            reason: format!("rank {rank} is not in the group {group:?}"),
+        })
 }
 
 fn check_len(rank: usize, got: usize, want: usize, what: &str) -> Result<(), CommError> {

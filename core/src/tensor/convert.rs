@@ -35,15 +35,30 @@ impl Tensor {
         Device::for_placement(placement.device_type())?;
         match self.dist() {
             None => {
-                let data = self.read().ok_or(Error::WrongKind { op: "to_global", needs: "local" })?;
-                let (shape, dtype, out) = from_local::from_local((&data, self.shape()), &dist, env.comm())?;
+                let data = self.read().ok_or(Error::WrongKind {
+                    op: "to_global",
+                    needs: "local",
+                })?;
+                let (shape, dtype, out) =
+                    from_local::from_local((&data, self.shape()), &dist, env.comm())?;
                 Ok(Tensor::global_from(out, shape, dtype, dist))
             }
             Some(src) => {
                 let plan = boxing::plan(self.shape(), self.dtype().size(), src, &dist)?;
                 let data = self.read();
-                let out = exec::execute(&plan, self.shape(), self.dtype(), data.as_deref(), env.comm())?;
-                Ok(Tensor::global_from(out, self.shape().to_vec(), self.dtype(), dist))
+                let out = exec::execute(
+                    &plan,
+                    self.shape(),
+                    self.dtype(),
+                    data.as_deref(),
+                    env.comm(),
+                )?;
+                Ok(Tensor::global_from(
+                    out,
+                    self.shape().to_vec(),
+                    self.dtype(),
+                    dist,
+                ))
             }
         }
     }
@@ -88,7 +103,10 @@ impl Tensor {
     /// As [`Tensor::to_vec`].
     pub fn to_host(&self) -> Result<HostData> {
         let Some(dist) = self.dist() else {
-            return Ok(self.read().map(|d| d.clone()).unwrap_or_else(|| HostData::F32(vec![])));
+            return Ok(self
+                .read()
+                .map(|d| d.clone())
+                .unwrap_or_else(|| HostData::F32(vec![])));
         };
         let rank = env::current().rank();
         if !dist.placement.contains(rank) {
@@ -98,7 +116,11 @@ impl Tensor {
             });
         }
         let b = NdSbp::broadcast(dist.placement.ndim());
-        let full = if dist.nd_sbp == b { self.clone() } else { self.to_global(&dist.placement, b)? };
+        let full = if dist.nd_sbp == b {
+            self.clone()
+        } else {
+            self.to_global(&dist.placement, b)?
+        };
         full.read().map(|d| d.clone()).ok_or(Error::NotInPlacement {
             rank,
             placement: dist.placement.to_string(),

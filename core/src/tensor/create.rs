@@ -58,7 +58,11 @@ impl IntoTarget for Target {
 
 /// For each contiguous run of `region` in a tensor of `shape`: (global flat index of its first
 /// element, its position in the region's buffer, its length).
-fn runs(shape: &[usize], region: &[std::ops::Range<usize>], mut f: impl FnMut(usize, usize, usize)) {
+fn runs(
+    shape: &[usize],
+    region: &[std::ops::Range<usize>],
+    mut f: impl FnMut(usize, usize, usize),
+) {
     let ext = region_shape(region);
     if ext.contains(&0) {
         return;
@@ -73,7 +77,10 @@ fn runs(shape: &[usize], region: &[std::ops::Range<usize>], mut f: impl FnMut(us
     let mut idx = vec![0usize; last];
     let mut pos = 0;
     loop {
-        let g: usize = (0..last).map(|d| (region[d].start + idx[d]) * st[d]).sum::<usize>() + region[last].start;
+        let g: usize = (0..last)
+            .map(|d| (region[d].start + idx[d]) * st[d])
+            .sum::<usize>()
+            + region[last].start;
         f(g, pos, run);
         pos += run;
         let mut d = last;
@@ -101,7 +108,11 @@ impl Tensor {
     ) -> Result<Tensor> {
         checked_numel(shape)?;
         match target {
-            Target::Local(device) => Ok(Tensor::local_from(fill(&full_region(shape)), shape.to_vec(), device)),
+            Target::Local(device) => Ok(Tensor::local_from(
+                fill(&full_region(shape)),
+                shape.to_vec(),
+                device,
+            )),
             Target::Global(placement, nd_sbp) => {
                 let env = env::current();
                 placement.check_world(env.world_size())?;
@@ -127,7 +138,11 @@ impl Tensor {
     /// # Errors
     /// `DataShapeMismatch` when `data.len()` differs from the element count; placement and SBP
     /// errors for a global target.
-    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+    pub fn from_vec<T: Element>(
+        data: Vec<T>,
+        shape: &[usize],
+        target: impl IntoTarget,
+    ) -> Result<Tensor> {
         if checked_numel(shape)? != data.len() {
             return Err(Error::DataShapeMismatch {
                 len: data.len(),
@@ -136,7 +151,11 @@ impl Tensor {
         }
         let target = target.into_target();
         if let Target::Local(device) = target {
-            return Ok(Tensor::local_from(HostData::from_vec(data), shape.to_vec(), device));
+            return Ok(Tensor::local_from(
+                HostData::from_vec(data),
+                shape.to_vec(),
+                device,
+            ));
         }
         let all = HostData::from_vec(data);
         Tensor::build(shape, T::DTYPE, target, |region| {
@@ -157,7 +176,12 @@ impl Tensor {
     ///
     /// # Errors
     /// Placement and SBP errors for a global target.
-    pub fn full_dtype(shape: &[usize], value: f64, dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+    pub fn full_dtype(
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        target: impl IntoTarget,
+    ) -> Result<Tensor> {
         Tensor::build(shape, dtype, target.into_target(), |r| {
             HostData::filled(dtype, numel(&region_shape(r)), value)
         })
@@ -233,7 +257,9 @@ impl Tensor {
         };
         Tensor::build(shape, dtype, target, |region| {
             let mut out = vec![0.0f64; numel(&region_shape(region))];
-            runs(shape, region, |g, pos, len| rng::normal_f64(key, k, g as u64, &mut out[pos..pos + len]));
+            runs(shape, region, |g, pos, len| {
+                rng::normal_f64(key, k, g as u64, &mut out[pos..pos + len])
+            });
             match dtype {
                 DType::F64 => HostData::F64(out),
                 _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()),

@@ -41,7 +41,11 @@ fn write_values(f: &mut fmt::Formatter<'_>, data: &HostData, shape: &[usize]) ->
         let n = shape[0];
         let inner: usize = shape[1..].iter().product();
         let idx: Vec<Option<usize>> = if summarise && n > 2 * EDGE {
-            (0..EDGE).map(Some).chain([None]).chain((n - EDGE..n).map(Some)).collect()
+            (0..EDGE)
+                .map(Some)
+                .chain([None])
+                .chain((n - EDGE..n).map(Some))
+                .collect()
         } else {
             (0..n).map(Some).collect()
         };
@@ -61,7 +65,15 @@ fn write_values(f: &mut fmt::Formatter<'_>, data: &HostData, shape: &[usize]) ->
             match i {
                 None => f.write_str("...")?,
                 Some(i) if shape.len() == 1 => write!(f, "{:>width$}", one(offset + i))?,
-                Some(i) => rec(f, &shape[1..], offset + i * inner, depth + 1, summarise, width, one)?,
+                Some(i) => rec(
+                    f,
+                    &shape[1..],
+                    offset + i * inner,
+                    depth + 1,
+                    summarise,
+                    width,
+                    one,
+                )?,
             }
         }
         f.write_str("]")
@@ -96,9 +108,15 @@ mod tests {
     #[test]
     fn prints_like_pytorch() -> crate::Result<()> {
         let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.5], &[2, 2], Device::Cpu)?;
-        assert_eq!(t.to_string(), "tensor([[1.0000, 2.0000],\n        [3.0000, 4.5000]], dtype=f32)");
+        assert_eq!(
+            t.to_string(),
+            "tensor([[1.0000, 2.0000],\n        [3.0000, 4.5000]], dtype=f32)"
+        );
         let big = Tensor::zeros(&[2000], Device::Cpu)?;
-        assert_eq!(big.to_string(), "tensor([0.0000, 0.0000, 0.0000, ..., 0.0000, 0.0000, 0.0000], dtype=f32)");
+        assert_eq!(
+            big.to_string(),
+            "tensor([0.0000, 0.0000, 0.0000, ..., 0.0000, 0.0000, 0.0000], dtype=f32)"
+        );
         Ok(())
     }
 }

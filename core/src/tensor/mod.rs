@@ -38,7 +38,8 @@ impl Device {
             DeviceType::Cpu => Ok(Device::Cpu),
             other => Err(Error::BackendUnavailable {
                 device: other.to_string(),
-                reason: "no backend for this device type is built into this gflow yet; use \"cpu\"".into(),
+                reason: "no backend for this device type is built into this gflow yet; use \"cpu\""
+                    .into(),
             }),
         }
     }
@@ -102,7 +103,12 @@ impl Tensor {
     /// `SbpAxesMismatch`/`SplitDimOutOfRange` for a `dist` that does not fit `shape`;
     /// `DataShapeMismatch` when the component's size is not that of this rank's box, or a
     /// component is given (or missing) on a rank outside (inside) the placement.
-    pub fn from_component(component: Option<HostData>, shape: &[usize], dtype: DType, dist: Dist) -> Result<Tensor> {
+    pub fn from_component(
+        component: Option<HostData>,
+        shape: &[usize],
+        dtype: DType,
+        dist: Dist,
+    ) -> Result<Tensor> {
         dist.nd_sbp.check(&dist.placement, shape.len())?;
         let rank = crate::env::current().rank();
         let want = dist
@@ -113,7 +119,10 @@ impl Tensor {
             (Some(c), Some(w)) if c.len() == crate::shape::numel(w) && c.dtype() == dtype => {}
             (None, None) => {}
             (Some(c), Some(_)) if c.dtype() != dtype => {
-                return Err(Error::DTypeMismatch { expected: dtype, got: c.dtype() });
+                return Err(Error::DTypeMismatch {
+                    expected: dtype,
+                    got: c.dtype(),
+                });
             }
             _ => {
                 return Err(Error::DataShapeMismatch {
@@ -170,7 +179,9 @@ impl Tensor {
         match &self.0.kind {
             Kind::Local(d) => *d,
             // Global tensors are only built on placements whose device resolved.
-            Kind::Global(d) => Device::for_placement(d.placement.device_type()).unwrap_or(Device::Cpu),
+            Kind::Global(d) => {
+                Device::for_placement(d.placement.device_type()).unwrap_or(Device::Cpu)
+            }
         }
     }
 
@@ -189,7 +200,10 @@ impl Tensor {
 
     /// Reads this rank's component (`None` outside the placement).
     pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, HostData>> {
-        self.0.data.as_ref().map(|d| d.read().unwrap_or_else(|p| p.into_inner()))
+        self.0
+            .data
+            .as_ref()
+            .map(|d| d.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Whether two handles refer to the same tensor.
