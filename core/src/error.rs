@@ -84,6 +84,26 @@ pub enum Error {
         /// The shape.
         shape: Vec<usize>,
     },
+    /// Operand shapes that an operator cannot combine.
+    #[error("{op}: shapes {shapes:?} do not fit: {reason}")]
+    ShapeMismatch {
+        /// The operator.
+        op: &'static str,
+        /// The operands' shapes.
+        shapes: Vec<Vec<usize>>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A dimension index past the tensor's rank.
+    #[error("{op}: dimension {dim} is out of range for a tensor with {ndim} dimensions")]
+    DimOutOfRange {
+        /// The operator.
+        op: &'static str,
+        /// The dimension.
+        dim: usize,
+        /// The tensor's number of dimensions.
+        ndim: usize,
+    },
     /// `to_local` / `to_vec` on a rank that holds no component of the tensor.
     #[error("rank {rank} is not in the placement {placement}")]
     NotInPlacement {

@@ -17,11 +17,14 @@
 //! # Ok::<(), gflow_core::Error>(())
 //! ```
 
+pub mod backend;
 pub mod boxing;
 pub mod comm;
+pub mod cpu;
 pub mod dtype;
 pub mod env;
 pub mod error;
+pub mod ops;
 pub mod placement;
 pub mod reduce;
 pub mod rng;

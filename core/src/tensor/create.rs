@@ -164,6 +164,17 @@ impl Tensor {
         })
     }
 
+    /// A local tensor around `data` (which holds `shape`'s element count).
+    pub(crate) fn from_vec_data(data: HostData, shape: &[usize], device: Device) -> Result<Tensor> {
+        if data.len() != checked_numel(shape)? {
+            return Err(Error::DataShapeMismatch {
+                len: data.len(),
+                shape: shape.to_vec(),
+            });
+        }
+        Ok(Tensor::local_from(data, shape.to_vec(), device))
+    }
+
     /// A tensor of `value` (f32).
     ///
     /// # Errors

@@ -1,0 +1,321 @@
+//! CPU kernels, generic over the float type.
+
+use num_traits::Float as NumFloat;
+
+use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use crate::dtype::Element;
+use crate::shape::strides;
+
+/// Float element types the CPU kernels run on.
+pub trait Float: Element + NumFloat + Default + 'static {}
+impl Float for f32 {}
+impl Float for f64 {}
+
+pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
+    let half = T::from_f64(0.5);
+    let one = T::one();
+    // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
+    let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
+    match op {
+        UnaryOp::Neg => x.iter().map(|&v| -v).collect(),
+        UnaryOp::Exp => x.iter().map(|v| v.exp()).collect(),
+        UnaryOp::Log => x.iter().map(|v| v.ln()).collect(),
+        UnaryOp::Sqrt => x.iter().map(|v| v.sqrt()).collect(),
+        UnaryOp::Square => x.iter().map(|&v| v * v).collect(),
+        UnaryOp::Relu => x
+            .iter()
+            .map(|&v| if v > T::zero() { v } else { T::zero() })
+            .collect(),
+        UnaryOp::Gelu => x
+            .iter()
+            .map(|&v| half * v * (one + (c * (v + k * v * v * v)).tanh()))
+            .collect(),
+        UnaryOp::Sigmoid => x.iter().map(|&v| one / (one + (-v).exp())).collect(),
+        UnaryOp::Tanh => x.iter().map(|v| v.tanh()).collect(),
+    }
+}
+
+fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+    }
+}
+
+/// Strides of `shape` right-aligned to `out_rank` dims, 0 where the input broadcasts.
+fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    let st = strides(shape);
+    let pad = out_shape.len() - shape.len();
+    (0..out_shape.len())
+        .map(|i| {
+            if i < pad || shape[i - pad] == 1 {
+                0
+            } else {
+                st[i - pad]
+            }
+        })
+        .collect()
+}
+
+pub(super) fn binary<T: Float>(
+    op: BinaryOp,
+    a: &[T],
+    a_shape: &[usize],
+    b: &[T],
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Vec<T> {
+    let n: usize = out_shape.iter().product();
+    if a_shape == out_shape && b_shape == out_shape {
+        return a.iter().zip(b).map(|(&x, &y)| apply(op, x, y)).collect();
+    }
+    let (sa, sb) = (
+        broadcast_strides(a_shape, out_shape),
+        broadcast_strides(b_shape, out_shape),
+    );
+    let mut out = Vec::with_capacity(n);
+    if n == 0 {
+        return out;
+    }
+    let nd = out_shape.len();
+    if nd == 0 {
+        out.push(apply(op, a[0], b[0]));
+        return out;
+    }
+    let last = nd - 1;
+    let (la, lb) = (sa[last], sb[last]);
+    let mut idx = vec![0usize; last];
+    loop {
+        let oa: usize = (0..last).map(|d| idx[d] * sa[d]).sum();
+        let ob: usize = (0..last).map(|d| idx[d] * sb[d]).sum();
+        for j in 0..out_shape[last] {
+            out.push(apply(op, a[oa + j * la], b[ob + j * lb]));
+        }
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Reduces one dimension of a (outer, len, inner) view.
+fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner: usize) -> Vec<T> {
+    let init = match op {
+        ReduceKind::Sum => T::zero(),
+        ReduceKind::Max => T::neg_infinity(),
+    };
+    let mut out = vec![init; outer * inner];
+    for o in 0..outer {
+        let acc = &mut out[o * inner..(o + 1) * inner];
+        for l in 0..len {
+            let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
+            match op {
+                ReduceKind::Sum => acc.iter_mut().zip(row).for_each(|(a, &v)| *a = *a + v),
+                ReduceKind::Max => acc
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &v)| *a = if v > *a || v.is_nan() { v } else { *a }),
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &[usize]) -> Vec<T> {
+    let mut cur = x.to_vec();
+    let mut s = shape.to_vec();
+    for &d in dims {
+        let outer: usize = s[..d].iter().product();
+        let inner: usize = s[d + 1..].iter().product();
+        cur = reduce_dim(op, &cur, outer, s[d], inner);
+        s[d] = 1;
+    }
+    cur
+}
+
+pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
+    let outer: usize = shape[..dim].iter().product();
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut out = vec![T::zero(); x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |l: usize| (o * len + l) * inner + i;
+            let m = (0..len)
+                .map(|l| x[at(l)])
+                .fold(T::neg_infinity(), |a, v| if v > a { v } else { a });
+            let sum = (0..len)
+                .map(|l| (x[at(l)] - m).exp())
+                .fold(T::zero(), |a, v| a + v);
+            for l in 0..len {
+                out[at(l)] = if log {
+                    x[at(l)] - m - sum.ln()
+                } else {
+                    (x[at(l)] - m).exp() / sum
+                };
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
+    let MatmulDims {
+        batch,
+        m,
+        k,
+        n,
+        b_batched,
+    } = d;
+    let mut out = vec![T::zero(); batch * m * n];
+    if m == 0 || n == 0 {
+        return out;
+    }
+    let par = if m * n * k >= 64 * 64 * 64 {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    for i in 0..batch {
+        let ai = &a[i * m * k..(i + 1) * m * k];
+        let bi = if b_batched {
+            &b[i * k * n..(i + 1) * k * n]
+        } else {
+            &b[..k * n]
+        };
+        let oi = &mut out[i * m * n..(i + 1) * m * n];
+        // SAFETY: ai is m x k, bi is k x n and oi is m x n, all row-major and in bounds; the
+        // output does not alias the inputs. gemm computes oi = 1 * ai * bi (read_dst = false).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                oi.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                ai.as_ptr(),
+                1,
+                k as isize,
+                bi.as_ptr(),
+                1,
+                n as isize,
+                T::zero(),
+                T::one(),
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+    out
+}
+
+/// `out = x` with dimensions permuted: `out.shape[i] = shape[perm[i]]`.
+pub(super) fn permute_bytes(
+    elem: usize,
+    x: &[u8],
+    shape: &[usize],
+    perm: &[usize],
+    out: &mut [u8],
+) {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return;
+    }
+    let st = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src_st: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+    let nd = out_shape.len();
+    let mut idx = vec![0usize; nd];
+    for o in 0..n {
+        let s: usize = idx.iter().zip(&src_st).map(|(i, s)| i * s).sum();
+        out[o * elem..(o + 1) * elem].copy_from_slice(&x[s * elem..(s + 1) * elem]);
+        let mut d = nd;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_matches_naive_loops() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let got = matmul(
+            &a,
+            &b,
+            MatmulDims {
+                batch: 1,
+                m,
+                k,
+                n,
+                b_batched: false,
+            },
+        );
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                assert!((got[i * n + j] - want).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn broadcasting_reduce_softmax_permute() {
+        // (2,3) + (3,) and (2,1)
+        let a = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(
+            binary(
+                BinaryOp::Add,
+                &a,
+                &[2, 3],
+                &[10.0, 20.0, 30.0],
+                &[3],
+                &[2, 3]
+            ),
+            vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]
+        );
+        assert_eq!(
+            binary(BinaryOp::Mul, &a, &[2, 3], &[2.0, 0.0], &[2, 1], &[2, 3]),
+            vec![2.0, 4.0, 6.0, 0.0, 0.0, 0.0]
+        );
+        assert_eq!(reduce(ReduceKind::Sum, &a, &[2, 3], &[1]), vec![6.0, 15.0]);
+        assert_eq!(reduce(ReduceKind::Max, &a, &[2, 3], &[0, 1]), vec![6.0]);
+        let s = softmax(&a, &[2, 3], 1, false);
+        assert!((s[0] + s[1] + s[2] - 1.0).abs() < 1e-12 && s[2] > s[1]);
+        let ls = softmax(&a, &[2, 3], 0, true);
+        assert!((ls[0] - (1.0f64 / (1.0 + 3f64.exp())).ln()).abs() < 1e-9);
+        let mut out = vec![0u8; 48];
+        permute_bytes(8, bytemuck::cast_slice(&a), &[2, 3], &[1, 0], &mut out);
+        assert_eq!(
+            bytemuck::pod_collect_to_vec::<u8, f64>(&out),
+            vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+        );
+        assert_eq!(unary(UnaryOp::Relu, &[-1.0f32, 2.0]), vec![0.0, 2.0]);
+        let g = unary(UnaryOp::Gelu, &[1.0f64])[0];
+        assert!((g - 0.841_191_990_607_77).abs() < 1e-9, "{g}");
+    }
+}

@@ -1,0 +1,168 @@
+//! The CPU backend: the reference and the embedded default. Storage is [`HostData`]; matrix
+//! products go through the `gemm` crate (multithreaded); elementwise loops are simple slices
+//! the compiler vectorises.
+
+mod kernels;
+
+use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::shape::{copy_region, extract, numel};
+use crate::storage::HostData;
+
+pub use kernels::Float;
+
+/// The CPU backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend;
+
+/// Applies `$body` to the float vector inside `$x` as `$v` (`$T` its element type); integer data
+/// is an error for float kernels.
+macro_rules! float_op {
+    ($x:expr, $v:ident, $T:ident => $body:expr) => {
+        match $x {
+            HostData::F32($v) => {
+                type $T = f32;
+                Ok(HostData::F32($body))
+            }
+            HostData::F64($v) => {
+                type $T = f64;
+                Ok(HostData::F64($body))
+            }
+            other => Err(Error::DTypeMismatch {
+                expected: DType::F32,
+                got: other.dtype(),
+            }),
+        }
+    };
+}
+
+impl Backend for CpuBackend {
+    type Storage = HostData;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn upload(&self, data: &HostData) -> Result<HostData> {
+        Ok(data.clone())
+    }
+
+    fn download(&self, s: &HostData) -> Result<HostData> {
+        Ok(s.clone())
+    }
+
+    fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData> {
+        float_op!(x, v, T => kernels::unary::<T>(op, v))
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &HostData,
+        a_shape: &[usize],
+        b: &HostData,
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Result<HostData> {
+        match (a, b) {
+            (HostData::F32(x), HostData::F32(y)) => Ok(HostData::F32(kernels::binary(
+                op, x, a_shape, y, b_shape, out_shape,
+            ))),
+            (HostData::F64(x), HostData::F64(y)) => Ok(HostData::F64(kernels::binary(
+                op, x, a_shape, y, b_shape, out_shape,
+            ))),
+            (x, y) => Err(Error::DTypeMismatch {
+                expected: x.dtype(),
+                got: y.dtype(),
+            }),
+        }
+    }
+
+    fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
+        float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect())
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceKind,
+        x: &HostData,
+        shape: &[usize],
+        dims: &[usize],
+    ) -> Result<HostData> {
+        float_op!(x, v, T => kernels::reduce::<T>(op, v, shape, dims))
+    }
+
+    fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData> {
+        float_op!(x, v, T => kernels::softmax::<T>(v, shape, dim, log))
+    }
+
+    fn matmul(&self, a: &HostData, b: &HostData, d: MatmulDims) -> Result<HostData> {
+        match (a, b) {
+            (HostData::F32(x), HostData::F32(y)) => Ok(HostData::F32(kernels::matmul(x, y, d))),
+            (HostData::F64(x), HostData::F64(y)) => Ok(HostData::F64(kernels::matmul(x, y, d))),
+            (x, y) => Err(Error::DTypeMismatch {
+                expected: x.dtype(),
+                got: y.dtype(),
+            }),
+        }
+    }
+
+    fn permute(&self, x: &HostData, shape: &[usize], perm: &[usize]) -> Result<HostData> {
+        let elem = x.dtype().size();
+        let mut out = HostData::filled(x.dtype(), x.len(), 0.0);
+        kernels::permute_bytes(elem, x.as_bytes(), shape, perm, out.as_bytes_mut());
+        Ok(out)
+    }
+
+    fn slice(
+        &self,
+        x: &HostData,
+        shape: &[usize],
+        start: &[usize],
+        extent: &[usize],
+    ) -> Result<HostData> {
+        let region: Vec<_> = start.iter().zip(extent).map(|(&s, &e)| s..s + e).collect();
+        Ok(HostData::from_bytes(
+            x.dtype(),
+            &extract(x.dtype().size(), x.as_bytes(), shape, &region),
+        ))
+    }
+
+    fn cat(&self, xs: &[&HostData], shapes: &[&[usize]], dim: usize) -> Result<HostData> {
+        let dtype = xs.first().map_or(DType::F32, |x| x.dtype());
+        if let Some(x) = xs.iter().find(|x| x.dtype() != dtype) {
+            return Err(Error::DTypeMismatch {
+                expected: dtype,
+                got: x.dtype(),
+            });
+        }
+        let mut out_shape = shapes.first().map(|s| s.to_vec()).unwrap_or_default();
+        if let Some(d) = out_shape.get_mut(dim) {
+            *d = shapes.iter().map(|s| s[dim]).sum();
+        }
+        let elem = dtype.size();
+        let mut out = HostData::filled(dtype, numel(&out_shape), 0.0);
+        let mut off = 0;
+        for (x, s) in xs.iter().zip(shapes) {
+            let mut at = vec![0; s.len()];
+            at[dim] = off;
+            copy_region(
+                elem,
+                x.as_bytes(),
+                s,
+                &vec![0; s.len()],
+                out.as_bytes_mut(),
+                &out_shape,
+                &at,
+                s,
+            );
+            off += s[dim];
+        }
+        Ok(out)
+    }
+
+    fn dtype(&self, s: &HostData) -> DType {
+        s.dtype()
+    }
+}

@@ -1,0 +1,266 @@
+//! Operators. Each family is one file holding shape inference, its 1-D SBP signatures and the
+//! local kernel call; [`dispatch`] does the rest for every operator alike:
+//!
+//! 1. all inputs local: run the kernel on the local data;
+//! 2. all global: check one placement (`PlacementMismatch`), infer the logical output shape,
+//!    form the n-d candidates (one 1-D signature per placement axis, independently, as the 2D SBP
+//!    seed says), pick the cheapest by the boxing planner's bytes (an exact match needs no
+//!    boxing and wins at once; other ties go to the first declared), box the inputs, run the
+//!    kernel on the local components, and wrap the output with the candidate's SBP.
+
+mod binary;
+mod matmul;
+mod reduce;
+mod shape_ops;
+mod softmax;
+mod unary;
+
+use crate::boxing::{self, Dist};
+use crate::cpu::CpuBackend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
+use crate::sbp::{NdSbp, Sbp};
+use crate::shape::region_shape;
+use crate::storage::HostData;
+use crate::tensor::{Device, Tensor};
+
+pub use binary::broadcast_shapes;
+
+/// One valid 1-D combination of input and output SBPs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// One SBP per input.
+    pub inputs: Vec<Sbp>,
+    /// The output's SBP.
+    pub output: Sbp,
+}
+
+impl Signature {
+    fn new(inputs: impl Into<Vec<Sbp>>, output: Sbp) -> Signature {
+        Signature {
+            inputs: inputs.into(),
+            output,
+        }
+    }
+}
+
+/// The local computation of one operator call.
+pub(crate) struct Kernel<'a> {
+    /// Inputs' data.
+    pub inputs: Vec<&'a HostData>,
+    /// Inputs' shapes (local).
+    pub shapes: Vec<Vec<usize>>,
+    /// The output's shape (local).
+    pub out_shape: Vec<usize>,
+    /// Inputs' logical shapes.
+    pub global_shapes: Vec<Vec<usize>>,
+    /// The backend.
+    pub backend: CpuBackend,
+}
+
+/// What every operator declares.
+pub(crate) trait Op {
+    /// The name used in errors.
+    fn name(&self) -> &'static str;
+    /// The output's logical shape, or the error for bad input shapes.
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>>;
+    /// Valid 1-D signatures for these logical shapes, most preferred first.
+    fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature>;
+    /// Runs the local kernel.
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData>;
+    /// Whether integer inputs are allowed (data movement ops) or only floats.
+    fn any_dtype(&self) -> bool {
+        false
+    }
+}
+
+/// All three partial reductions, for operators that commute with every one of them.
+const PARTIALS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
+
+fn check_dtypes(op: &dyn Op, inputs: &[&Tensor]) -> Result<DType> {
+    let dtype = inputs.first().map_or(DType::F32, |t| t.dtype());
+    if let Some(t) = inputs.iter().find(|t| t.dtype() != dtype) {
+        return Err(Error::DTypeMismatch {
+            expected: dtype,
+            got: t.dtype(),
+        });
+    }
+    if !op.any_dtype() && dtype == DType::I64 {
+        return Err(Error::DTypeMismatch {
+            expected: DType::F32,
+            got: dtype,
+        });
+    }
+    Ok(dtype)
+}
+
+/// Runs `op` on `inputs` (all local or all global).
+pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let dtype = check_dtypes(op, inputs)?;
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let out_shape = op.infer(&shapes)?;
+    if inputs.iter().all(|t| t.is_local()) {
+        let guards: Vec<_> = inputs.iter().map(|t| t.read()).collect();
+        let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
+        let k = Kernel {
+            inputs: data,
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            out_shape: out_shape.clone(),
+            global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            backend: CpuBackend,
+        };
+        let out = op.compute(&k)?;
+        return Tensor::from_vec_data(out, &out_shape, Device::Cpu);
+    }
+    let Some(first) = inputs.iter().find_map(|t| t.dist()) else {
+        return Err(Error::WrongKind {
+            op: op.name(),
+            needs: "global",
+        });
+    };
+    let placement = &first.placement;
+    for t in inputs {
+        match t.dist() {
+            None => {
+                return Err(Error::WrongKind {
+                    op: op.name(),
+                    needs: "global (all inputs)",
+                });
+            }
+            Some(d) if &d.placement != placement => {
+                return Err(Error::PlacementMismatch {
+                    op: op.name(),
+                    left: placement.to_string(),
+                    right: d.placement.to_string(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let sigs = op.signatures(&shapes, &out_shape);
+    let current: Vec<&NdSbp> = inputs.iter().filter_map(|t| t.sbp()).collect();
+    let choice = choose(&sigs, &current, &shapes, dtype.size(), placement)?;
+    // Box inputs whose SBP differs from the chosen candidate's.
+    let boxed: Vec<Tensor> = inputs
+        .iter()
+        .zip(&choice.inputs)
+        .map(|(t, want)| {
+            if t.sbp() == Some(want) {
+                Ok((*t).clone())
+            } else {
+                t.to_global(placement, want.clone())
+            }
+        })
+        .collect::<Result<_>>()?;
+    let out_dist = Dist::new(placement.clone(), choice.output);
+    let rank = crate::env::current().rank();
+    let component = match placement.index_of(rank) {
+        None => None,
+        Some(i) => {
+            let guards: Vec<_> = boxed.iter().map(|t| t.read()).collect();
+            let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
+            let coords = placement.coords_of_index(i);
+            let k = Kernel {
+                inputs: data,
+                shapes: boxed
+                    .iter()
+                    .map(|t| {
+                        t.sbp().map_or_else(Vec::new, |s| {
+                            region_shape(&s.local_region(t.shape(), &coords, placement.hierarchy()))
+                        })
+                    })
+                    .collect(),
+                out_shape: region_shape(&out_dist.region_of_index(&out_shape, i)),
+                global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+                backend: CpuBackend,
+            };
+            Some(op.compute(&k)?)
+        }
+    };
+    Tensor::from_component(component, &out_shape, dtype, out_dist)
+}
+
+/// The chosen n-d signature.
+struct Choice {
+    inputs: Vec<NdSbp>,
+    output: NdSbp,
+}
+
+/// Picks one 1-D signature per placement axis: an exact match with the inputs' SBPs if there is
+/// one (no boxing), else the candidate whose boxing moves the fewest bytes (ties: first declared).
+fn choose(
+    sigs: &[Signature],
+    current: &[&NdSbp],
+    shapes: &[&[usize]],
+    elem: usize,
+    placement: &crate::Placement,
+) -> Result<Choice> {
+    let k = placement.ndim();
+    let n_in = current.len();
+    let build = |pick: &[usize]| Choice {
+        inputs: (0..n_in)
+            .map(|i| NdSbp::from((0..k).map(|a| sigs[pick[a]].inputs[i]).collect::<Vec<_>>()))
+            .collect(),
+        output: NdSbp::from((0..k).map(|a| sigs[pick[a]].output).collect::<Vec<_>>()),
+    };
+    let exact: Option<Vec<usize>> = (0..k)
+        .map(|a| {
+            sigs.iter().position(|s| {
+                s.inputs
+                    .iter()
+                    .zip(current)
+                    .all(|(x, c)| c.as_slice()[a] == *x)
+            })
+        })
+        .collect();
+    if let Some(pick) = exact {
+        return Ok(build(&pick));
+    }
+    let total = sigs
+        .len()
+        .checked_pow(k as u32)
+        .unwrap_or(usize::MAX)
+        .min(1 << 16);
+    let mut best: Option<(u64, Vec<usize>)> = None;
+    for mut c in 0..total {
+        let pick: Vec<usize> = (0..k)
+            .map(|_| {
+                let p = c % sigs.len();
+                c /= sigs.len();
+                p
+            })
+            .rev()
+            .collect();
+        let cand = build(&pick);
+        let mut cost = 0u64;
+        for i in 0..n_in {
+            let src = Dist::new(placement.clone(), current[i].clone());
+            let dst = Dist::new(placement.clone(), cand.inputs[i].clone());
+            cost += boxing::plan(shapes[i], elem, &src, &dst)?.cost_bytes;
+            if best.as_ref().is_some_and(|b| cost >= b.0) {
+                break;
+            }
+        }
+        if best.as_ref().is_none_or(|b| cost < b.0) {
+            best = Some((cost, pick));
+        }
+    }
+    best.map(|(_, pick)| build(&pick))
+        .ok_or(Error::InvalidArgument {
+            op: "dispatch",
+            reason: "the operator declares no signature for these inputs".into(),
+        })
+}
+
+/// Checks a dimension index.
+fn check_dim(op: &'static str, dim: usize, ndim: usize) -> Result<()> {
+    if dim < ndim {
+        Ok(())
+    } else {
+        Err(Error::DimOutOfRange { op, dim, ndim })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,144 @@
+//! `sum mean max` over dimensions, with `keepdim`.
+
+use super::{Kernel, Op, Signature, check_dim};
+use crate::backend::{Backend, ReduceKind};
+use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
+use crate::sbp::Sbp;
+use crate::storage::HostData;
+use crate::tensor::Tensor;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Sum,
+    Mean,
+    Max,
+}
+
+pub(super) struct Reduce {
+    pub(super) kind: Kind,
+    pub(super) dims: Vec<usize>,
+    pub(super) keepdim: bool,
+}
+
+impl Reduce {
+    fn partial(&self) -> ReduceOp {
+        if self.kind == Kind::Max {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        }
+    }
+}
+
+impl Op for Reduce {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::Sum => "sum",
+            Kind::Mean => "mean",
+            Kind::Max => "max",
+        }
+    }
+
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let s = shapes[0];
+        for &d in &self.dims {
+            check_dim(self.name(), d, s.len())?;
+        }
+        Ok((0..s.len())
+            .filter_map(|d| match (self.dims.contains(&d), self.keepdim) {
+                (false, _) => Some(s[d]),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect())
+    }
+
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let nd = shapes[0].len();
+        let p = Sbp::Partial(self.partial());
+        let mut v: Vec<Signature> = (0..nd)
+            .map(|d| {
+                if self.dims.contains(&d) {
+                    Signature::new([Sbp::Split(d)], p)
+                } else {
+                    let shift = if self.keepdim {
+                        0
+                    } else {
+                        self.dims.iter().filter(|&&x| x < d).count()
+                    };
+                    Signature::new([Sbp::Split(d)], Sbp::Split(d - shift))
+                }
+            })
+            .collect();
+        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
+        v.push(Signature::new([p], p));
+        v
+    }
+
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        let kind = if self.kind == Kind::Max {
+            ReduceKind::Max
+        } else {
+            ReduceKind::Sum
+        };
+        let out = k
+            .backend
+            .reduce(kind, k.inputs[0], &k.shapes[0], &self.dims)?;
+        if self.kind == Kind::Mean {
+            // Divide by the logical count, so that partial sums of a split dim add up to the mean.
+            let count: usize = self.dims.iter().map(|&d| k.global_shapes[0][d]).product();
+            return k.backend.scale(&out, 1.0 / count as f64);
+        }
+        Ok(out)
+    }
+}
+
+fn reduce(t: &Tensor, kind: Kind, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+    let mut dims: Vec<usize> = if dims.is_empty() {
+        (0..t.ndim()).collect()
+    } else {
+        dims.to_vec()
+    };
+    dims.sort_unstable();
+    if dims.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::InvalidArgument {
+            op: "reduce",
+            reason: format!("dimension listed twice in {dims:?}"),
+        });
+    }
+    super::dispatch(
+        &Reduce {
+            kind,
+            dims,
+            keepdim,
+        },
+        &[t],
+    )
+}
+
+impl Tensor {
+    /// Sum over `dims` (all dims when empty), keeping them as size 1 when `keepdim`.
+    ///
+    /// # Errors
+    /// `DimOutOfRange`, `InvalidArgument` for a repeated dim; communication failures of boxing.
+    pub fn sum(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduce(self, Kind::Sum, dims, keepdim)
+    }
+
+    /// Mean over `dims` (all dims when empty).
+    ///
+    /// # Errors
+    /// As [`Tensor::sum`].
+    pub fn mean(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduce(self, Kind::Mean, dims, keepdim)
+    }
+
+    /// Maximum over `dims` (all dims when empty).
+    ///
+    /// # Errors
+    /// As [`Tensor::sum`].
+    pub fn max(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduce(self, Kind::Max, dims, keepdim)
+    }
+}

@@ -1,0 +1,233 @@
+//! Data movement: `reshape`, `transpose`, `cat`, `narrow`. They commute with every partial
+//! reduction, and work on every dtype.
+
+use super::{Kernel, Op, PARTIALS, Signature, check_dim};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::sbp::Sbp;
+use crate::storage::HostData;
+use crate::tensor::Tensor;
+
+fn keep_partials(n_inputs: usize, v: &mut Vec<Signature>) {
+    v.push(Signature::new(
+        vec![Sbp::Broadcast; n_inputs],
+        Sbp::Broadcast,
+    ));
+    for op in PARTIALS {
+        v.push(Signature::new(
+            vec![Sbp::Partial(op); n_inputs],
+            Sbp::Partial(op),
+        ));
+    }
+}
+
+pub(super) struct Reshape(pub(super) Vec<usize>);
+
+impl Op for Reshape {
+    fn name(&self) -> &'static str {
+        "reshape"
+    }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let (from, to): (usize, usize) = (shapes[0].iter().product(), self.0.iter().product());
+        if from != to {
+            return Err(Error::ShapeMismatch {
+                op: "reshape",
+                shapes: vec![shapes[0].to_vec(), self.0.clone()],
+                reason: format!("{from} elements cannot take a shape of {to}"),
+            });
+        }
+        Ok(self.0.clone())
+    }
+    fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
+        // A split survives when its dim maps to an output dim of the same size with the same
+        // number of elements before it: then every local slice reshapes on its own.
+        let s = shapes[0];
+        let mut v = vec![];
+        for d in 0..s.len() {
+            let before: usize = s[..d].iter().product();
+            if let Some(e) = (0..out.len())
+                .find(|&e| out[e] == s[d] && out[..e].iter().product::<usize>() == before)
+            {
+                v.push(Signature::new([Sbp::Split(d)], Sbp::Split(e)));
+            }
+        }
+        keep_partials(1, &mut v);
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        Ok(k.inputs[0].clone())
+    }
+}
+
+pub(super) struct Transpose(pub(super) usize, pub(super) usize);
+
+impl Op for Transpose {
+    fn name(&self) -> &'static str {
+        "transpose"
+    }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        check_dim("transpose", self.0, shapes[0].len())?;
+        check_dim("transpose", self.1, shapes[0].len())?;
+        let mut s = shapes[0].to_vec();
+        s.swap(self.0, self.1);
+        Ok(s)
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let swap = |d: usize| {
+            if d == self.0 {
+                self.1
+            } else if d == self.1 {
+                self.0
+            } else {
+                d
+            }
+        };
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(swap(d))))
+            .collect();
+        keep_partials(1, &mut v);
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        let mut perm: Vec<usize> = (0..k.shapes[0].len()).collect();
+        perm.swap(self.0, self.1);
+        k.backend.permute(k.inputs[0], &k.shapes[0], &perm)
+    }
+}
+
+pub(super) struct Cat(pub(super) usize);
+
+impl Op for Cat {
+    fn name(&self) -> &'static str {
+        "cat"
+    }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let first = shapes.first().ok_or(Error::InvalidArgument {
+            op: "cat",
+            reason: "no tensors".into(),
+        })?;
+        check_dim("cat", self.0, first.len())?;
+        for s in shapes {
+            let fits = s.len() == first.len()
+                && s.iter()
+                    .zip(first.iter())
+                    .enumerate()
+                    .all(|(i, (x, y))| i == self.0 || x == y);
+            if !fits {
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+                    reason: format!("shapes must match except in dimension {}", self.0),
+                });
+            }
+        }
+        let mut out = first.to_vec();
+        out[self.0] = shapes.iter().map(|s| s[self.0]).sum();
+        Ok(out)
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let n = shapes.len();
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .filter(|&d| d != self.0)
+            .map(|d| Signature::new(vec![Sbp::Split(d); n], Sbp::Split(d)))
+            .collect();
+        keep_partials(n, &mut v);
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        let shapes: Vec<&[usize]> = k.shapes.iter().map(Vec::as_slice).collect();
+        k.backend.cat(&k.inputs, &shapes, self.0)
+    }
+}
+
+pub(super) struct Narrow {
+    pub(super) dim: usize,
+    pub(super) start: usize,
+    pub(super) len: usize,
+}
+
+impl Op for Narrow {
+    fn name(&self) -> &'static str {
+        "narrow"
+    }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let s = shapes[0];
+        check_dim("narrow", self.dim, s.len())?;
+        if self
+            .start
+            .checked_add(self.len)
+            .is_none_or(|e| e > s[self.dim])
+        {
+            return Err(Error::InvalidArgument {
+                op: "narrow",
+                reason: format!(
+                    "range {}..{}+{} exceeds dimension {} of size {}",
+                    self.start, self.start, self.len, self.dim, s[self.dim]
+                ),
+            });
+        }
+        let mut out = s.to_vec();
+        out[self.dim] = self.len;
+        Ok(out)
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .filter(|&d| d != self.dim)
+            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
+            .collect();
+        keep_partials(1, &mut v);
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        let mut start = vec![0; k.shapes[0].len()];
+        start[self.dim] = self.start;
+        k.backend
+            .slice(k.inputs[0], &k.shapes[0], &start, &k.out_shape)
+    }
+}
+
+impl Tensor {
+    /// The same data with another shape of the same element count.
+    ///
+    /// # Errors
+    /// `ShapeMismatch` when the element counts differ.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        super::dispatch(&Reshape(shape.to_vec()), &[self])
+    }
+
+    /// Swaps dimensions `d0` and `d1`.
+    ///
+    /// # Errors
+    /// `DimOutOfRange`.
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
+        super::dispatch(&Transpose(d0, d1), &[self])
+    }
+
+    /// Concatenates `tensors` along `dim`.
+    ///
+    /// # Errors
+    /// `ShapeMismatch` when the other dims differ, `DimOutOfRange`, `InvalidArgument` for none.
+    pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
+        super::dispatch(&Cat(dim), tensors)
+    }
+
+    /// `len` elements of dimension `dim` starting at `start`.
+    ///
+    /// # Errors
+    /// `DimOutOfRange`, `InvalidArgument` for a range past the end.
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+        super::dispatch(&Narrow { dim, start, len }, &[self])
+    }
+}

@@ -1,0 +1,53 @@
+//! `softmax` and `log_softmax` over one dimension.
+
+use super::{Kernel, Op, Signature, check_dim};
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::sbp::Sbp;
+use crate::storage::HostData;
+use crate::tensor::Tensor;
+
+pub(super) struct Softmax {
+    pub(super) dim: usize,
+    pub(super) log: bool,
+}
+
+impl Op for Softmax {
+    fn name(&self) -> &'static str {
+        if self.log { "log_softmax" } else { "softmax" }
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        check_dim(self.name(), self.dim, shapes[0].len())?;
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .filter(|&d| d != self.dim)
+            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
+            .collect();
+        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        k.backend
+            .softmax(k.inputs[0], &k.shapes[0], self.dim, self.log)
+    }
+}
+
+impl Tensor {
+    /// Softmax over `dim`.
+    ///
+    /// # Errors
+    /// `DimOutOfRange`; communication failures of boxing.
+    pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        super::dispatch(&Softmax { dim, log: false }, &[self])
+    }
+
+    /// Log-softmax over `dim` (computed stably, not as `log(softmax)`).
+    ///
+    /// # Errors
+    /// `DimOutOfRange`; communication failures of boxing.
+    pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
+        super::dispatch(&Softmax { dim, log: true }, &[self])
+    }
+}
