@@ -150,3 +150,118 @@ fn sbp_definitions() -> Result<()> {
     assert_eq!(out[0].1, want);
     Ok(())
 }
+
+/// The SBP-signature seed: matmul's output SBP as the seeds print it.
+#[test]
+fn matmul_signatures_as_the_seeds_say() -> Result<()> {
+    let out = gflow::simulate(2, |_| {
+        let p = p01()?;
+        // data parallelism: split(0) x broadcast -> split(0)
+        let x = Tensor::randn(&[4, 5], (&p, Sbp::split(0)))?;
+        let w = Tensor::randn(&[5, 8], (&p, Sbp::broadcast()))?;
+        let y = x.matmul(&w)?;
+        // model parallelism: broadcast x split(1) -> split(1)
+        let x2 = Tensor::randn(&[4, 5], (&p, Sbp::broadcast()))?;
+        let w2 = Tensor::randn(&[5, 8], (&p, Sbp::split(1)))?;
+        let y2 = x2.matmul(&w2)?;
+        // split(1) x split(0) -> partial_sum
+        let x3 = x2.to_global(&p, Sbp::split(1))?;
+        let w3 = w.to_global(&p, Sbp::split(0))?;
+        let y3 = x3.matmul(&w3)?;
+        let reference = x2.to_vec::<f32>()?;
+        Ok((
+            y.sbp().map(ToString::to_string),
+            y.shape().to_vec(),
+            y2.sbp().map(ToString::to_string),
+            y3.sbp().map(ToString::to_string),
+            y3.to_vec::<f32>()?,
+            reference,
+            w.to_vec::<f32>()?,
+        ))
+    })?;
+    let (s1, shape, s2, s3, v3, x2, w) = out[0].clone();
+    assert_eq!(s1.as_deref(), Some("(split(dim=0),)"));
+    assert_eq!(shape, vec![4, 8]);
+    assert_eq!(s2.as_deref(), Some("(split(dim=1),)"));
+    assert_eq!(s3.as_deref(), Some("(partial_sum,)"));
+    for i in 0..4 {
+        for j in 0..8 {
+            let want: f32 = (0..5).map(|l| x2[i * 5 + l] * w[l * 8 + j]).sum();
+            assert!((v3[i * 8 + j] - want).abs() < 1e-4);
+        }
+    }
+    Ok(())
+}
+
+/// The 2D SBP seed: (broadcast, split(0)) x (split(1), broadcast) -> (split(1), split(0)).
+#[test]
+fn two_d_matmul_signature() -> Result<()> {
+    let out = gflow::simulate(4, |_| {
+        let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
+        let x = Tensor::randn(&[4, 6], (&p, [Sbp::broadcast(), Sbp::split(0)]))?;
+        let w = Tensor::randn(&[6, 8], (&p, [Sbp::split(1), Sbp::broadcast()]))?;
+        let y = x.matmul(&w)?;
+        Ok((
+            y.sbp().map(ToString::to_string),
+            y.to_local()?.shape().to_vec(),
+        ))
+    })?;
+    assert_eq!(out[0].0.as_deref(), Some("(split(dim=1), split(dim=0))"));
+    assert_eq!(
+        out.iter().map(|o| o.1.clone()).collect::<Vec<_>>(),
+        vec![vec![2, 4]; 4]
+    );
+    Ok(())
+}
+
+/// The boxing seed: Y0 = A0 @ B0 on P0 = [0,1], moved to P1 = [2,3] as broadcast, then
+/// Y2 = Y0 @ B1 with B1 split(1) on P1 — gives the single-device product.
+#[test]
+fn boxing_seed_two_placements() -> Result<()> {
+    let out = gflow::simulate(4, |env| {
+        let p0 = Placement::new("cpu", [0, 1])?;
+        let p1 = Placement::new("cpu", [2, 3])?;
+        gflow::manual_seed(3);
+        let a0 = Tensor::randn(&[4, 5], (&p0, Sbp::split(0)))?;
+        let b0 = Tensor::randn(&[5, 8], (&p0, Sbp::broadcast()))?;
+        let y0 = a0.matmul(&b0)?.to_global(&p1, Sbp::broadcast())?;
+        let b1 = Tensor::randn(&[8, 6], (&p1, Sbp::split(1)))?;
+        let y2 = y0.matmul(&b1)?;
+        // The same program on one rank, locally, from the same placement-invariant values.
+        let on = |p: &Placement, t: &Tensor| -> Result<Option<Vec<f32>>> {
+            if p.contains(env.rank()) {
+                t.to_vec().map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok((
+            y2.sbp().map(ToString::to_string),
+            on(&p1, &y2)?,
+            on(&p0, &a0)?,
+            on(&p0, &b0)?,
+            on(&p1, &b1)?,
+        ))
+    })?;
+    let (a, b, b1) = (
+        out[0].2.clone().expect("rank 0 in P0"),
+        out[0].3.clone().expect("in P0"),
+        out[2].4.clone().expect("rank 2 in P1"),
+    );
+    let ab: Vec<f32> = (0..4 * 8)
+        .map(|ij| (0..5).map(|l| a[ij / 8 * 5 + l] * b[l * 8 + ij % 8]).sum())
+        .collect();
+    let want: Vec<f32> = (0..4 * 6)
+        .map(|ij| {
+            (0..8)
+                .map(|l| ab[ij / 6 * 8 + l] * b1[l * 6 + ij % 6])
+                .sum()
+        })
+        .collect();
+    assert_eq!(out[2].0.as_deref(), Some("(split(dim=1),)"));
+    for r in [2, 3] {
+        let got = out[r].1.clone().expect("in P1");
+        assert!(got.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-4));
+    }
+    Ok(())
+}
