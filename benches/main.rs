@@ -1,7 +1,9 @@
 //! `gflow-bench`: benchmarks printing one JSON line per measurement, in the format of
 //! `../shared/bench/README.md` (median of the slowest rank over runs after warm-ups).
 //!
-//! Run: `cargo run --release --bin gflow-bench -- boxing [--ranks 4] [--mib 16] [--runs 7]`.
+//! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
+//! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`
+//! (the overhead of a global op that needs no communication).
 
 use std::time::Instant;
 
@@ -12,6 +14,7 @@ struct Args {
     ranks: usize,
     mib: usize,
     runs: usize,
+    sizes: Vec<usize>,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -20,6 +23,7 @@ fn parse() -> std::result::Result<Args, String> {
         ranks: 4,
         mib: 16,
         runs: 7,
+        sizes: vec![256, 1024, 2048],
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -32,10 +36,17 @@ fn parse() -> std::result::Result<Args, String> {
             "--ranks" => a.ranks = num("--ranks")?,
             "--mib" => a.mib = num("--mib")?,
             "--runs" => a.runs = num("--runs")?,
-            "boxing" => a.what = x,
+            "--sizes" => {
+                a.sizes = it
+                    .next()
+                    .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
+                    .filter(|v: &Vec<usize>| !v.is_empty())
+                    .ok_or("--sizes needs a list like 256,1024")?
+            }
+            "boxing" | "matmul" | "dispatch" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing [--ranks N] [--mib M] [--runs R]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch [--ranks N] [--mib M] [--runs R] [--sizes a,b]"
                 ));
             }
         }
@@ -116,6 +127,52 @@ fn boxing(a: &Args) -> Result<()> {
     Ok(())
 }
 
+fn matmul(a: &Args) -> Result<()> {
+    for &n in &a.sizes {
+        let x = Tensor::randn(&[n, n], Device::Cpu)?;
+        let w = Tensor::randn(&[n, n], Device::Cpu)?;
+        let mut t = vec![];
+        for i in 0..a.runs + 2 {
+            let s = Instant::now();
+            std::hint::black_box(x.matmul(&w)?);
+            if i >= 2 {
+                t.push(s.elapsed().as_secs_f64());
+            }
+        }
+        let med = median(t);
+        println!(
+            "{{\"system\": \"gflow-cpu\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
+            2.0 * (n as f64).powi(3) / med / 1e9
+        );
+    }
+    Ok(())
+}
+
+fn dispatch(a: &Args) -> Result<()> {
+    let iters = 20_000;
+    let n = a.ranks.max(1);
+    let per_op = gflow::simulate(n, |env| {
+        let p = Placement::new("cpu", (0..n).collect::<Vec<_>>())?;
+        let x = Tensor::randn(&[8, 8], (&p, Sbp::split(0)))?;
+        let y = Tensor::randn(&[8, 8], (&p, Sbp::split(0)))?;
+        let mut t = vec![];
+        for _ in 0..a.runs + 2 {
+            let s = Instant::now();
+            for _ in 0..iters {
+                std::hint::black_box((&x + &y)?);
+            }
+            t.push(s.elapsed().as_secs_f64() / iters as f64);
+        }
+        let _ = env;
+        Ok(median(t[2..].to_vec()))
+    })?;
+    let worst = per_op.into_iter().fold(0.0, f64::max);
+    println!(
+        "{{\"system\": \"gflow-sim\", \"op\": \"dispatch_add_8x8_s0\", \"ranks\": {n}, \"median_s\": {worst:.9}}}"
+    );
+    Ok(())
+}
+
 fn main() {
     let args = match parse() {
         Ok(a) => a,
@@ -126,6 +183,8 @@ fn main() {
     };
     let r = match args.what.as_str() {
         "boxing" => boxing(&args),
+        "matmul" => matmul(&args),
+        "dispatch" => dispatch(&args),
         other => Err(gflow::Error::InvalidArgument {
             op: "gflow-bench",
             reason: format!("unknown benchmark {other:?}"),

@@ -1,0 +1,24 @@
+//! Twin of the seed "Model Parallelism": x broadcast times w split(1) gives y split(1), (4, 8).
+//!
+//! Run: `cargo run --example model_parallelism`
+
+use gflow::prelude::*;
+
+fn main() -> Result<()> {
+    let out = gflow::simulate(2, |_| {
+        let placement = Placement::new("cpu", [0, 1])?;
+        let x = Tensor::randn(&[4, 5], (&placement, Sbp::broadcast()))?;
+        let w = Tensor::randn(&[5, 8], (&placement, Sbp::split(1)))?;
+        let y = x.matmul(&w)?;
+        Ok(vec![
+            format!("{}", y.sbp().map(ToString::to_string).unwrap_or_default()),
+            format!("{:?}", y.shape()),
+        ])
+    })?;
+    for (rank, lines) in out.iter().enumerate() {
+        for l in lines {
+            println!("[rank {rank}] {l}");
+        }
+    }
+    Ok(())
+}
