@@ -20,6 +20,8 @@
 pub mod backend;
 pub mod boxing;
 pub mod comm;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod cpu;
 pub mod dtype;
 pub mod env;

@@ -1,0 +1,526 @@
+//! One conformance suite for every [`Backend`]: plain generic cases compared with a float64
+//! reference computed here by naive loops (independent of every backend's kernels), with a
+//! tolerance by dtype. A backend crate stamps one `#[test]` per case with
+//! [`conformance_tests!`](crate::conformance_tests); a backend that is not present on the machine
+//! is skipped with a loud message, or fails when `GFLOW_REQUIRE_BACKEND=1` (CI sets it where the
+//! backend must exist).
+
+use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::{numel, strides};
+use crate::storage::HostData;
+
+/// A conformance case.
+pub type Case<B> = fn(&B) -> Result<()>;
+
+/// Runs `case` on the backend `make` returns, or reports it skipped (`None`: no device here).
+///
+/// # Panics
+/// When the case fails, or when no backend is available and `GFLOW_REQUIRE_BACKEND=1` (this is
+/// test-harness code, called only from `#[test]` functions).
+#[allow(clippy::panic)]
+pub fn run<B: Backend>(name: &str, make: impl FnOnce() -> Option<B>, case: Case<B>) {
+    match make() {
+        None if std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1") => {
+            panic!("{name}: the backend is required (GFLOW_REQUIRE_BACKEND=1) but not available")
+        }
+        None => {
+            eprintln!("!!! {name}: SKIPPED: no adapter/driver for this backend on this machine !!!")
+        }
+        Some(b) => {
+            if let Err(e) = case(&b) {
+                panic!("{name} on {}: {e}", b.name());
+            }
+        }
+    }
+}
+
+/// Stamps one `#[test]` per conformance case for the backend built by `$make` (an expression
+/// of type `Option<B>`).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@cases $make;
+            round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
+            permute_slice_cat, empty_tensors, large_elementwise);
+    };
+    (@cases $make:expr; $($case:ident),*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run(stringify!($case), || $make, $crate::conformance::$case);
+            }
+        )*
+    };
+}
+
+fn tol(dtype: DType) -> f64 {
+    if dtype == DType::F64 { 1e-10 } else { 2e-5 }
+}
+
+/// Deterministic test values in [-2, 2) (positive in [0.25, 2.25) when `positive`).
+fn vals(n: usize, seed: u64, positive: bool) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let x = (s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0;
+            if positive { x.abs() + 0.25 } else { x }
+        })
+        .collect()
+}
+
+fn host(dtype: DType, v: &[f64]) -> HostData {
+    match dtype {
+        DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+        _ => HostData::F64(v.to_vec()),
+    }
+}
+
+/// Compares a backend result with the reference at the dtype's tolerance.
+fn expect<B: Backend>(
+    b: &B,
+    what: &str,
+    got: &B::Storage,
+    want: &[f64],
+    dtype: DType,
+) -> Result<()> {
+    expect_within(b, what, got, want, dtype, tol(dtype))
+}
+
+/// Compares a backend result with the reference: |got - want| <= tol * (1 + |want|).
+fn expect_within<B: Backend>(
+    b: &B,
+    what: &str,
+    got: &B::Storage,
+    want: &[f64],
+    dtype: DType,
+    tol: f64,
+) -> Result<()> {
+    let got = b.download(got)?;
+    if got.dtype() != dtype {
+        return Err(Error::DTypeMismatch {
+            expected: dtype,
+            got: got.dtype(),
+        });
+    }
+    let got: Vec<f64> = got.to_vec();
+    if got.len() != want.len() {
+        return Err(Error::DataShapeMismatch {
+            len: got.len(),
+            shape: vec![want.len()],
+        });
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()) || g == w;
+        if !ok {
+            return Err(Error::InvalidArgument {
+                op: "conformance",
+                reason: format!("{what} ({dtype}): element {i} is {g}, reference {w}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+const DTYPES: [DType; 2] = [DType::F32, DType::F64];
+
+/// The value rounded to `dtype` (so references start from exactly the backend's inputs).
+fn rounded(dtype: DType, v: &[f64]) -> Vec<f64> {
+    host(dtype, v).to_vec()
+}
+
+/// Upload then download gives the data back, for every dtype.
+pub fn round_trip<B: Backend>(b: &B) -> Result<()> {
+    for d in [
+        HostData::F32(vec![1.5, -2.0, 3.25]),
+        HostData::F64(vec![0.1, 1e300]),
+        HostData::I64(vec![i64::MIN, 7]),
+    ] {
+        let s = b.upload(&d)?;
+        if b.dtype(&s) != d.dtype() || b.download(&s)? != d {
+            return Err(Error::InvalidArgument {
+                op: "conformance",
+                reason: format!("round trip of {d:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn unary_ref(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Square => x * x,
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Gelu => {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        }
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Tanh => x.tanh(),
+    }
+}
+
+/// Every unary op on an odd-sized tensor.
+pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
+    use UnaryOp::*;
+    for dtype in DTYPES {
+        for op in [Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh] {
+            let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt)));
+            let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
+            let got = b.unary(op, &b.upload(&host(dtype, &x))?)?;
+            expect(b, &format!("{op:?}"), &got, &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+fn broadcast_ref(
+    op: BinaryOp,
+    a: &[f64],
+    sa: &[usize],
+    x: &[f64],
+    sx: &[usize],
+    out: &[usize],
+) -> Vec<f64> {
+    let n = numel(out);
+    let idx = |flat: usize, s: &[usize]| -> usize {
+        // map an output multi-index to the input's flat index (right-aligned, size-1 broadcast)
+        let os = strides(out);
+        let is = strides(s);
+        let pad = out.len() - s.len();
+        (0..s.len())
+            .map(|i| {
+                if s[i] == 1 {
+                    0
+                } else {
+                    (flat / os[i + pad]) % out[i + pad] * is[i]
+                }
+            })
+            .sum()
+    };
+    (0..n)
+        .map(|f| {
+            let (p, q) = (a[idx(f, sa)], x[idx(f, sx)]);
+            match op {
+                BinaryOp::Add => p + q,
+                BinaryOp::Sub => p - q,
+                BinaryOp::Mul => p * q,
+                BinaryOp::Div => p / q,
+            }
+        })
+        .collect()
+}
+
+/// Binary ops with equal shapes and with NumPy broadcasting both ways.
+pub fn binary_broadcasting<B: Backend>(b: &B) -> Result<()> {
+    use BinaryOp::*;
+    let cases: [(&[usize], &[usize], &[usize]); 4] = [
+        (&[3, 5], &[3, 5], &[3, 5]),
+        (&[3, 5], &[5], &[3, 5]),
+        (&[4, 1, 3], &[2, 1], &[4, 2, 3]),
+        (&[], &[2, 2], &[2, 2]),
+    ];
+    for dtype in DTYPES {
+        for op in [Add, Sub, Mul, Div] {
+            for (sa, sx, so) in cases {
+                let a = rounded(dtype, &vals(numel(sa), 2, false));
+                let x = rounded(dtype, &vals(numel(sx), 3, op == Div));
+                let want = broadcast_ref(op, &a, sa, &x, sx, so);
+                let got = b.binary(
+                    op,
+                    &b.upload(&host(dtype, &a))?,
+                    sa,
+                    &b.upload(&host(dtype, &x))?,
+                    sx,
+                    so,
+                )?;
+                expect(b, &format!("{op:?} {sa:?} {sx:?}"), &got, &want, dtype)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Multiplication by a scalar.
+pub fn scale<B: Backend>(b: &B) -> Result<()> {
+    for dtype in DTYPES {
+        let x = rounded(dtype, &vals(11, 4, false));
+        let want: Vec<f64> = x.iter().map(|v| v * -0.375).collect();
+        expect(
+            b,
+            "scale",
+            &b.scale(&b.upload(&host(dtype, &x))?, -0.375)?,
+            &want,
+            dtype,
+        )?;
+    }
+    Ok(())
+}
+
+/// Sum and max over single, several and all dims of a 3-D tensor.
+pub fn reductions<B: Backend>(b: &B) -> Result<()> {
+    let shape = [3usize, 4, 5];
+    let st = strides(&shape);
+    for dtype in DTYPES {
+        let x = rounded(dtype, &vals(60, 5, false));
+        for dims in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2]] {
+            for op in [ReduceKind::Sum, ReduceKind::Max] {
+                let out_shape: Vec<usize> = (0..3)
+                    .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
+                    .collect();
+                let mut want = vec![
+                    if op == ReduceKind::Sum {
+                        0.0
+                    } else {
+                        f64::NEG_INFINITY
+                    };
+                    numel(&out_shape)
+                ];
+                let os = strides(&out_shape);
+                for (f, v) in x.iter().enumerate() {
+                    let o: usize = (0..3)
+                        .map(|d| {
+                            if dims.contains(&d) {
+                                0
+                            } else {
+                                (f / st[d]) % shape[d] * os[d]
+                            }
+                        })
+                        .sum();
+                    want[o] = if op == ReduceKind::Sum {
+                        want[o] + v
+                    } else {
+                        want[o].max(*v)
+                    };
+                }
+                let got = b.reduce(op, &b.upload(&host(dtype, &x))?, &shape, &dims)?;
+                expect(b, &format!("{op:?} over {dims:?}"), &got, &want, dtype)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Softmax and log-softmax over each dim, with large values (stability).
+pub fn softmax<B: Backend>(b: &B) -> Result<()> {
+    let shape = [3usize, 4];
+    for dtype in DTYPES {
+        let x: Vec<f64> = rounded(
+            dtype,
+            &vals(12, 6, false)
+                .iter()
+                .map(|v| v * 40.0)
+                .collect::<Vec<_>>(),
+        );
+        for dim in 0..2 {
+            for log in [false, true] {
+                let mut want = vec![0.0; 12];
+                let (len, stride) = (shape[dim], if dim == 0 { 4 } else { 1 });
+                let lines: Vec<usize> = if dim == 0 {
+                    (0..4).collect()
+                } else {
+                    (0..3).map(|r| r * 4).collect()
+                };
+                for start in lines {
+                    let idx: Vec<usize> = (0..len).map(|l| start + l * stride).collect();
+                    let m = idx.iter().map(|&i| x[i]).fold(f64::NEG_INFINITY, f64::max);
+                    let s: f64 = idx.iter().map(|&i| (x[i] - m).exp()).sum();
+                    for &i in &idx {
+                        want[i] = if log {
+                            x[i] - m - s.ln()
+                        } else {
+                            (x[i] - m).exp() / s
+                        };
+                    }
+                }
+                let got = b.softmax(&b.upload(&host(dtype, &x))?, &shape, dim, log)?;
+                expect(
+                    b,
+                    &format!("softmax dim {dim} log {log}"),
+                    &got,
+                    &want,
+                    dtype,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// 2-D, batched and shared-operand products, odd and degenerate sizes.
+pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
+    let cases = [
+        (1, 1, 1, 1, false),
+        (1, 17, 13, 9, false),
+        (3, 5, 7, 2, true),
+        (2, 4, 3, 6, false),
+        (1, 70, 65, 66, false),
+        (1, 3, 0, 4, false),
+    ];
+    for dtype in DTYPES {
+        for (batch, m, k, n, b_batched) in cases {
+            let a = rounded(dtype, &vals(batch * m * k, 7, false));
+            let x = rounded(
+                dtype,
+                &vals(if b_batched { batch } else { 1 } * k * n, 8, false),
+            );
+            let mut want = vec![0.0; batch * m * n];
+            for bi in 0..batch {
+                let xo = if b_batched { bi * k * n } else { 0 };
+                for i in 0..m {
+                    for j in 0..n {
+                        want[(bi * m + i) * n + j] = (0..k)
+                            .map(|l| a[(bi * m + i) * k + l] * x[xo + l * n + j])
+                            .sum();
+                    }
+                }
+            }
+            let dims = MatmulDims {
+                batch,
+                m,
+                k,
+                n,
+                b_batched,
+            };
+            let got = b.matmul(
+                &b.upload(&host(dtype, &a))?,
+                &b.upload(&host(dtype, &x))?,
+                dims,
+            )?;
+            // Rounding error of a sum of k products grows with k.
+            let t = tol(dtype) * (1.0 + k as f64 / 8.0);
+            expect_within(b, &format!("matmul {dims:?}"), &got, &want, dtype, t)?;
+        }
+    }
+    Ok(())
+}
+
+/// Permutations, sub-boxes and concatenation (data movement is exact, any dtype).
+pub fn permute_slice_cat<B: Backend>(b: &B) -> Result<()> {
+    let shape = [2usize, 3, 4];
+    let x: Vec<f64> = (0..24).map(f64::from).collect();
+    let st = strides(&shape);
+    for dtype in DTYPES {
+        let s = b.upload(&host(dtype, &x))?;
+        for perm in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let os = strides(&out_shape);
+            let want: Vec<f64> = (0..24)
+                .map(|f| {
+                    (0..3)
+                        .map(|i| (f / os[i]) % out_shape[i] * st[perm[i]])
+                        .sum::<usize>() as f64
+                })
+                .collect();
+            expect(
+                b,
+                &format!("permute {perm:?}"),
+                &b.permute(&s, &shape, &perm)?,
+                &want,
+                dtype,
+            )?;
+        }
+        let want: Vec<f64> = vec![17.0, 18.0, 21.0, 22.0];
+        expect(
+            b,
+            "slice",
+            &b.slice(&s, &shape, &[1, 1, 1], &[1, 2, 2])?,
+            &want,
+            dtype,
+        )?;
+        let y = b.upload(&host(dtype, &[100.0, 101.0, 102.0, 103.0, 104.0, 105.0]))?;
+        let got = b.cat(&[&s, &y], &[&shape, &[2, 3, 1]], 2)?;
+        let mut want = vec![];
+        for r in 0..6 {
+            want.extend((0..4).map(|c| (r * 4 + c) as f64));
+            want.push(100.0 + r as f64);
+        }
+        expect(b, "cat", &got, &want, dtype)?;
+    }
+    Ok(())
+}
+
+/// Tensors with no elements go through every kernel.
+pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
+    let e = b.upload(&HostData::F32(vec![]))?;
+    expect(
+        b,
+        "unary empty",
+        &b.unary(UnaryOp::Exp, &e)?,
+        &[],
+        DType::F32,
+    )?;
+    expect(
+        b,
+        "binary empty",
+        &b.binary(BinaryOp::Add, &e, &[0, 3], &e, &[0, 3], &[0, 3])?,
+        &[],
+        DType::F32,
+    )?;
+    expect(
+        b,
+        "reduce empty dim",
+        &b.reduce(ReduceKind::Sum, &e, &[2, 0], &[1])?,
+        &[0.0, 0.0],
+        DType::F32,
+    )?;
+    expect(
+        b,
+        "matmul empty",
+        &b.matmul(
+            &e,
+            &e,
+            MatmulDims {
+                batch: 1,
+                m: 0,
+                k: 3,
+                n: 0,
+                b_batched: false,
+            },
+        )?,
+        &[],
+        DType::F32,
+    )?;
+    Ok(())
+}
+
+/// A large elementwise op and reduction (GPU backends bind such buffers in pieces).
+pub fn large_elementwise<B: Backend>(b: &B) -> Result<()> {
+    let n = std::env::var("GFLOW_CONFORMANCE_LARGE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 22);
+    let x: Vec<f64> = (0..n).map(|i| (i % 1000) as f64 / 500.0 - 1.0).collect();
+    let s = b.upload(&host(DType::F32, &x))?;
+    let want: Vec<f64> = x.iter().map(|v| v * 2.0).collect();
+    expect(
+        b,
+        "large add",
+        &b.binary(BinaryOp::Add, &s, &[n], &s, &[n], &[n])?,
+        &want,
+        DType::F32,
+    )?;
+    let got: Vec<f64> = b
+        .download(&b.reduce(ReduceKind::Max, &s, &[n], &[0])?)?
+        .to_vec();
+    if got != vec![0.998] && (got[0] - 0.998).abs() > 1e-6 {
+        return Err(Error::InvalidArgument {
+            op: "conformance",
+            reason: format!("large max is {got:?}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod cpu {
+    crate::conformance_tests!(Some(crate::cpu::CpuBackend));
+}
