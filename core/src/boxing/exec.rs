@@ -76,6 +76,23 @@ impl Group<'_> {
         r
     }
 
+    /// Copies member i's slice along `d` (contiguous bytes) into the group tensor `full`.
+    fn place(&self, d: usize, i: usize, part: &[u8], full: &mut [u8]) {
+        let ps = self.part_shape(d, i);
+        let mut at = vec![0; ps.len()];
+        at[d] = self.part(d, i).start;
+        copy_region(
+            self.elem,
+            part,
+            &ps,
+            &vec![0; ps.len()],
+            full,
+            &self.shape,
+            &at,
+            &ps,
+        );
+    }
+
     /// Whether slices along `d` are contiguous runs of the row-major buffer.
     fn contiguous(&self, d: usize) -> bool {
         self.shape[..d].iter().all(|&x| x == 1)
@@ -96,19 +113,7 @@ impl Group<'_> {
             .all_gather(&self.ranks, mine.as_bytes(), &counts)?;
         let mut off = 0;
         for (i, c) in counts.iter().enumerate() {
-            let ps = self.part_shape(d, i);
-            let mut at = vec![0; ps.len()];
-            at[d] = self.part(d, i).start;
-            copy_region(
-                self.elem,
-                &all[off..off + c],
-                &ps,
-                &vec![0; ps.len()],
-                out.as_bytes_mut(),
-                &self.shape,
-                &at,
-                &ps,
-            );
+            self.place(d, i, &all[off..off + c], out.as_bytes_mut());
             off += c;
         }
         Ok(out)
@@ -201,19 +206,7 @@ impl Group<'_> {
 
     fn pad(&self, d: usize, mine: &HostData, op: ReduceOp) -> HostData {
         let mut out = HostData::identity(mine.dtype(), numel(&self.shape), op);
-        let ps = self.part_shape(d, self.me);
-        let mut at = vec![0; ps.len()];
-        at[d] = self.part(d, self.me).start;
-        copy_region(
-            self.elem,
-            mine.as_bytes(),
-            &ps,
-            &vec![0; ps.len()],
-            out.as_bytes_mut(),
-            &self.shape,
-            &at,
-            &ps,
-        );
+        self.place(d, self.me, mine.as_bytes(), out.as_bytes_mut());
         out
     }
 

@@ -145,12 +145,7 @@ pub trait Communicator: Send + Sync {
             counts.iter().sum(),
             "all_gather output",
         )?;
-        let peers: Vec<usize> = group
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != me)
-            .map(|(_, &p)| p)
-            .collect();
+        let peers = others(group, me);
         self.send_to_all(&peers, CommOp::AllGather, mine)?;
         let offsets = prefix(counts);
         for (i, &p) in group.iter().enumerate() {
@@ -316,12 +311,7 @@ pub trait Communicator: Send + Sync {
         }
         if me == root {
             check_len(self.rank(), data.len(), len, "broadcast input")?;
-            let peers: Vec<usize> = group
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != me)
-                .map(|(_, &p)| p)
-                .collect();
+            let peers = others(group, me);
             self.send_to_all(&peers, CommOp::Broadcast, data)?;
             Ok(data.to_vec())
         } else {
@@ -351,6 +341,16 @@ fn position<T>(rank: usize, group: &[usize], per_member: &[T]) -> Result<usize, 
             rank,
             reason: format!("rank {rank} is not in the group {group:?}"),
         })
+}
+
+/// The group's members other than the one at position `me`.
+fn others(group: &[usize], me: usize) -> Vec<usize> {
+    group
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != me)
+        .map(|(_, &p)| p)
+        .collect()
 }
 
 fn check_len(rank: usize, got: usize, want: usize, what: &str) -> Result<(), CommError> {
