@@ -7,7 +7,7 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(4, |env| {
+    let out = gflow::run(4, |env| {
         let p0 = Placement::new("cpu", [0, 1])?;
         let p1 = Placement::new("cpu", [2, 3])?;
         let a0 = Tensor::randn(&[4, 5], (&p0, Sbp::split(0)))?;
@@ -28,10 +28,6 @@ fn main() -> Result<()> {
         }
         Ok(lines)
     })?;
-    for (rank, lines) in out.iter().enumerate() {
-        for l in lines {
-            println!("[rank {rank}] {l}");
-        }
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

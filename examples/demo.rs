@@ -1,14 +1,15 @@
 //! The main demo: four ranks hold one global tensor and convert it between layouts; gflow does
-//! every collective. Until the network transport lands, the ranks run as threads (`simulate`).
+//! every collective. Under `gflow-launch` each rank is a process (shared-memory links between
+//! them); run alone, the four ranks are threads of one process.
 //!
-//! Run: `cargo run --release --example demo`
+//! Run: `./scripts/demo.sh` (4 processes), or `cargo run --release --example demo` (threads).
 
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let lines = gflow::simulate(4, |env| {
+    let lines = gflow::run(4, |env| {
         let mut out = vec![];
-        let mut say = |s: String| out.push(format!("[rank {}] {s}", env.rank()));
+        let mut say = |s: String| out.push(s);
         gflow::manual_seed(2026);
         let p = Placement::new("cpu", [0, 1, 2, 3])?;
 
@@ -70,8 +71,6 @@ fn main() -> Result<()> {
         }
         Ok(out)
     })?;
-    for l in lines.into_iter().flatten() {
-        println!("{l}");
-    }
+    gflow::print_ranks(&lines);
     Ok(())
 }

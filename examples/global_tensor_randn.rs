@@ -6,10 +6,13 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = gflow::run(2, |env| {
         let placement = Placement::new("cpu", [0, 1])?;
         let sbp = Sbp::split(0);
         let x = Tensor::randn(&[4, 5], (&placement, sbp))?;
+        if !placement.contains(env.rank()) {
+            return Ok(vec![]);
+        }
         Ok(vec![
             format!("Local data of global tensor:\n  {}", x.to_local()?),
             format!(
@@ -18,10 +21,6 @@ fn main() -> Result<()> {
             ),
         ])
     })?;
-    for (rank, lines) in out.iter().enumerate() {
-        for l in lines {
-            println!("[rank {rank}] {l}");
-        }
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

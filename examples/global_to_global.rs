@@ -7,23 +7,21 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = gflow::run(2, |env| {
         let x = Tensor::randn(&[2, 5], Device::Cpu)?;
         let placement = Placement::new("cpu", [0, 1])?;
         let x_global = x.to_global(&placement, Sbp::split(0))?;
-        let mut lines = vec![
+        let x_global_b = x_global.to_global(&placement, Sbp::broadcast())?;
+        if !placement.contains(env.rank()) {
+            return Ok(vec![]);
+        }
+        Ok(vec![
             format!("{:?}", x_global.shape()),
             format!("{}", x_global.to_local()?),
-        ];
-        let x_global_b = x_global.to_global(&placement, Sbp::broadcast())?;
-        lines.push(format!("{:?}", x_global_b.shape()));
-        lines.push(format!("{}", x_global_b.to_local()?));
-        Ok(lines)
+            format!("{:?}", x_global_b.shape()),
+            format!("{}", x_global_b.to_local()?),
+        ])
     })?;
-    for (rank, lines) in out.iter().enumerate() {
-        for l in lines {
-            println!("[rank {rank}] {l}");
-        }
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

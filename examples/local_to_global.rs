@@ -6,7 +6,7 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = gflow::run(2, |_| {
         let x = Tensor::randn(&[2, 5], Device::Cpu)?;
         let placement = Placement::new("cpu", [0, 1])?;
         let x_global = x.to_global(&placement, Sbp::split(0))?;
@@ -17,10 +17,6 @@ fn main() -> Result<()> {
             format!("{}", x_global.is_global()),
         ])
     })?;
-    for (rank, lines) in out.iter().enumerate() {
-        for l in lines {
-            println!("[rank {rank}] {l}");
-        }
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

@@ -5,7 +5,7 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = gflow::run(2, |_| {
         let placement = Placement::new("cpu", [0, 1])?;
         let x = Tensor::randn(&[4, 5], (&placement, Sbp::broadcast()))?;
         let w = Tensor::randn(&[5, 8], (&placement, Sbp::split(1)))?;
@@ -15,10 +15,6 @@ fn main() -> Result<()> {
             format!("{:?}", y.shape()),
         ])
     })?;
-    for (rank, lines) in out.iter().enumerate() {
-        for l in lines {
-            println!("[rank {rank}] {l}");
-        }
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

@@ -8,7 +8,7 @@
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
-    let out = gflow::simulate(4, |env| {
+    let out = gflow::run(4, |env| {
         let placement = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let broadcast = [Sbp::broadcast(), Sbp::broadcast()];
         let bs0 = [Sbp::broadcast(), Sbp::split(0)];
@@ -28,17 +28,15 @@ fn main() -> Result<()> {
         let pred = (&h.matmul(&w2.transpose(0, 1)?)? + &b2)?;
 
         let local_x = global_x.to_local()?;
-        Ok(format!(
+        Ok(vec![format!(
             "cpu:{}, {:?}, \n{}\npred: shape {:?}, sbp {}",
             env.rank(),
             local_x.shape(),
             local_x,
             pred.shape(),
             pred.sbp().map(ToString::to_string).unwrap_or_default()
-        ))
+        )])
     })?;
-    for s in out {
-        println!("{s}");
-    }
+    gflow::print_ranks(&out);
     Ok(())
 }

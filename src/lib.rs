@@ -23,30 +23,118 @@ pub mod prelude {
     pub use gflow_core::{DType, Device, Env, NdSbp, Placement, Ranks, Result, Sbp, Tensor};
 }
 
-/// Starts (or returns) this process's environment from `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
-/// `RANK` and `LOCAL_RANK`. With none of them set (or `WORLD_SIZE=1`) the world is this one
-/// rank, so a program runs as is. Idempotent; the env becomes the process's current env.
+/// Runs `f` as the ranks of a job. Under a launcher (`WORLD_SIZE` set) this process is one rank
+/// ([`init`]); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
+/// ranks run in this process, so one program serves both ways.
 ///
 /// # Errors
-/// `Environment` when the variables are malformed, or when they ask for several processes: the
-/// network transport is not part of this build yet (use [`simulate`] to run ranks as threads).
+/// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
+pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
+    if launched() {
+        let env = init()?;
+        let rank = env.rank();
+        return Ok(vec![(rank, f(env)?)]);
+    }
+    let n = std::env::var("GFLOW_SIM_RANKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&k| k > 0)
+        .unwrap_or(n);
+    Ok(simulate(n, f)?.into_iter().enumerate().collect())
+}
+
+/// Whether this process was started as one rank of a job (`WORLD_SIZE` is set).
+pub fn launched() -> bool {
+    std::env::var("WORLD_SIZE").is_ok_and(|v| !v.is_empty())
+}
+
+/// Prints each rank's lines, every line prefixed `[rank r] ` when the ranks are threads (the
+/// launcher adds the same prefix itself for processes), so both ways print the same.
+pub fn print_ranks(out: &[(usize, Vec<String>)]) {
+    for (rank, lines) in out {
+        for l in lines.iter().flat_map(|l| l.split('\n')) {
+            if launched() {
+                println!("{l}");
+            } else {
+                println!("[rank {rank}] {l}");
+            }
+        }
+    }
+}
+
+/// Starts (or returns) this process's environment from `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
+/// `RANK` and `LOCAL_RANK` (as set by `gflow-launch`, or by hand). With none of them set (or
+/// `WORLD_SIZE=1`) the world is this one rank, so a program runs as is. Idempotent; the env
+/// becomes the process's current env. Other variables: `GFLOW_JOB_TOKEN` (every rank must have
+/// the same; the launcher sets one), `GFLOW_TIMEOUT_SECS` (receive and rendezvous deadline,
+/// default 60), `GFLOW_MAX_FRAME` (largest accepted message, default 16 GiB).
+///
+/// # Errors
+/// `Environment` for malformed variables or a failed rendezvous (wrong token, world size,
+/// duplicate or late rank), with the reason.
 pub fn init() -> Result<Env> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(env) = Env::process() {
         return Ok(env);
     }
-    let var = |k: &str| std::env::var(k).ok();
-    let world = match var("WORLD_SIZE") {
-        None => 1,
-        Some(s) => s.parse::<usize>().map_err(|_| Error::Environment {
-            reason: format!("WORLD_SIZE={s:?} is not a positive integer"),
-        })?,
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let num = |k: &str, default: usize| -> Result<usize> {
+        var(k).map_or(Ok(default), |s| {
+            s.parse::<usize>().map_err(|_| Error::Environment {
+                reason: format!("{k}={s:?} is not a non-negative integer"),
+            })
+        })
     };
-    if world > 1 {
+    let world = num("WORLD_SIZE", 1)?;
+    if world == 0 {
         return Err(Error::Environment {
-            reason: format!(
-                "WORLD_SIZE={world} asks for a multi-process world, but this gflow build has no network transport; run ranks as threads with gflow::simulate"
-            ),
+            reason: "WORLD_SIZE=0".into(),
         });
     }
-    Ok(Env::single().install_process())
+    if world == 1 {
+        return Ok(Env::single().install_process());
+    }
+    let (rank, local_rank) = (num("RANK", 0)?, num("LOCAL_RANK", 0)?);
+    let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
+    let port = var("MASTER_PORT").ok_or_else(|| Error::Environment {
+        reason: "WORLD_SIZE > 1 needs MASTER_PORT".into(),
+    })?;
+    let timeout = gflow_core::env::timeout_from_env();
+    let settings = gflow_transport::Settings {
+        rendezvous: gflow_transport::rendezvous::Config {
+            master: format!("{addr}:{port}"),
+            world,
+            rank,
+            token: var("GFLOW_JOB_TOKEN").unwrap_or_default().into_bytes(),
+            timeout,
+            host: gflow_transport::rendezvous::host_identity(),
+        },
+        timeout,
+        max_frame: var("GFLOW_MAX_FRAME")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(16 << 30),
+        force_quic: var("GFLOW_TRANSPORT").is_some_and(|t| t == "quic"),
+    };
+    let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
+        Error::Environment {
+            reason: format!("rank {rank}: {e}"),
+        }
+    })?);
+    let _ = NET.set(comm.clone());
+    // SAFETY: registering a plain `extern "C" fn` with atexit has no preconditions.
+    unsafe {
+        libc::atexit(flush_at_exit);
+    }
+    Ok(Env::new(local_rank, comm).install_process())
+}
+
+/// The process's network communicator, flushed at exit so that queued sends reach their peers.
+static NET: std::sync::OnceLock<std::sync::Arc<gflow_transport::NetComm>> =
+    std::sync::OnceLock::new();
+
+extern "C" fn flush_at_exit() {
+    if let Some(c) = NET.get() {
+        c.flush(std::time::Duration::from_secs(10));
+    }
 }

@@ -1,0 +1,237 @@
+//! Real processes: every seed example through `gflow-launch` prints what it prints with ranks as
+//! threads; a killed rank makes the survivors fail within seconds and the launcher name it; a
+//! wrong job token, a wrong world size and a missing rank are refused clearly.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
+}
+
+/// The example binary, built on demand (cargo builds examples for a full `cargo test`).
+fn example(name: &str) -> PathBuf {
+    let path = launcher().parent().unwrap().join("examples").join(name);
+    if !path.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .status()
+            .expect("cargo build");
+        assert!(st.success());
+    }
+    path
+}
+
+fn sorted_lines(o: &Output) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+fn launch(n: usize, prog: &PathBuf, env: &[(&str, &str)]) -> Output {
+    Command::new(launcher())
+        .args(["--nproc_per_node", &n.to_string()])
+        .arg(prog)
+        .envs(env.iter().copied())
+        .env("GFLOW_TIMEOUT_SECS", "20")
+        .output()
+        .expect("run launcher")
+}
+
+#[test]
+fn seed_examples_print_the_same_as_processes_and_as_threads() {
+    for (name, n) in [
+        ("global_tensor_randn", 2),
+        ("local_to_global", 2),
+        ("global_to_global", 2),
+        ("data_parallelism", 2),
+        ("model_parallelism", 2),
+        ("boxing_two_placements", 4),
+        ("two_d_sbp", 4),
+        ("demo", 4),
+    ] {
+        let prog = example(name);
+        let threads = Command::new(&prog)
+            .env_remove("WORLD_SIZE")
+            .output()
+            .expect("run example");
+        assert!(
+            threads.status.success(),
+            "{name} as threads: {}",
+            String::from_utf8_lossy(&threads.stderr)
+        );
+        let procs = launch(n, &prog, &[]);
+        assert!(
+            procs.status.success(),
+            "{name} as {n} processes: {}",
+            String::from_utf8_lossy(&procs.stderr)
+        );
+        assert_eq!(sorted_lines(&procs), sorted_lines(&threads), "{name}");
+        if n == 2 {
+            // The 2-rank programs also run on 4 ranks (2 and 3 outside the placement).
+            let four = launch(4, &prog, &[]);
+            assert!(
+                four.status.success(),
+                "{name} on 4 processes: {}",
+                String::from_utf8_lossy(&four.stderr)
+            );
+            let threads4 = Command::new(&prog)
+                .env_remove("WORLD_SIZE")
+                .env("GFLOW_SIM_RANKS", "4")
+                .output()
+                .expect("run example");
+            assert_eq!(sorted_lines(&four), sorted_lines(&threads4), "{name} on 4");
+        }
+    }
+}
+
+#[test]
+fn a_killed_rank_fails_the_job_and_is_named() {
+    let prog = example("collective_loop");
+    let t = Instant::now();
+    let out = launch(
+        4,
+        &prog,
+        &[("GFLOW_TEST_KILL", "2:5"), ("GFLOW_TEST_ITERS", "100000")],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 2 failed (signal 9)"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+/// Without the launcher (which would stop them), survivors of a SIGKILL must fail on their own.
+#[test]
+fn survivors_of_a_killed_rank_error_within_ten_seconds() {
+    let prog = example("collective_loop");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut kids: Vec<_> = (0..3)
+        .map(|r| {
+            Command::new(&prog)
+                .envs([
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                    ("WORLD_SIZE", "3"),
+                    ("GFLOW_JOB_TOKEN", "t"),
+                ])
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("GFLOW_TEST_KILL", "1:20")
+                .env("GFLOW_TEST_ITERS", "1000000")
+                .env("GFLOW_TIMEOUT_SECS", "60")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let t = Instant::now();
+    let mut outs = vec![];
+    for k in kids.drain(..) {
+        outs.push(k.wait_with_output().expect("wait"));
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "survivors took {:?}",
+        t.elapsed()
+    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(!o.status.success(), "rank {r} should fail");
+        if r != 1 {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("PeerGone") && err.contains("peer: 1"),
+                "rank {r}: {err}"
+            );
+        }
+    }
+}
+
+fn manual(rank: usize, world: &str, port: &str, token: &str, timeout: &str) -> std::process::Child {
+    Command::new(example("collective_loop"))
+        .envs([
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", port),
+            ("WORLD_SIZE", world),
+            ("GFLOW_JOB_TOKEN", token),
+        ])
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("GFLOW_TIMEOUT_SECS", timeout)
+        .env("GFLOW_TEST_ITERS", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+#[test]
+fn rendezvous_refusals_are_clear() {
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string()
+    };
+    // wrong token: refused, and rank 0 reports the rank that never joined
+    let p = port();
+    let (r0, r1) = (
+        manual(0, "2", &p, "right", "3"),
+        manual(1, "2", &p, "wrong", "3"),
+    );
+    let (o0, o1) = (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    );
+    assert!(
+        String::from_utf8_lossy(&o1.stderr).contains("wrong job token"),
+        "{}",
+        String::from_utf8_lossy(&o1.stderr)
+    );
+    assert!(o1.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&o0.stderr).contains("ranks [1] did not join"),
+        "{}",
+        String::from_utf8_lossy(&o0.stderr)
+    );
+    // wrong world size
+    let p = port();
+    let (r0, r1) = (manual(0, "2", &p, "t", "5"), manual(1, "3", &p, "t", "5"));
+    let (o0, o1) = (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    );
+    for o in [&o0, &o1] {
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("WORLD_SIZE=3 but rank 0 has WORLD_SIZE=2"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // duplicate rank
+    let p = port();
+    let (r0, a, b) = (
+        manual(0, "3", &p, "t", "5"),
+        manual(1, "3", &p, "t", "5"),
+        manual(1, "3", &p, "t", "5"),
+    );
+    let outs = [
+        r0.wait_with_output().unwrap(),
+        a.wait_with_output().unwrap(),
+        b.wait_with_output().unwrap(),
+    ];
+    assert!(outs.iter().all(|o| !o.status.success()));
+    assert!(String::from_utf8_lossy(&outs[0].stderr).contains("two processes claim RANK=1"));
+}

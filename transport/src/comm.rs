@@ -1,0 +1,248 @@
+//! `NetComm`: core's `Communicator` over links. Each outgoing link has a writer thread fed by a
+//! queue, so `send` never blocks (the collectives' send-all-then-receive pattern cannot
+//! deadlock on full buffers); receives read the frame header, check (op, sequence, length), and
+//! read the payload straight into the caller's buffer.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gflow_core::{CommError, CommOp, Communicator};
+
+use crate::frame::{HEADER_LEN, Header};
+use crate::link::{LinkError, LinkPair, LinkRx};
+
+struct Outgoing {
+    header: [u8; HEADER_LEN],
+    data: Arc<[u8]>,
+}
+
+struct TxSide {
+    queue: Mutex<Option<Sender<Outgoing>>>,
+    seq: Mutex<u64>,
+    pending: Arc<AtomicUsize>,
+    failed: Arc<Mutex<Option<LinkError>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct RxSide {
+    link: Box<dyn LinkRx>,
+    seq: u64,
+}
+
+/// The communicator of one process over its links to every peer.
+pub struct NetComm {
+    rank: usize,
+    world: usize,
+    tx: Vec<Option<TxSide>>,
+    rx: Vec<Option<Mutex<RxSide>>>,
+    timeout: Duration,
+    max_frame: u64,
+}
+
+impl NetComm {
+    /// A communicator for `rank` of `world` over one (tx, rx) link pair per peer (`None` for
+    /// this rank). Receives wait at most `timeout`; frames over `max_frame` bytes are refused.
+    pub fn new(
+        rank: usize,
+        links: Vec<Option<LinkPair>>,
+        timeout: Duration,
+        max_frame: u64,
+    ) -> NetComm {
+        let world = links.len();
+        let mut tx = vec![];
+        let mut rx = vec![];
+        for (peer, l) in links.into_iter().enumerate() {
+            match l {
+                None => {
+                    tx.push(None);
+                    rx.push(None);
+                }
+                Some((mut t, r)) => {
+                    let (q, inbox) = channel::<Outgoing>();
+                    let pending = Arc::new(AtomicUsize::new(0));
+                    let failed = Arc::new(Mutex::new(None));
+                    let (p2, f2) = (pending.clone(), failed.clone());
+                    let thread = std::thread::Builder::new()
+                        .name(format!("gflow-tx-{rank}-{peer}"))
+                        .spawn(move || {
+                            for m in inbox {
+                                let deadline = Instant::now() + timeout;
+                                let r = t
+                                    .write_all(&m.header, deadline)
+                                    .and_then(|_| t.write_all(&m.data, deadline));
+                                p2.fetch_sub(1, Ordering::AcqRel);
+                                if let Err(e) = r {
+                                    if let Ok(mut f) = f2.lock() {
+                                        *f = Some(e);
+                                    }
+                                    break;
+                                }
+                            }
+                            t.close();
+                        })
+                        .ok();
+                    tx.push(Some(TxSide {
+                        queue: Mutex::new(Some(q)),
+                        seq: Mutex::new(0),
+                        pending,
+                        failed,
+                        thread: Mutex::new(thread),
+                    }));
+                    rx.push(Some(Mutex::new(RxSide { link: r, seq: 0 })));
+                }
+            }
+        }
+        NetComm {
+            rank,
+            world,
+            tx,
+            rx,
+            timeout,
+            max_frame,
+        }
+    }
+
+    fn link_error(&self, peer: usize, e: LinkError) -> CommError {
+        match e {
+            LinkError::Closed | LinkError::PeerDead => CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            },
+            LinkError::Timeout => CommError::Timeout {
+                rank: self.rank,
+                peer,
+                secs: self.timeout.as_secs_f64(),
+            },
+            LinkError::Io(reason) => CommError::Transport {
+                rank: self.rank,
+                reason: format!("link to rank {peer}: {reason}"),
+            },
+        }
+    }
+
+    fn no_link(&self, peer: usize) -> CommError {
+        CommError::BadGroup {
+            rank: self.rank,
+            reason: format!("no link to rank {peer} in a world of {}", self.world),
+        }
+    }
+
+    fn enqueue(&self, peer: usize, op: CommOp, data: Arc<[u8]>) -> Result<(), CommError> {
+        let side = self
+            .tx
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.no_link(peer))?;
+        if let Some(e) = side.failed.lock().ok().and_then(|f| f.clone()) {
+            return Err(self.link_error(peer, e));
+        }
+        let mut seq = side.seq.lock().map_err(|_| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        })?;
+        let header = Header {
+            op,
+            seq: *seq,
+            len: data.len() as u64,
+        }
+        .encode();
+        side.pending.fetch_add(1, Ordering::AcqRel);
+        let queue = side.queue.lock().map_err(|_| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        })?;
+        queue
+            .as_ref()
+            .and_then(|q| q.send(Outgoing { header, data }).ok())
+            .ok_or(CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            })?;
+        *seq += 1;
+        Ok(())
+    }
+
+    /// Waits (up to `timeout`) until every queued message has been written, then closes the
+    /// links so peers see an orderly end. Called at process exit.
+    pub fn flush(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        for side in self.tx.iter().flatten() {
+            while side.pending.load(Ordering::Acquire) > 0
+                && side.failed.lock().is_ok_and(|f| f.is_none())
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if let Ok(mut q) = side.queue.lock() {
+                q.take();
+            }
+            if let Some(h) = side.thread.lock().ok().and_then(|mut t| t.take()) {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for NetComm {
+    fn drop(&mut self) {
+        self.flush(self.timeout);
+    }
+}
+
+impl Communicator for NetComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError> {
+        self.enqueue(peer, op, Arc::from(data))
+    }
+
+    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
+        let shared: Arc<[u8]> = Arc::from(data);
+        peers
+            .iter()
+            .try_for_each(|&p| self.enqueue(p, op, shared.clone()))
+    }
+
+    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError> {
+        let side = self
+            .rx
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.no_link(peer))?;
+        let mut side = side.lock().map_err(|_| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        })?;
+        let deadline = Instant::now() + self.timeout;
+        let mut head = [0u8; HEADER_LEN];
+        side.link
+            .read_exact(&mut head, deadline)
+            .map_err(|e| self.link_error(peer, e))?;
+        let h = Header::decode(&head, self.max_frame).map_err(|e| CommError::Transport {
+            rank: self.rank,
+            reason: format!("bad frame from rank {peer}: {e}"),
+        })?;
+        if h.seq != side.seq || h.op != op || h.len != out.len() as u64 {
+            return Err(CommError::Desync {
+                rank: self.rank,
+                peer,
+                expected: format!("{op} #{} of {} bytes", side.seq, out.len()),
+                got: format!("{} #{} of {} bytes", h.op, h.seq, h.len),
+            });
+        }
+        side.link
+            .read_exact(out, deadline)
+            .map_err(|e| self.link_error(peer, e))?;
+        side.seq += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+//! The `Link` seam: a reliable, ordered byte stream to one peer, in two halves. Every wait has a
+//! deadline; a peer that dies is an error, not a hang. Shared memory implements it now; QUIC
+//! will implement the same halves.
+
+use std::time::Instant;
+
+/// Why a link operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The deadline passed.
+    #[error("timed out")]
+    Timeout,
+    /// The peer closed its end.
+    #[error("closed by the peer")]
+    Closed,
+    /// The peer process no longer runs.
+    #[error("the peer process died")]
+    PeerDead,
+    /// An I/O or protocol failure.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// The sending half of a link.
+pub trait LinkTx: Send {
+    /// Writes all of `bytes` before `deadline`.
+    fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError>;
+    /// Tells the peer no more bytes will come.
+    fn close(&mut self);
+}
+
+/// The receiving half of a link.
+pub trait LinkRx: Send {
+    /// Fills `buf` before `deadline`.
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError>;
+}
+
+/// Both halves of a link to one peer.
+pub type LinkPair = (Box<dyn LinkTx>, Box<dyn LinkRx>);
+
+/// Whether a peer process still runs (checked through `/proc`, Linux).
+#[derive(Clone, Debug)]
+pub struct Liveness {
+    pid: u32,
+}
+
+impl Liveness {
+    /// Tracks the process `pid` on this host.
+    pub fn process(pid: u32) -> Liveness {
+        Liveness { pid }
+    }
+
+    /// True while the process exists and is not a zombie.
+    pub fn alive(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Err(_) => false,
+            // the state is the field after the parenthesised command name
+            Ok(s) => !s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        }
+    }
+}

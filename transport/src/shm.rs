@@ -1,0 +1,270 @@
+//! Shared-memory links between processes of one host: one single-producer single-consumer byte
+//! ring per direction, in a file under `/dev/shm` mapped by both processes. Positions are
+//! monotonically increasing byte counts in the ring's header (writer publishes with Release,
+//! reader observes with Acquire). A blocked side spins briefly, then yields, then sleeps, and
+//! checks its deadline and whether the peer process still lives.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+
+use crate::link::{LinkError, LinkRx, LinkTx, Liveness};
+
+/// Bytes of data per ring (the notes: chunks of 512 KiB and up run at full speed).
+pub const RING_BYTES: usize = 4 << 20;
+const DATA_OFFSET: usize = 4096;
+const WRITE_POS: usize = 0;
+const READ_POS: usize = 64;
+const CLOSED: usize = 128;
+
+/// One ring buffer, mapped in this process.
+pub struct Ring {
+    map: MmapMut,
+    cap: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the ring's shared state is accessed only through atomics and through byte ranges that
+// the SPSC protocol gives to exactly one side at a time; the mapping itself is not moved.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Creates (or truncates) the ring file at `path` and maps it.
+    ///
+    /// # Errors
+    /// I/O errors creating, sizing or mapping the file.
+    pub fn create(path: &Path) -> std::io::Result<Ring> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        f.set_len((DATA_OFFSET + RING_BYTES) as u64)?;
+        // SAFETY: the file is ours, sized above; other processes only touch it via this protocol.
+        let map = unsafe { MmapMut::map_mut(&f)? };
+        Ok(Ring {
+            map,
+            cap: RING_BYTES,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Maps an existing ring file, then removes its name (both sides hold it mapped).
+    ///
+    /// # Errors
+    /// I/O errors opening or mapping the file, or a file of the wrong size.
+    pub fn open(path: &Path) -> std::io::Result<Ring> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        if f.metadata()?.len() != (DATA_OFFSET + RING_BYTES) as u64 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "ring file has the wrong size",
+            ));
+        }
+        // SAFETY: as in `create`.
+        let map = unsafe { MmapMut::map_mut(&f)? };
+        let _ = std::fs::remove_file(path);
+        Ok(Ring {
+            map,
+            cap: RING_BYTES,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn atomic64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: the mapping is page-aligned and at least DATA_OFFSET long; `off` is a multiple
+        // of 8 inside the header; AtomicU64 has the layout of u64.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    fn closed(&self) -> &AtomicU32 {
+        // SAFETY: as in `atomic64`, 4-byte aligned.
+        unsafe { &*(self.map.as_ptr().add(CLOSED) as *const AtomicU32) }
+    }
+
+    fn data(&self) -> *mut u8 {
+        // SAFETY: DATA_OFFSET is inside the mapping.
+        unsafe { self.map.as_ptr().add(DATA_OFFSET) as *mut u8 }
+    }
+
+    /// Marks the ring closed by this side (the peer then fails instead of waiting).
+    pub fn close(&self) {
+        self.closed().store(1, Ordering::Release);
+    }
+
+    /// The ring's file name (for errors).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Waits politely: spins, then yields, then sleeps; checks the deadline and the peer.
+struct Backoff {
+    spins: u32,
+    last_check: Instant,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            spins: 0,
+            last_check: Instant::now(),
+        }
+    }
+
+    fn wait(&mut self, deadline: Instant, peer: &Liveness, ring: &Ring) -> Result<(), LinkError> {
+        self.spins += 1;
+        if self.spins < 64 {
+            std::hint::spin_loop();
+        } else if self.spins < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        if self.spins.is_multiple_of(64) || self.last_check.elapsed() > Duration::from_millis(5) {
+            self.last_check = Instant::now();
+            if ring.closed().load(Ordering::Acquire) != 0 {
+                return Err(LinkError::Closed);
+            }
+            if Instant::now() > deadline {
+                return Err(LinkError::Timeout);
+            }
+            if !peer.alive() {
+                return Err(LinkError::PeerDead);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The sending end of a ring.
+pub struct ShmTx {
+    ring: Ring,
+    peer: Liveness,
+}
+
+/// The receiving end of a ring.
+pub struct ShmRx {
+    ring: Ring,
+    peer: Liveness,
+}
+
+impl ShmTx {
+    /// The sending end over `ring`, whose reader is the process `peer`.
+    pub fn new(ring: Ring, peer: Liveness) -> ShmTx {
+        ShmTx { ring, peer }
+    }
+}
+
+impl ShmRx {
+    /// The receiving end over `ring`, whose writer is the process `peer`.
+    pub fn new(ring: Ring, peer: Liveness) -> ShmRx {
+        ShmRx { ring, peer }
+    }
+}
+
+impl LinkTx for ShmTx {
+    fn write_all(&mut self, mut bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
+        let r = &self.ring;
+        let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
+        let mut backoff = Backoff::new();
+        while !bytes.is_empty() {
+            let w = wpos.load(Ordering::Relaxed);
+            let used = (w - rpos.load(Ordering::Acquire)) as usize;
+            let free = r.cap - used;
+            if free == 0 {
+                backoff.wait(deadline, &self.peer, r)?;
+                continue;
+            }
+            backoff = Backoff::new();
+            let n = free.min(bytes.len());
+            let at = (w % r.cap as u64) as usize;
+            let first = n.min(r.cap - at);
+            // SAFETY: bytes [at, at + first) and [0, n - first) of the data area are free (not
+            // readable by the consumer until write_pos advances), and in bounds.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), r.data().add(at), first);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(first), r.data(), n - first);
+            }
+            wpos.store(w + n as u64, Ordering::Release);
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        self.ring.close();
+    }
+}
+
+impl LinkRx for ShmRx {
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
+        let r = &self.ring;
+        let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
+        let mut backoff = Backoff::new();
+        let mut done = 0;
+        while done < buf.len() {
+            let rd = rpos.load(Ordering::Relaxed);
+            let avail = (wpos.load(Ordering::Acquire) - rd) as usize;
+            if avail == 0 {
+                match backoff.wait(deadline, &self.peer, r) {
+                    // The writer publishes its last bytes before closing: look once more.
+                    Err(LinkError::Closed | LinkError::PeerDead)
+                        if wpos.load(Ordering::Acquire) > rd => {}
+                    other => other?,
+                }
+                continue;
+            }
+            backoff = Backoff::new();
+            let n = avail.min(buf.len() - done);
+            let at = (rd % r.cap as u64) as usize;
+            let first = n.min(r.cap - at);
+            // SAFETY: bytes [at, at + first) and [0, n - first) hold data the producer published
+            // (write_pos was observed with Acquire) and that it cannot overwrite until read_pos
+            // advances.
+            unsafe {
+                std::ptr::copy_nonoverlapping(r.data().add(at), buf.as_mut_ptr().add(done), first);
+                std::ptr::copy_nonoverlapping(
+                    r.data(),
+                    buf.as_mut_ptr().add(done + first),
+                    n - first,
+                );
+            }
+            rpos.store(rd + n as u64, Ordering::Release);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_moves_bytes_across_wraparound() {
+        let path = std::env::temp_dir().join(format!("gflow-ring-test-{}", std::process::id()));
+        let tx_ring = Ring::create(&path).expect("create");
+        let rx_ring = Ring::open(&path).expect("open");
+        let me = Liveness::process(std::process::id());
+        let (mut tx, mut rx) = (ShmTx::new(tx_ring, me.clone()), ShmRx::new(rx_ring, me));
+        let data: Vec<u8> = (0..3 * RING_BYTES + 12345)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let sent = data.clone();
+        let h = std::thread::spawn(move || tx.write_all(&sent, deadline).map(|_| tx));
+        let mut got = vec![0u8; data.len()];
+        rx.read_exact(&mut got, deadline).expect("read");
+        assert!(got == data);
+        let mut tx = h.join().expect("writer thread").expect("write");
+        tx.close();
+        let mut one = [0u8; 1];
+        assert_eq!(rx.read_exact(&mut one, deadline), Err(LinkError::Closed));
+    }
+}
