@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
 //! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`
-//! (the overhead of a global op that needs no communication).
+//! (the overhead of a global op that needs no communication) or `collectives` (run it under
+//! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout).
 
 use std::time::Instant;
 
@@ -11,6 +12,7 @@ use gflow::prelude::*;
 
 struct Args {
     what: String,
+    out: Option<String>,
     ranks: usize,
     mib: usize,
     runs: usize,
@@ -20,6 +22,7 @@ struct Args {
 fn parse() -> std::result::Result<Args, String> {
     let mut a = Args {
         what: "boxing".into(),
+        out: None,
         ranks: 4,
         mib: 16,
         runs: 7,
@@ -43,7 +46,8 @@ fn parse() -> std::result::Result<Args, String> {
                     .filter(|v: &Vec<usize>| !v.is_empty())
                     .ok_or("--sizes needs a list like 256,1024")?
             }
-            "boxing" | "matmul" | "dispatch" => a.what = x,
+            "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
+            "boxing" | "matmul" | "dispatch" | "collectives" => a.what = x,
             other => {
                 return Err(format!(
                     "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch [--ranks N] [--mib M] [--runs R] [--sizes a,b]"
@@ -173,6 +177,94 @@ fn dispatch(a: &Args) -> Result<()> {
     Ok(())
 }
 
+fn collectives(a: &Args) -> Result<()> {
+    let env = gflow::init()?;
+    let (n, me) = (env.world_size(), env.rank());
+    let world: Vec<usize> = (0..n).collect();
+    let transport = if std::env::var("GFLOW_TRANSPORT").is_ok_and(|t| t == "quic") {
+        "gflow-quic"
+    } else {
+        "gflow-shm"
+    };
+    let mut lines = vec![];
+    for &mib in &a.sizes {
+        let bytes = mib << 20;
+        let count = bytes / 4;
+        let src: Vec<f32> = (0..count).map(|i| (i % 97) as f32).collect();
+        let part = count / n;
+        let mut dst = vec![0f32; count];
+        let mut small = vec![0f32; part];
+        let nf = n as f64;
+        let ops: [(&str, f64); 4] = [
+            ("all_reduce", 2.0 * (nf - 1.0) / nf),
+            ("all_gather", (nf - 1.0) / nf),
+            ("reduce_scatter", (nf - 1.0) / nf),
+            ("all_to_all", (nf - 1.0) / nf),
+        ];
+        for (op, factor) in ops {
+            let t = time_collective(&env, a.runs, || {
+                let c = env.comm();
+                match op {
+                    "all_reduce" => {
+                        dst.copy_from_slice(&src);
+                        c.all_reduce(
+                            &world,
+                            bytemuck::cast_slice_mut(&mut dst),
+                            DType::F32,
+                            gflow::ReduceOp::Sum,
+                        )?
+                    }
+                    "all_gather" => c.all_gather_into(
+                        &world,
+                        bytemuck::cast_slice(&src[..part]),
+                        &vec![part * 4; n],
+                        bytemuck::cast_slice_mut(&mut dst[..part * n]),
+                    )?,
+                    "reduce_scatter" => c.reduce_scatter_into(
+                        &world,
+                        bytemuck::cast_slice(&src[..part * n]),
+                        &vec![part * 4; n],
+                        DType::F32,
+                        gflow::ReduceOp::Sum,
+                        bytemuck::cast_slice_mut(&mut small),
+                    )?,
+                    _ => {
+                        let sends: Vec<&[u8]> = src[..part * n]
+                            .chunks(part.max(1))
+                            .map(bytemuck::cast_slice)
+                            .take(n)
+                            .collect();
+                        std::hint::black_box(c.all_to_all(&world, &sends, &vec![part * 4; n])?);
+                    }
+                }
+                Ok(())
+            })?;
+            lines.push(format!(
+                "{{\"system\": \"{transport}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
+                factor * bytes as f64 / t / 1e9
+            ));
+        }
+    }
+    if me == 0 {
+        let text = lines.join("\n") + "\n";
+        match &a.out {
+            Some(path) => {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .map_err(|e| gflow::Error::Environment {
+                        reason: format!("cannot write {path}: {e}"),
+                    })?;
+            }
+            None => print!("{text}"),
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let args = match parse() {
         Ok(a) => a,
@@ -185,6 +277,7 @@ fn main() {
         "boxing" => boxing(&args),
         "matmul" => matmul(&args),
         "dispatch" => dispatch(&args),
+        "collectives" => collectives(&args),
         other => Err(gflow::Error::InvalidArgument {
             op: "gflow-bench",
             reason: format!("unknown benchmark {other:?}"),
