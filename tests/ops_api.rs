@@ -26,6 +26,14 @@ fn local_ops_and_operator_overloads() -> Result<()> {
     assert_eq!(a.narrow(1, 1, 1)?.to_vec::<f32>()?, vec![2.0, 4.0]);
     assert_eq!(a.reshape(&[4])?.shape(), &[4]);
     assert!(a.is_local() && a.matmul(&a)?.is_local());
+    // argument forms: one dim or a list; tensors or references; integer fill values
+    assert_eq!(a.sum(1, false)?.to_vec::<f32>()?, vec![3.0, 7.0]);
+    assert_eq!(a.sum([0, 1], false)?.to_vec::<f32>()?, vec![10.0]);
+    assert_eq!(Tensor::cat(&[a.clone(), a.clone()], 1)?.shape(), &[2, 4]);
+    assert_eq!(
+        Tensor::full(&[2], 3, Device::Cpu)?.to_vec::<f32>()?,
+        vec![3.0, 3.0]
+    );
     Ok(())
 }
 
@@ -91,7 +99,7 @@ fn operator_errors_are_typed() {
         Err(Error::ShapeMismatch { op: "cat", .. })
     ));
     assert!(matches!(
-        Tensor::cat(&[], 0),
+        Tensor::cat::<&Tensor>(&[], 0),
         Err(Error::InvalidArgument { op: "cat", .. })
     ));
     assert!(matches!(

@@ -8,6 +8,7 @@ use gflow::prelude::*;
 fn placement_accessors() -> Result<()> {
     let p = Placement::new("cuda", [[0, 1], [2, 3]])?;
     assert_eq!(p.device_type().as_str(), "cuda");
+    assert!(p.device_type() == "cuda");
     assert_eq!(p.ranks(), &[0, 1, 2, 3]);
     assert_eq!(p.hierarchy(), &[2, 2]);
     assert!(p.contains(3) && !p.contains(4));

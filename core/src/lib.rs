@@ -39,6 +39,7 @@ pub use comm::{CommError, CommOp, Communicator};
 pub use dtype::{DType, Element};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};
+pub use ops::Dims;
 pub use placement::{DeviceType, IntoRanks, Placement, Ranks};
 pub use reduce::ReduceOp;
 pub use sbp::{NdSbp, Sbp};

@@ -26,6 +26,7 @@ use crate::storage::HostData;
 use crate::tensor::{Device, Tensor};
 
 pub use binary::broadcast_shapes;
+pub use reduce::Dims;
 
 /// One valid 1-D combination of input and output SBPs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -94,11 +94,44 @@ impl Op for Reduce {
     }
 }
 
-fn reduce(t: &Tensor, kind: Kind, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+/// Dimensions to reduce: one `usize`, or a list (`&[usize]`, `[usize; N]`, `Vec<usize>`); an empty
+/// list means every dimension.
+pub trait Dims {
+    /// The dimensions.
+    fn dims(self) -> Vec<usize>;
+}
+impl Dims for usize {
+    fn dims(self) -> Vec<usize> {
+        vec![self]
+    }
+}
+impl Dims for &[usize] {
+    fn dims(self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+impl<const N: usize> Dims for [usize; N] {
+    fn dims(self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+impl<const N: usize> Dims for &[usize; N] {
+    fn dims(self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+impl Dims for Vec<usize> {
+    fn dims(self) -> Vec<usize> {
+        self
+    }
+}
+
+fn reduce(t: &Tensor, kind: Kind, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+    let dims = dims.dims();
     let mut dims: Vec<usize> = if dims.is_empty() {
         (0..t.ndim()).collect()
     } else {
-        dims.to_vec()
+        dims
     };
     dims.sort_unstable();
     if dims.windows(2).any(|w| w[0] == w[1]) {
@@ -118,11 +151,12 @@ fn reduce(t: &Tensor, kind: Kind, dims: &[usize], keepdim: bool) -> Result<Tenso
 }
 
 impl Tensor {
-    /// Sum over `dims` (all dims when empty), keeping them as size 1 when `keepdim`.
+    /// Sum over `dims` (one dim or a list; all dims when the list is empty), keeping them as size
+    /// 1 when `keepdim`.
     ///
     /// # Errors
     /// `DimOutOfRange`, `InvalidArgument` for a repeated dim; communication failures of boxing.
-    pub fn sum(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+    pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Sum, dims, keepdim)
     }
 
@@ -130,7 +164,7 @@ impl Tensor {
     ///
     /// # Errors
     /// As [`Tensor::sum`].
-    pub fn mean(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+    pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Mean, dims, keepdim)
     }
 
@@ -138,7 +172,7 @@ impl Tensor {
     ///
     /// # Errors
     /// As [`Tensor::sum`].
-    pub fn max(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+    pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Max, dims, keepdim)
     }
 }

@@ -215,12 +215,13 @@ impl Tensor {
         super::dispatch(&Transpose(d0, d1), &[self])
     }
 
-    /// Concatenates `tensors` along `dim`.
+    /// Concatenates `tensors` (`&[Tensor]` or `&[&Tensor]`) along `dim`.
     ///
     /// # Errors
     /// `ShapeMismatch` when the other dims differ, `DimOutOfRange`, `InvalidArgument` for none.
-    pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
-        super::dispatch(&Cat(dim), tensors)
+    pub fn cat<T: std::borrow::Borrow<Tensor>>(tensors: &[T], dim: usize) -> Result<Tensor> {
+        let refs: Vec<&Tensor> = tensors.iter().map(|t| t.borrow()).collect();
+        super::dispatch(&Cat(dim), &refs)
     }
 
     /// `len` elements of dimension `dim` starting at `start`.

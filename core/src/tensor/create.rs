@@ -179,8 +179,8 @@ impl Tensor {
     ///
     /// # Errors
     /// Placement and SBP errors for a global target.
-    pub fn full(shape: &[usize], value: f64, target: impl IntoTarget) -> Result<Tensor> {
-        Tensor::full_dtype(shape, value, DType::F32, target)
+    pub fn full(shape: &[usize], value: impl Into<f64>, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::full_dtype(shape, value.into(), DType::F32, target)
     }
 
     /// A tensor of `value` with element type `dtype`.
