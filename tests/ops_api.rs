@@ -15,9 +15,9 @@ fn local_ops_and_operator_overloads() -> Result<()> {
     assert_eq!((&a / &b)?.to_vec::<f32>()?, vec![0.1, 0.1, 0.3, 0.2]);
     assert_eq!((-&a)?.to_vec::<f32>()?, vec![-1.0, -2.0, -3.0, -4.0]);
     assert_eq!(a.matmul(&a)?.to_vec::<f32>()?, vec![7.0, 10.0, 15.0, 22.0]);
-    assert_eq!(a.sum(&[0], false)?.to_vec::<f32>()?, vec![4.0, 6.0]);
-    assert_eq!(a.mean(&[], false)?.to_vec::<f32>()?, vec![2.5]);
-    assert_eq!(a.max(&[1], true)?.shape(), &[2, 1]);
+    assert_eq!(a.sum([0], false)?.to_vec::<f32>()?, vec![4.0, 6.0]);
+    assert_eq!(a.mean([], false)?.to_vec::<f32>()?, vec![2.5]);
+    assert_eq!(a.max([1], true)?.shape(), &[2, 1]);
     assert_eq!(
         a.transpose(0, 1)?.to_vec::<f32>()?,
         vec![1.0, 3.0, 2.0, 4.0]
@@ -78,7 +78,7 @@ fn operator_errors_are_typed() {
         Err(Error::ShapeMismatch { op: "add", .. })
     ));
     assert!(matches!(
-        a.sum(&[2], false),
+        a.sum([2], false),
         Err(Error::DimOutOfRange {
             op: "sum",
             dim: 2,
@@ -103,7 +103,7 @@ fn operator_errors_are_typed() {
         Err(Error::InvalidArgument { op: "cat", .. })
     ));
     assert!(matches!(
-        a.sum(&[1, 1], false),
+        a.sum([1, 1], false),
         Err(Error::InvalidArgument { .. })
     ));
     let i = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu).unwrap();
