@@ -124,10 +124,7 @@ impl NetComm {
     }
 
     fn no_link(&self, peer: usize) -> CommError {
-        CommError::BadGroup {
-            rank: self.rank,
-            reason: format!("no link to rank {peer} in a world of {}", self.world),
-        }
+        CommError::no_link(self.rank, peer, self.world)
     }
 
     fn enqueue(&self, peer: usize, op: CommOp, data: Arc<[u8]>) -> Result<(), CommError> {

@@ -61,10 +61,7 @@ impl InProcComm {
     }
 
     fn bad_peer(&self, peer: usize) -> CommError {
-        CommError::BadGroup {
-            rank: self.rank,
-            reason: format!("no link to rank {peer} in a world of {}", self.to.len()),
-        }
+        CommError::no_link(self.rank, peer, self.to.len())
     }
 }
 

@@ -99,6 +99,16 @@ pub enum CommError {
     },
 }
 
+impl CommError {
+    /// The error for a peer this rank has no link to (out of the world, or itself).
+    pub fn no_link(rank: usize, peer: usize, world: usize) -> CommError {
+        CommError::BadGroup {
+            rank,
+            reason: format!("no link to rank {peer} in a world of {world}"),
+        }
+    }
+}
+
 /// Collectives for boxing. Groups are lists of world ranks, identical (same order) on every
 /// member; every member calls the same collectives in the same order. Implementations provide
 /// `send` and `recv_into`; every collective has a default built on them.
