@@ -29,6 +29,10 @@ pub enum UnaryOp {
     Sigmoid,
     /// Hyperbolic tangent.
     Tanh,
+    /// `1` where `x > 0`, else `0` (the derivative of relu; masks).
+    Step,
+    /// The derivative of [`UnaryOp::Gelu`].
+    GeluGrad,
 }
 
 /// Elementwise functions of two tensors (with NumPy broadcasting).
@@ -95,6 +99,26 @@ pub trait Backend: Send + Sync {
     ) -> Result<Self::Storage>;
     /// `x * s` elementwise.
     fn scale(&self, x: &Self::Storage, s: f64) -> Result<Self::Storage>;
+    /// `x + s` elementwise.
+    fn add_scalar(&self, x: &Self::Storage, s: f64) -> Result<Self::Storage>;
+    /// Rows of `table` (shape `(rows, row_len)`) picked by the integer `indices`: the output
+    /// holds `indices.len()` rows. An index outside `0..rows` is an `InvalidArgument` error.
+    fn gather_rows(
+        &self,
+        table: &Self::Storage,
+        rows: usize,
+        row_len: usize,
+        indices: &Self::Storage,
+    ) -> Result<Self::Storage>;
+    /// The transpose of [`Backend::gather_rows`]: a `(rows, row_len)` table of zeros to which
+    /// row `i` of `src` is added at row `indices[i]`.
+    fn scatter_add_rows(
+        &self,
+        src: &Self::Storage,
+        rows: usize,
+        row_len: usize,
+        indices: &Self::Storage,
+    ) -> Result<Self::Storage>;
     /// Reduces `dims` (sorted, distinct) of `x` with `op`, keeping them as size-1 dimensions.
     fn reduce(
         &self,

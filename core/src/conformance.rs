@@ -43,7 +43,7 @@ macro_rules! conformance_tests {
     ($make:expr) => {
         $crate::conformance_tests!(@cases $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
-            permute_slice_cat, empty_tensors, large_elementwise);
+            permute_slice_cat, gather_scatter, empty_tensors, large_elementwise);
     };
     (@cases $make:expr; $($case:ident),*) => {
         $(
@@ -165,6 +165,19 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         }
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Step => {
+            if x > 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        // d/dx of 0.5 x (1 + tanh u), u = c (x + 0.044715 x^3), written with sech^2.
+        UnaryOp::GeluGrad => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let u = c * (x + 0.044715 * x.powi(3));
+            0.5 * (1.0 + u.tanh()) + 0.5 * x * c * (1.0 + 3.0 * 0.044715 * x * x) / u.cosh().powi(2)
+        }
     }
 }
 
@@ -172,7 +185,9 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
 pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
     use UnaryOp::*;
     for dtype in DTYPES {
-        for op in [Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh] {
+        for op in [
+            Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad,
+        ] {
             let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt)));
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &b.upload(&host(dtype, &x))?)?;
@@ -258,6 +273,14 @@ pub fn scale<B: Backend>(b: &B) -> Result<()> {
             b,
             "scale",
             &b.scale(&b.upload(&host(dtype, &x))?, -0.375)?,
+            &want,
+            dtype,
+        )?;
+        let want: Vec<f64> = x.iter().map(|v| v + 1.5).collect();
+        expect(
+            b,
+            "add_scalar",
+            &b.add_scalar(&b.upload(&host(dtype, &x))?, 1.5)?,
             &want,
             dtype,
         )?;
@@ -444,6 +467,52 @@ pub fn permute_slice_cat<B: Backend>(b: &B) -> Result<()> {
             want.push(100.0 + r as f64);
         }
         expect(b, "cat", &got, &want, dtype)?;
+    }
+    Ok(())
+}
+
+/// Row gathers (embedding lookups) and their transpose, scatter-add with repeated indices; an
+/// index out of range is an error.
+pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
+    let (rows, len) = (5, 3);
+    let idx = [4i64, 0, 2, 4, 1, 4];
+    let ix = b.upload(&HostData::I64(idx.to_vec()))?;
+    for dtype in DTYPES {
+        let t = vals(rows * len, 9, false);
+        let table = b.upload(&host(dtype, &t))?;
+        let want: Vec<f64> = idx
+            .iter()
+            .flat_map(|&i| t[i as usize * len..(i as usize + 1) * len].to_vec())
+            .collect();
+        expect(
+            b,
+            "gather_rows",
+            &b.gather_rows(&table, rows, len, &ix)?,
+            &want,
+            dtype,
+        )?;
+        let src = vals(idx.len() * len, 10, false);
+        let mut want = vec![0.0; rows * len];
+        for (r, &i) in idx.iter().enumerate() {
+            for c in 0..len {
+                want[i as usize * len + c] += src[r * len + c];
+            }
+        }
+        let s = b.upload(&host(dtype, &src))?;
+        expect(
+            b,
+            "scatter_add_rows",
+            &b.scatter_add_rows(&s, rows, len, &ix)?,
+            &want,
+            dtype,
+        )?;
+        let bad = b.upload(&HostData::I64(vec![1, 5]))?;
+        if b.gather_rows(&table, rows, len, &bad).is_ok() {
+            return Err(Error::InvalidArgument {
+                op: "conformance",
+                reason: "gather_rows accepted index 5 of 5 rows".into(),
+            });
+        }
     }
     Ok(())
 }

@@ -183,6 +183,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A broken internal invariant: a gflow bug, reported instead of a panic.
+    #[error("internal error (a gflow bug, please report): {0}")]
+    Internal(String),
 }
 
 impl Error {

@@ -17,6 +17,7 @@
 //! # Ok::<(), gflow_core::Error>(())
 //! ```
 
+pub mod autograd;
 pub mod backend;
 pub mod boxing;
 pub mod comm;
@@ -35,6 +36,7 @@ pub mod shape;
 pub mod storage;
 pub mod tensor;
 
+pub use autograd::{is_grad_enabled, no_grad};
 pub use comm::{CommError, CommOp, Communicator};
 pub use dtype::{DType, Element};
 pub use env::{Env, manual_seed, simulate};

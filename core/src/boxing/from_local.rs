@@ -202,7 +202,9 @@ fn summand_of(dist: &Dist, coords: &[usize]) -> usize {
 
 /// Builds this rank's component of the global tensor whose components are the ranks' local
 /// tensors (`local`: this rank's data and shape). Every rank of the world must call it. Returns
-/// the global shape, the dtype and this rank's component (`None` outside the placement).
+/// the global shape, the dtype, this rank's component (`None` outside the placement) and the
+/// box of the global tensor this rank's local tensor stands for (on broadcast axes, that of the
+/// group's first rank; `None` outside the placement).
 ///
 /// # Errors
 /// `DTypeMismatch`, `LocalShapeMismatch` or `SplitDimOutOfRange` when the components do not fit
@@ -211,7 +213,7 @@ pub fn from_local(
     local: (&HostData, &[usize]),
     dist: &Dist,
     comm: &dyn Communicator,
-) -> Result<(Vec<usize>, DType, Option<HostData>)> {
+) -> Result<FromLocal> {
     let me = comm.rank();
     let p = &dist.placement;
     let mine = Meta {
@@ -276,5 +278,40 @@ pub fn from_local(
         .find(|d| d.rank == me)
         .map(|d| DstRole::Data(d.region.clone()));
     let data = run_transfers(&transfers, dtype, my_src, my_dst, comm)?;
-    Ok((shape, dtype, data))
+    let source = p.index_of(me).and_then(|i| {
+        let mut coords = p.coords_of_index(i);
+        for (c, s) in coords.iter_mut().zip(dist.nd_sbp.as_slice()) {
+            if *s == Sbp::Broadcast {
+                *c = 0;
+            }
+        }
+        let rep = p.rank_at(&coords);
+        src.iter().find(|s| s.rank == rep).map(|s| s.region.clone())
+    });
+    let balanced = src
+        .iter()
+        .all(|s| dst.iter().any(|d| d.rank == s.rank && d.region == s.region));
+    Ok(FromLocal {
+        shape,
+        dtype,
+        component: data,
+        source,
+        balanced,
+    })
+}
+
+/// What [`from_local`] returns.
+#[derive(Debug)]
+pub struct FromLocal {
+    /// The global shape.
+    pub shape: Vec<usize>,
+    /// The element type.
+    pub dtype: DType,
+    /// This rank's component (`None` outside the placement).
+    pub component: Option<HostData>,
+    /// The box of the global tensor this rank's local tensor stands for.
+    pub source: Option<crate::shape::Region>,
+    /// Whether every contributing rank's box is its balanced component (the same on every
+    /// rank): then the inverse is plain boxing, else it needs the sizes.
+    pub balanced: bool,
 }

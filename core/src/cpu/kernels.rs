@@ -69,7 +69,28 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             .collect(),
         UnaryOp::Sigmoid => x.iter().map(|&v| one / (one + (-v).exp())).collect(),
         UnaryOp::Tanh => x.iter().map(|v| v.tanh()).collect(),
+        UnaryOp::Step => x
+            .iter()
+            .map(|&v| if v > T::zero() { one } else { T::zero() })
+            .collect(),
+        UnaryOp::GeluGrad => {
+            let three = T::from_f64(3.0);
+            x.iter()
+                .map(|&v| {
+                    let t = (c * (v + k * v * v * v)).tanh();
+                    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
+                })
+                .collect()
+        }
     }
+}
+
+/// Checks integer row indices against `rows`.
+pub(super) fn row_indices(indices: &[i64], rows: usize) -> Result<Vec<usize>, i64> {
+    indices
+        .iter()
+        .map(|&i| usize::try_from(i).ok().filter(|&u| u < rows).ok_or(i))
+        .collect()
 }
 
 fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {

@@ -12,6 +12,20 @@ use crate::storage::HostData;
 
 pub use kernels::Float;
 
+/// The row indices in `indices` (I64), each checked against `rows`.
+fn checked_rows(indices: &HostData, rows: usize) -> Result<Vec<usize>> {
+    let HostData::I64(v) = indices else {
+        return Err(Error::DTypeMismatch {
+            expected: DType::I64,
+            got: indices.dtype(),
+        });
+    };
+    kernels::row_indices(v, rows).map_err(|bad| Error::InvalidArgument {
+        op: "gather_rows",
+        reason: format!("index {bad} is out of range for {rows} rows"),
+    })
+}
+
 /// The CPU backend.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
@@ -81,6 +95,47 @@ impl Backend for CpuBackend {
 
     fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
         float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect())
+    }
+
+    fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData> {
+        float_op!(x, v, T => v.iter().map(|&e| e + <T as Element>::from_f64(s)).collect())
+    }
+
+    fn gather_rows(
+        &self,
+        table: &HostData,
+        rows: usize,
+        row_len: usize,
+        indices: &HostData,
+    ) -> Result<HostData> {
+        let idx = checked_rows(indices, rows)?;
+        let elem = table.dtype().size();
+        let (src, w) = (table.as_bytes(), row_len * elem);
+        let mut out = Vec::with_capacity(idx.len() * w);
+        for i in idx {
+            out.extend_from_slice(&src[i * w..(i + 1) * w]);
+        }
+        Ok(HostData::from_bytes(table.dtype(), &out))
+    }
+
+    fn scatter_add_rows(
+        &self,
+        src: &HostData,
+        rows: usize,
+        row_len: usize,
+        indices: &HostData,
+    ) -> Result<HostData> {
+        let idx = checked_rows(indices, rows)?;
+        float_op!(src, v, T => {
+            let mut out = vec![<T as Element>::from_f64(0.0); rows * row_len];
+            for (r, &i) in idx.iter().enumerate() {
+                let dst = &mut out[i * row_len..(i + 1) * row_len];
+                for (d, &x) in dst.iter_mut().zip(&v[r * row_len..(r + 1) * row_len]) {
+                    *d += x;
+                }
+            }
+            out
+        })
     }
 
     fn reduce(

@@ -1,6 +1,7 @@
 //! `add sub mul div` with NumPy broadcasting, and the `&a + &b` operators.
 
 use super::{Kernel, Op, Signature};
+use crate::autograd::{Ctx, record, sum_to};
 use crate::backend::{Backend, BinaryOp};
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -98,6 +99,32 @@ impl Op for Binary {
     }
 }
 
+/// The gradients of `out = op(a, b)`, summed back over broadcast dims.
+fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let (a, b) = (&c.inputs[0], &c.inputs[1]);
+    let ga = |f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
+        if c.needs[0] {
+            Ok(Some(sum_to(&f()?, a.shape())?))
+        } else {
+            Ok(None)
+        }
+    };
+    let gb = |f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
+        if c.needs[1] {
+            Ok(Some(sum_to(&f()?, b.shape())?))
+        } else {
+            Ok(None)
+        }
+    };
+    Ok(match op {
+        BinaryOp::Add => vec![ga(&|| Ok(g.clone()))?, gb(&|| Ok(g.clone()))?],
+        BinaryOp::Sub => vec![ga(&|| Ok(g.clone()))?, gb(&|| g.neg())?],
+        BinaryOp::Mul => vec![ga(&|| g.mul(b))?, gb(&|| g.mul(a))?],
+        // d(a/b)/db = -(a/b)/b.
+        BinaryOp::Div => vec![ga(&|| g.div(b))?, gb(&|| g.mul(c.out)?.div(b)?.neg())?],
+    })
+}
+
 macro_rules! binary_methods {
     ($($(#[$doc:meta])* $name:ident, $trait:ident, $method:ident => $op:ident;)*) => {
         impl Tensor {
@@ -108,7 +135,13 @@ macro_rules! binary_methods {
                 /// `ShapeMismatch` for shapes that do not broadcast, `PlacementMismatch`,
                 /// `DTypeMismatch`; communication failures of boxing.
                 pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
-                    super::dispatch(&Binary(BinaryOp::$op), &[self, other])
+                    let op = Binary(BinaryOp::$op);
+                    record(
+                        super::dispatch(&op, &[self, other]),
+                        op.name(),
+                        &[self, other],
+                        |c, g| binary_backward(BinaryOp::$op, c, g),
+                    )
                 }
             )*
         }

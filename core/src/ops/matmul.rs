@@ -2,6 +2,7 @@
 //! with the same batch dims).
 
 use super::{Kernel, Op, Signature};
+use crate::autograd::{Ctx, record};
 use crate::backend::{Backend, MatmulDims};
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -84,6 +85,34 @@ impl Tensor {
     /// # Errors
     /// `ShapeMismatch`, `PlacementMismatch`, `DTypeMismatch`; communication failures of boxing.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        super::dispatch(&Matmul, &[self, other])
+        record(
+            super::dispatch(&Matmul, &[self, other]),
+            "matmul",
+            &[self, other],
+            matmul_backward,
+        )
     }
+}
+
+/// `ga = g @ b^T`, `gb = a^T @ g` (for a 2-D `b` under a batched `a`, summed over the batch by
+/// folding the batch into the rows).
+fn matmul_backward(c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let (a, b) = (&c.inputs[0], &c.inputs[1]);
+    let (r, rb) = (a.ndim(), b.ndim());
+    let ga = if c.needs[0] {
+        Some(g.matmul(&b.transpose(rb - 2, rb - 1)?)?)
+    } else {
+        None
+    };
+    let gb = if !c.needs[1] {
+        None
+    } else if rb == 2 && r > 2 {
+        let rows: usize = a.shape()[..r - 1].iter().product();
+        let a2 = a.reshape(&[rows, a.shape()[r - 1]])?;
+        let g2 = g.reshape(&[rows, g.shape()[r - 1]])?;
+        Some(a2.transpose(0, 1)?.matmul(&g2)?)
+    } else {
+        Some(a.transpose(r - 2, r - 1)?.matmul(g)?)
+    };
+    Ok(vec![ga, gb])
 }

@@ -9,6 +9,7 @@
 //!    kernel on the local components, and wrap the output with the candidate's SBP.
 
 mod binary;
+mod gather;
 mod matmul;
 mod reduce;
 mod shape_ops;
@@ -74,31 +75,32 @@ pub(crate) trait Op {
     fn any_dtype(&self) -> bool {
         false
     }
+    /// The output's dtype from the inputs' (by default: all inputs share one dtype, a float
+    /// unless [`Op::any_dtype`]).
+    fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
+        let dtype = dtypes.first().copied().unwrap_or(DType::F32);
+        if let Some(&d) = dtypes.iter().find(|&&d| d != dtype) {
+            return Err(Error::DTypeMismatch {
+                expected: dtype,
+                got: d,
+            });
+        }
+        if !self.any_dtype() && dtype == DType::I64 {
+            return Err(Error::DTypeMismatch {
+                expected: DType::F32,
+                got: dtype,
+            });
+        }
+        Ok(dtype)
+    }
 }
 
 /// All three partial reductions, for operators that commute with every one of them.
 const PARTIALS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
 
-fn check_dtypes(op: &dyn Op, inputs: &[&Tensor]) -> Result<DType> {
-    let dtype = inputs.first().map_or(DType::F32, |t| t.dtype());
-    if let Some(t) = inputs.iter().find(|t| t.dtype() != dtype) {
-        return Err(Error::DTypeMismatch {
-            expected: dtype,
-            got: t.dtype(),
-        });
-    }
-    if !op.any_dtype() && dtype == DType::I64 {
-        return Err(Error::DTypeMismatch {
-            expected: DType::F32,
-            got: dtype,
-        });
-    }
-    Ok(dtype)
-}
-
 /// Runs `op` on `inputs` (all local or all global).
 pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
-    let dtype = check_dtypes(op, inputs)?;
+    let dtype = op.out_dtype(&inputs.iter().map(|t| t.dtype()).collect::<Vec<_>>())?;
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let out_shape = op.infer(&shapes)?;
     if inputs.iter().all(|t| t.is_local()) {
@@ -141,7 +143,8 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     }
     let sigs = op.signatures(&shapes, &out_shape);
     let current: Vec<&NdSbp> = inputs.iter().filter_map(|t| t.sbp()).collect();
-    let choice = choose(&sigs, &current, &shapes, dtype.size(), placement)?;
+    let elem = inputs.iter().map(|t| t.dtype().size()).max().unwrap_or(4);
+    let choice = choose(&sigs, &current, &shapes, elem, placement)?;
     // Box inputs whose SBP differs from the chosen candidate's.
     let boxed: Vec<Tensor> = inputs
         .iter()

@@ -1,6 +1,8 @@
 //! `sum mean max` over dimensions, with `keepdim`.
 
 use super::{Kernel, Op, Signature, check_dim};
+use crate::autograd::{Ctx, record};
+use crate::backend::UnaryOp;
 use crate::backend::{Backend, ReduceKind};
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -140,14 +142,45 @@ fn reduce(t: &Tensor, kind: Kind, dims: impl Dims, keepdim: bool) -> Result<Tens
             reason: format!("dimension listed twice in {dims:?}"),
         });
     }
-    super::dispatch(
-        &Reduce {
-            kind,
-            dims,
-            keepdim,
-        },
-        &[t],
-    )
+    let op = Reduce {
+        kind,
+        dims,
+        keepdim,
+    };
+    let out = super::dispatch(&op, &[t]);
+    record(out, op.name(), &[t], move |c, g| {
+        Ok(vec![Some(reduce_backward(&op, c, g)?)])
+    })
+}
+
+/// Sum: the gradient spreads over the reduced dims; mean: divided by the count; max: it goes to
+/// the maxima, shared equally between ties (as PyTorch's `amax`).
+fn reduce_backward(op: &Reduce, c: &Ctx<'_>, g: &Tensor) -> Result<Tensor> {
+    let x = &c.inputs[0];
+    let keep: Vec<usize> = (0..x.ndim())
+        .map(|d| {
+            if op.dims.contains(&d) {
+                1
+            } else {
+                x.shape()[d]
+            }
+        })
+        .collect();
+    let g = g.reshape(&keep)?;
+    match op.kind {
+        Kind::Sum => g.expand(x.shape()),
+        Kind::Mean => {
+            let count: usize = op.dims.iter().map(|&d| x.shape()[d]).product();
+            g.mul_scalar(1.0 / count.max(1) as f64)?.expand(x.shape())
+        }
+        Kind::Max => {
+            let m = c.out.reshape(&keep)?.expand(x.shape())?;
+            // x <= max everywhere, so step(max - x) is 0 exactly at the maxima.
+            let mask = m.sub(x)?.unary(UnaryOp::Step)?.neg()?.add_scalar(1.0)?;
+            let ties = mask.sum(op.dims.clone(), true)?;
+            g.div(&ties)?.expand(x.shape())?.mul(&mask)
+        }
+    }
 }
 
 impl Tensor {

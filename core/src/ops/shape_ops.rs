@@ -1,8 +1,9 @@
-//! Data movement: `reshape`, `transpose`, `cat`, `narrow`. They commute with every partial
-//! reduction, and work on every dtype.
+//! Data movement: `reshape`, `transpose`, `cat`, `narrow`, `expand`. They commute with every
+//! partial reduction, and work on every dtype.
 
 use super::{Kernel, Op, PARTIALS, Signature, check_dim};
-use crate::backend::Backend;
+use crate::autograd::{record, sum_to, target_like};
+use crate::backend::{Backend, BinaryOp};
 use crate::error::{Error, Result};
 use crate::sbp::Sbp;
 use crate::storage::HostData;
@@ -198,13 +199,73 @@ impl Op for Narrow {
     }
 }
 
+pub(super) struct Expand(pub(super) Vec<usize>);
+
+impl Op for Expand {
+    fn name(&self) -> &'static str {
+        "expand"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let s = shapes[0];
+        let fits =
+            s.len() == self.0.len() && s.iter().zip(&self.0).all(|(&a, &b)| a == b || a == 1);
+        if !fits {
+            return Err(Error::ShapeMismatch {
+                op: "expand",
+                shapes: vec![s.to_vec(), self.0.clone()],
+                reason: "expand repeats size-1 dims of a tensor with as many dims".into(),
+            });
+        }
+        Ok(self.0.clone())
+    }
+    fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..out.len())
+            .filter(|&d| shapes[0][d] == out[d])
+            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
+            .collect();
+        keep_partials(1, &mut v);
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+        // Broadcasting against a zero scalar repeats the size-1 dims.
+        let zero = HostData::filled(k.inputs[0].dtype(), 1, 0.0);
+        k.backend.binary(
+            BinaryOp::Add,
+            k.inputs[0],
+            &k.shapes[0],
+            &zero,
+            &[],
+            &k.out_shape,
+        )
+    }
+}
+
 impl Tensor {
+    /// Repeats the size-1 dimensions of this tensor to reach `shape` (same number of dims).
+    ///
+    /// # Errors
+    /// `ShapeMismatch` when a dim of size other than 1 would change; `DTypeMismatch` for
+    /// integer tensors.
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        record(
+            super::dispatch(&Expand(shape.to_vec()), &[self]),
+            "expand",
+            &[self],
+            |c, g| Ok(vec![Some(sum_to(g, c.inputs[0].shape())?)]),
+        )
+    }
+
     /// The same data with another shape of the same element count.
     ///
     /// # Errors
     /// `ShapeMismatch` when the element counts differ.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        super::dispatch(&Reshape(shape.to_vec()), &[self])
+        record(
+            super::dispatch(&Reshape(shape.to_vec()), &[self]),
+            "reshape",
+            &[self],
+            |c, g| Ok(vec![Some(g.reshape(c.inputs[0].shape())?)]),
+        )
     }
 
     /// Swaps dimensions `d0` and `d1`.
@@ -212,7 +273,12 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`.
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
-        super::dispatch(&Transpose(d0, d1), &[self])
+        record(
+            super::dispatch(&Transpose(d0, d1), &[self]),
+            "transpose",
+            &[self],
+            move |_, g| Ok(vec![Some(g.transpose(d0, d1)?)]),
+        )
     }
 
     /// Concatenates `tensors` (`&[Tensor]` or `&[&Tensor]`) along `dim`.
@@ -221,7 +287,23 @@ impl Tensor {
     /// `ShapeMismatch` when the other dims differ, `DimOutOfRange`, `InvalidArgument` for none.
     pub fn cat<T: std::borrow::Borrow<Tensor>>(tensors: &[T], dim: usize) -> Result<Tensor> {
         let refs: Vec<&Tensor> = tensors.iter().map(|t| t.borrow()).collect();
-        super::dispatch(&Cat(dim), &refs)
+        record(
+            super::dispatch(&Cat(dim), &refs),
+            "cat",
+            &refs,
+            move |c, g| {
+                let mut start = 0;
+                c.inputs
+                    .iter()
+                    .zip(&c.needs)
+                    .map(|(t, &need)| {
+                        let len = t.shape()[dim];
+                        start += len;
+                        need.then(|| g.narrow(dim, start - len, len)).transpose()
+                    })
+                    .collect()
+            },
+        )
     }
 
     /// `len` elements of dimension `dim` starting at `start`.
@@ -229,6 +311,22 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`, `InvalidArgument` for a range past the end.
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
-        super::dispatch(&Narrow { dim, start, len }, &[self])
+        record(
+            super::dispatch(&Narrow { dim, start, len }, &[self]),
+            "narrow",
+            &[self],
+            move |c, g| {
+                // Pad the gradient with zeros back to the input's extent.
+                let x = &c.inputs[0];
+                let zeros = |n: usize| {
+                    let mut s = x.shape().to_vec();
+                    s[dim] = n;
+                    Tensor::full_dtype(&s, 0.0, g.dtype(), target_like(x))
+                };
+                let after = x.shape()[dim] - start - len;
+                let parts = [zeros(start)?, g.clone(), zeros(after)?];
+                Ok(vec![Some(Tensor::cat(&parts, dim)?)])
+            },
+        )
     }
 }

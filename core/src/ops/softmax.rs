@@ -1,6 +1,7 @@
 //! `softmax` and `log_softmax` over one dimension.
 
 use super::{Kernel, Op, Signature, check_dim};
+use crate::autograd::record;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::sbp::Sbp;
@@ -40,7 +41,17 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn softmax(&self, dim: usize) -> Result<Tensor> {
-        super::dispatch(&Softmax { dim, log: false }, &[self])
+        record(
+            super::dispatch(&Softmax { dim, log: false }, &[self]),
+            "softmax",
+            &[self],
+            move |c, g| {
+                // dx = y * (g - sum(g * y))
+                let y = c.out;
+                let dot = g.mul(y)?.sum(dim, true)?;
+                Ok(vec![Some(y.mul(&g.sub(&dot)?)?)])
+            },
+        )
     }
 
     /// Log-softmax over `dim` (computed stably, not as `log(softmax)`).
@@ -48,6 +59,15 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
-        super::dispatch(&Softmax { dim, log: true }, &[self])
+        record(
+            super::dispatch(&Softmax { dim, log: true }, &[self]),
+            "log_softmax",
+            &[self],
+            move |c, g| {
+                // dx = g - softmax * sum(g)
+                let total = g.sum(dim, true)?;
+                Ok(vec![Some(g.sub(&c.out.exp()?.mul(&total)?)?)])
+            },
+        )
     }
 }

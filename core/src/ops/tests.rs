@@ -45,19 +45,35 @@ fn check_op(
     op: &(dyn Op + Sync),
     shapes: &[Vec<usize>],
     positive: bool,
+    index: Option<(usize, usize)>,
     p: &Placement,
     world: usize,
 ) {
     let vals: Vec<Vec<f64>> = shapes
         .iter()
         .enumerate()
-        .map(|(i, s)| values(s.iter().product(), i, positive))
+        .map(|(i, s)| match index {
+            Some((j, rows)) if j == i => (0..s.iter().product())
+                .map(|e| ((e * 7 + 3) % rows) as f64)
+                .collect(),
+            _ => values(s.iter().product(), i, positive),
+        })
         .collect();
+    // Index inputs are integers; the rest are f64.
+    let data = |i: usize, v: Vec<f64>| match index {
+        Some((j, _)) if j == i => HostData::I64(v.into_iter().map(|x| x as i64).collect()),
+        _ => HostData::F64(v),
+    };
+    let dtype = |i: usize| match index {
+        Some((j, _)) if j == i => DType::I64,
+        _ => DType::F64,
+    };
     let expected = simulate(1, |_| {
         let ts: Vec<Tensor> = vals
             .iter()
             .zip(shapes)
-            .map(|(v, s)| Tensor::from_vec(v.clone(), s, Device::Cpu))
+            .enumerate()
+            .map(|(i, (v, s))| Tensor::from_vec_data(data(i, v.clone()), s, Device::Cpu))
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = ts.iter().collect();
         dispatch(op, &refs)?.to_vec::<f64>()
@@ -87,8 +103,8 @@ fn check_op(
                     let dist = Dist::new(p.clone(), in_nd[i].clone());
                     let comp = p
                         .coords_of(env.rank())
-                        .map(|c| HostData::F64(component(&vals[i], &shapes[i], p, &in_nd[i], &c)));
-                    Tensor::from_component(comp, &shapes[i], DType::F64, dist)
+                        .map(|c| data(i, component(&vals[i], &shapes[i], p, &in_nd[i], &c)));
+                    Tensor::from_component(comp, &shapes[i], dtype(i), dist)
                 })
                 .collect::<Result<_>>()?;
             let refs: Vec<&Tensor> = ts.iter().collect();
@@ -129,17 +145,51 @@ fn placements() -> Vec<(Placement, usize)> {
 
 fn check(op: &(dyn Op + Sync), shapes: &[Vec<usize>], positive: bool) {
     for (p, world) in placements() {
-        check_op(op, shapes, positive, &p, world);
+        check_op(op, shapes, positive, None, &p, world);
+    }
+}
+
+#[test]
+fn gather_and_scatter_rows() {
+    for (p, world) in placements() {
+        check_op(
+            &gather::Gather,
+            &[vec![7, 4], vec![5, 2]],
+            false,
+            Some((1, 7)),
+            &p,
+            world,
+        );
+        check_op(
+            &gather::Gather,
+            &[vec![7, 3, 2], vec![5]],
+            false,
+            Some((1, 7)),
+            &p,
+            world,
+        );
+        let scatter = gather::ScatterRows { rows: 7 };
+        check_op(
+            &scatter,
+            &[vec![5, 2], vec![5, 2, 3]],
+            false,
+            Some((0, 7)),
+            &p,
+            world,
+        );
     }
 }
 
 #[test]
 fn unary_ops() {
     use UnaryOp::*;
-    for op in [Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh] {
+    for op in [
+        Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad,
+    ] {
         check(&unary::Unary(op), &[vec![5, 4]], matches!(op, Log | Sqrt));
     }
     check(&unary::Scale(-2.5), &[vec![5, 3]], false);
+    check(&unary::AddScalar(1.5), &[vec![5, 3]], false);
 }
 
 #[test]
@@ -195,6 +245,8 @@ fn shape_ops() {
     check(&shape_ops::Reshape(vec![20]), &[vec![5, 4]], false);
     check(&shape_ops::Transpose(0, 2), &[vec![5, 4, 3]], false);
     check(&shape_ops::Cat(1), &[vec![5, 2], vec![5, 3]], false);
+    check(&shape_ops::Expand(vec![5, 4, 3]), &[vec![5, 1, 3]], false);
+    check(&shape_ops::Expand(vec![2, 3]), &[vec![1, 1]], false);
     check(
         &shape_ops::Narrow {
             dim: 1,

@@ -1,5 +1,6 @@
 //! Conversions: `to_global` (local -> global and global -> global boxing), `to_local`, `to_vec`.
 
+use crate::autograd::{partial_to_broadcast, record};
 use crate::boxing::{self, Dist, exec, from_local};
 use crate::dtype::Element;
 use crate::env;
@@ -10,6 +11,35 @@ use crate::shape::region_shape;
 use crate::storage::HostData;
 
 use super::{Device, Tensor};
+
+/// The gradient of a local tensor that became a component of a global one under `dist`, from
+/// the global gradient `g`: this rank's box of `g` (the whole of it on broadcast and partial
+/// axes, as OneFlow gives), zeros outside the placement.
+fn local_grad(
+    x: &Tensor,
+    g: &Tensor,
+    dist: &Dist,
+    source: Option<&crate::shape::Region>,
+    balanced: bool,
+) -> Result<Tensor> {
+    let p = &dist.placement;
+    let sbp = if balanced {
+        partial_to_broadcast(&dist.nd_sbp)
+    } else {
+        NdSbp::broadcast(p.ndim())
+    };
+    let boxed = g.to_global(p, sbp)?;
+    let Some(region) = source else {
+        return Tensor::full_dtype(x.shape(), 0.0, x.dtype(), Device::Cpu);
+    };
+    let mut local = boxed.to_local()?;
+    if !balanced {
+        for (d, r) in region.iter().enumerate() {
+            local = local.narrow(d, r.start, r.len())?;
+        }
+    }
+    Ok(local)
+}
 
 impl Tensor {
     /// Converts to a global tensor on `placement` with `sbp`.
@@ -39,9 +69,19 @@ impl Tensor {
                     op: "to_global",
                     needs: "local",
                 })?;
-                let (shape, dtype, out) =
-                    from_local::from_local((&data, self.shape()), &dist, env.comm())?;
-                Ok(Tensor::global_from(out, shape, dtype, dist))
+                let made = from_local::from_local((&data, self.shape()), &dist, env.comm())?;
+                drop(data);
+                let out = Tensor::global_from(made.component, made.shape, made.dtype, dist.clone());
+                let (source, balanced) = (made.source, made.balanced);
+                record(Ok(out), "to_global", &[self], move |c, g| {
+                    Ok(vec![Some(local_grad(
+                        &c.inputs[0],
+                        g,
+                        &dist,
+                        source.as_ref(),
+                        balanced,
+                    )?)])
+                })
             }
             Some(src) => {
                 let plan = boxing::plan(self.shape(), self.dtype().size(), src, &dist)?;
@@ -53,12 +93,21 @@ impl Tensor {
                     data.as_deref(),
                     env.comm(),
                 )?;
-                Ok(Tensor::global_from(
-                    out,
-                    self.shape().to_vec(),
-                    self.dtype(),
-                    dist,
-                ))
+                let back = src.clone();
+                record(
+                    Ok(Tensor::global_from(
+                        out,
+                        self.shape().to_vec(),
+                        self.dtype(),
+                        dist,
+                    )),
+                    "to_global",
+                    &[self],
+                    move |_, g| {
+                        let sbp = partial_to_broadcast(&back.nd_sbp);
+                        Ok(vec![Some(g.to_global(&back.placement, sbp)?)])
+                    },
+                )
             }
         }
     }
@@ -79,12 +128,27 @@ impl Tensor {
                 placement: dist.placement.to_string(),
             });
         };
-        Ok(Tensor(std::sync::Arc::new(super::TensorImpl {
-            shape: region_shape(&dist.region_of_index(self.shape(), i)),
-            dtype: self.dtype(),
-            kind: super::Kind::Local(self.device()),
-            data: Some(data.clone()),
-        })))
+        let local = Tensor(std::sync::Arc::new(super::TensorImpl::new(
+            region_shape(&dist.region_of_index(self.shape(), i)),
+            self.dtype(),
+            super::Kind::Local(self.device()),
+            Some(data.clone()),
+        )));
+        // The gradients of the components are the components of the gradient.
+        record(Ok(local), "to_local", &[self], |c, g| {
+            let x = &c.inputs[0];
+            let data = g.read().map(|d| d.clone());
+            let dist = x
+                .dist()
+                .cloned()
+                .ok_or(Error::Internal("to_local of a local".into()))?;
+            Ok(vec![Some(Tensor::from_component(
+                data,
+                x.shape(),
+                x.dtype(),
+                dist,
+            )?)])
+        })
     }
 
     /// The whole logical value, row-major, converted to `T`. For a global tensor this is a

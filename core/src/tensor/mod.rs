@@ -11,7 +11,10 @@ mod display;
 
 pub use create::{IntoTarget, Target};
 
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::autograd::GradFn;
 
 use crate::boxing::Dist;
 use crate::dtype::DType;
@@ -69,6 +72,26 @@ struct TensorImpl {
     kind: Kind,
     /// `None` on ranks outside a global tensor's placement.
     data: Option<Shared>,
+    /// Whether gradients flow to (a leaf) or through (a result) this tensor.
+    requires_grad: AtomicBool,
+    /// The accumulated gradient of a leaf.
+    grad: Mutex<Option<Tensor>>,
+    /// How this tensor was computed, for the backward pass.
+    grad_fn: Mutex<GradFn>,
+}
+
+impl TensorImpl {
+    fn new(shape: Vec<usize>, dtype: DType, kind: Kind, data: Option<Shared>) -> TensorImpl {
+        TensorImpl {
+            shape,
+            dtype,
+            kind,
+            data,
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+            grad_fn: Mutex::new(GradFn::Leaf),
+        }
+    }
 }
 
 /// A local or global tensor.
@@ -77,21 +100,21 @@ pub struct Tensor(Arc<TensorImpl>);
 
 impl Tensor {
     fn local_from(data: HostData, shape: Vec<usize>, device: Device) -> Tensor {
-        Tensor(Arc::new(TensorImpl {
+        Tensor(Arc::new(TensorImpl::new(
             shape,
-            dtype: data.dtype(),
-            kind: Kind::Local(device),
-            data: Some(Arc::new(RwLock::new(data))),
-        }))
+            data.dtype(),
+            Kind::Local(device),
+            Some(Arc::new(RwLock::new(data))),
+        )))
     }
 
     fn global_from(data: Option<HostData>, shape: Vec<usize>, dtype: DType, dist: Dist) -> Tensor {
-        Tensor(Arc::new(TensorImpl {
+        Tensor(Arc::new(TensorImpl::new(
             shape,
             dtype,
-            kind: Kind::Global(dist),
-            data: data.map(|d| Arc::new(RwLock::new(d))),
-        }))
+            Kind::Global(dist),
+            data.map(|d| Arc::new(RwLock::new(d))),
+        )))
     }
 
     /// Wraps this rank's component of a global tensor without communication: `component` is this
@@ -206,8 +229,72 @@ impl Tensor {
             .map(|d| d.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Writes this rank's component (`None` outside the placement).
+    pub(crate) fn write(&self) -> Option<RwLockWriteGuard<'_, HostData>> {
+        self.0
+            .data
+            .as_ref()
+            .map(|d| d.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Whether two handles refer to the same tensor.
     pub fn same_as(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A new handle with the same shape, layout and storage but no autograd history: it does not
+    /// require gradients, and in-place updates of either are seen by both.
+    pub fn detach(&self) -> Tensor {
+        let kind = match &self.0.kind {
+            Kind::Local(d) => Kind::Local(*d),
+            Kind::Global(d) => Kind::Global(d.clone()),
+        };
+        Tensor(Arc::new(TensorImpl::new(
+            self.0.shape.clone(),
+            self.0.dtype,
+            kind,
+            self.0.data.clone(),
+        )))
+    }
+
+    /// Marks this tensor as a leaf whose gradient [`Tensor::backward`] accumulates (or stops
+    /// that); returns the handle, so `Tensor::randn(..)?.set_requires_grad(true)` reads well.
+    pub fn set_requires_grad(&self, on: bool) -> Tensor {
+        self.0.requires_grad.store(on, Ordering::Relaxed);
+        self.clone()
+    }
+
+    /// Whether gradients are computed for this tensor (a marked leaf, or a result of operations
+    /// on one while gradients were enabled).
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Whether this tensor was made by the user rather than recorded from an operation.
+    pub fn is_leaf(&self) -> bool {
+        matches!(*self.grad_fn_lock(), GradFn::Leaf)
+    }
+
+    /// The gradient accumulated by [`Tensor::backward`], with this tensor's placement and SBP.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0
+            .grad
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces (or clears) the accumulated gradient.
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        *self.0.grad.lock().unwrap_or_else(|p| p.into_inner()) = grad;
+    }
+
+    pub(crate) fn grad_fn_lock(&self) -> std::sync::MutexGuard<'_, GradFn> {
+        self.0.grad_fn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A key naming this tensor (not its storage) while it lives.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 }

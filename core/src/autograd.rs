@@ -1,0 +1,288 @@
+//! Reverse-mode automatic differentiation. Every differentiable operator records a [`Node`] on
+//! its output (its inputs and a backward function) when gradients are enabled and an input
+//! requires them; [`Tensor::backward`] walks the recorded graph from the output back to the
+//! leaves. Backward functions are written with ordinary tensor operators, so on global tensors
+//! they go through the same dispatch (signatures, cost choice, boxing) as the forward pass, and
+//! a leaf's gradient is boxed to the leaf's own placement and SBP at the end: a broadcast weight
+//! used with split data gets a `partial_sum` gradient from the backward matmul, which becomes
+//! `broadcast` by an all-reduce, with no user code.
+//!
+//! The graph is freed as the backward pass consumes it (a second `backward` through the same
+//! graph is an error, as in PyTorch). Recording is per thread, so each simulated rank has its
+//! own `no_grad` state.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::sbp::{NdSbp, Sbp};
+use crate::tensor::{Device, Target, Tensor};
+
+/// How a tensor came to be.
+pub(crate) enum GradFn {
+    /// Made by the user (a leaf): its gradient accumulates in [`Tensor::grad`].
+    Leaf,
+    /// Recorded from an operation.
+    Node(Arc<Node>),
+    /// Recorded, and already consumed by a backward pass.
+    Freed,
+}
+
+impl std::fmt::Debug for GradFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GradFn::Leaf => f.write_str("Leaf"),
+            GradFn::Node(n) => write!(f, "Node({})", n.name),
+            GradFn::Freed => f.write_str("Freed"),
+        }
+    }
+}
+
+/// What a backward function sees besides the output's gradient.
+pub(crate) struct Ctx<'a> {
+    /// The operation's inputs.
+    pub inputs: &'a [Tensor],
+    /// The operation's output (without its history).
+    pub out: &'a Tensor,
+    /// Which inputs need a gradient; others may be answered with `None`.
+    pub needs: Vec<bool>,
+}
+
+/// A backward function: the gradients of the inputs (`None` for none) from the output's.
+type BackwardFn = dyn Fn(&Ctx<'_>, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+
+/// One recorded operation.
+pub(crate) struct Node {
+    name: &'static str,
+    inputs: Vec<Tensor>,
+    backward: Box<BackwardFn>,
+}
+
+thread_local! {
+    static ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Runs `f` without recording operations for autograd (like PyTorch's `torch.no_grad()`), e.g.
+/// for evaluation or manual parameter updates. Applies to the calling thread (one rank).
+pub fn no_grad<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENABLED.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(ENABLED.with(|e| e.replace(false)));
+    f()
+}
+
+/// Whether operations on this thread are being recorded.
+pub fn is_grad_enabled() -> bool {
+    ENABLED.with(Cell::get)
+}
+
+/// Records `out = name(inputs)` with `backward`, when recording is on and an input requires a
+/// gradient; returns `out` either way.
+pub(crate) fn record(
+    out: Result<Tensor>,
+    name: &'static str,
+    inputs: &[&Tensor],
+    backward: impl Fn(&Ctx<'_>, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    let out = out?;
+    if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
+        return Ok(out);
+    }
+    out.set_requires_grad(true);
+    *out.grad_fn_lock() = GradFn::Node(Arc::new(Node {
+        name,
+        inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+        backward: Box::new(backward),
+    }));
+    Ok(out)
+}
+
+/// Where tensors "like `t`" go: `t`'s device, or `t`'s placement with every axis broadcast.
+pub(crate) fn target_like(t: &Tensor) -> Target {
+    match t.dist() {
+        None => Target::Local(Device::Cpu),
+        Some(d) => Target::Global(d.placement.clone(), NdSbp::broadcast(d.placement.ndim())),
+    }
+}
+
+/// `sbp` with every partial axis made broadcast (the layout of a gradient flowing back into a
+/// partial value: each summand's gradient is the whole output gradient).
+pub(crate) fn partial_to_broadcast(sbp: &NdSbp) -> NdSbp {
+    NdSbp::from(
+        sbp.as_slice()
+            .iter()
+            .map(|s| match s {
+                Sbp::Partial(_) => Sbp::Broadcast,
+                other => *other,
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Sums `g` (of a broadcast result's shape) down to `shape`, the shape of an input that was
+/// broadcast: leading extra dims and dims where `shape` has size 1 are summed.
+pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let pad = g.ndim() - shape.len();
+    let dims: Vec<usize> = (0..g.ndim())
+        .filter(|&d| d < pad || (shape[d - pad] == 1 && g.shape()[d] != 1))
+        .collect();
+    let reduced = if dims.is_empty() {
+        g.clone()
+    } else {
+        g.sum(dims, true)?
+    };
+    reduced.reshape(shape)
+}
+
+fn backward_error(reason: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op: "backward",
+        reason: reason.into(),
+    }
+}
+
+impl Tensor {
+    /// Computes the gradient of this scalar (one-element) tensor with respect to every leaf that
+    /// requires one, accumulating into the leaves' [`Tensor::grad`]. On global tensors this is
+    /// a collective (every rank of the world calls it, SPMD).
+    ///
+    /// # Errors
+    /// `InvalidArgument` when this tensor does not require a gradient, has more than one
+    /// element, or its graph was already consumed; errors of the backward operators.
+    pub fn backward(&self) -> Result<()> {
+        if self.numel() != 1 {
+            return Err(backward_error(format!(
+                "backward needs a one-element tensor, this one has shape {:?}; use backward_with",
+                self.shape()
+            )));
+        }
+        let seed = Tensor::full_dtype(self.shape(), 1.0, self.dtype(), target_like(self))?;
+        self.backward_with(&seed)
+    }
+
+    /// Backward pass seeded with `grad` (the gradient of some scalar with respect to this
+    /// tensor; same shape).
+    ///
+    /// # Errors
+    /// As [`Tensor::backward`]; `ShapeMismatch` when `grad`'s shape differs.
+    pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(backward_error(
+                "the tensor does not require grad (no input had set_requires_grad(true), or it \
+                 was computed under no_grad)",
+            ));
+        }
+        if grad.shape() != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "backward",
+                shapes: vec![self.shape().to_vec(), grad.shape().to_vec()],
+                reason: "the seed gradient must have the tensor's shape".into(),
+            });
+        }
+        no_grad(|| run_backward(self, grad.detach()))
+    }
+}
+
+/// The tensors reachable from `root` through recorded nodes (those requiring a gradient), each
+/// after all of its inputs.
+fn topo_order(root: &Tensor) -> Result<Vec<(Tensor, Option<Arc<Node>>)>> {
+    let mut order = vec![];
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Tensor, Option<Option<Arc<Node>>>)> = vec![(root.clone(), None)];
+    while let Some((t, visited)) = stack.pop() {
+        if let Some(node) = visited {
+            order.push((t, node));
+            continue;
+        }
+        if !seen.insert(t.key()) {
+            continue;
+        }
+        let node = match &*t.grad_fn_lock() {
+            GradFn::Leaf => None,
+            GradFn::Node(n) => Some(n.clone()),
+            GradFn::Freed => {
+                return Err(backward_error(
+                    "trying to backward through the graph a second time (it was freed by the \
+                     first backward)",
+                ));
+            }
+        };
+        let inputs: Vec<Tensor> = node.iter().flat_map(|n| n.inputs.clone()).collect();
+        stack.push((t, Some(node)));
+        for i in inputs.into_iter().rev() {
+            if i.requires_grad() && !seen.contains(&i.key()) {
+                stack.push((i, None));
+            }
+        }
+    }
+    Ok(order)
+}
+
+fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
+    let order = topo_order(root)?;
+    let mut grads: HashMap<usize, Tensor> = HashMap::new();
+    grads.insert(root.key(), seed);
+    for (t, node) in order.into_iter().rev() {
+        let Some(g) = grads.remove(&t.key()) else {
+            continue;
+        };
+        let Some(node) = node else {
+            accumulate(&t, g)?;
+            continue;
+        };
+        *t.grad_fn_lock() = GradFn::Freed;
+        let ctx = Ctx {
+            inputs: &node.inputs,
+            out: &t.detach(),
+            needs: node.inputs.iter().map(Tensor::requires_grad).collect(),
+        };
+        let gs = (node.backward)(&ctx, &g)?;
+        for (input, gi) in node.inputs.iter().zip(gs) {
+            let Some(gi) = gi.filter(|_| input.requires_grad()) else {
+                continue;
+            };
+            if gi.shape() != input.shape() {
+                return Err(Error::Internal(format!(
+                    "backward of {}: gradient shape {:?} for an input of shape {:?}",
+                    node.name,
+                    gi.shape(),
+                    input.shape()
+                )));
+            }
+            let sum = match grads.remove(&input.key()) {
+                Some(prev) => prev.add(&gi)?,
+                None => gi,
+            };
+            grads.insert(input.key(), sum);
+        }
+    }
+    Ok(())
+}
+
+/// Adds `g` to a leaf's gradient, boxed to the leaf's placement and SBP.
+fn accumulate(leaf: &Tensor, g: Tensor) -> Result<()> {
+    let g = match leaf.dist() {
+        Some(d) if g.dist() != Some(d) => g.to_global(&d.placement, d.nd_sbp.clone())?,
+        _ => g,
+    };
+    let sum = match leaf.grad() {
+        Some(prev) => {
+            let s = prev.add(&g)?;
+            match leaf.dist() {
+                Some(d) if s.dist() != Some(d) => s.to_global(&d.placement, d.nd_sbp.clone())?,
+                _ => s,
+            }
+        }
+        None => g,
+    };
+    leaf.set_grad(Some(sum));
+    Ok(())
+}
