@@ -15,11 +15,14 @@
 pub use gflow_core::{
     CommError, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData, IntoRanks,
     IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing, comm,
-    manual_seed, sbp, simulate,
+    is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
 };
 
-/// Everything a program needs: `use gflow::prelude::*;`.
+/// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
+/// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {
+    pub use gflow_core::nn::{self, Module};
+    pub use gflow_core::optim::{self, Optimizer};
     pub use gflow_core::{DType, Device, Env, NdSbp, Placement, Ranks, Result, Sbp, Tensor};
 }
 

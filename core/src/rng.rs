@@ -26,6 +26,19 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// stream `stream` under `seed`. Elements come in groups of four per Philox call (two Box-Muller
 /// pairs), so any sub-range gives the same values as the whole.
 pub fn normal_f64(seed: u64, stream: u64, start: u64, out: &mut [f64]) {
+    fill(seed, stream, start, out, box_muller);
+}
+
+/// Uniform values in [0, 1) for global element indices `start..start + out.len()` of the random
+/// stream `stream` under `seed` (one Philox lane per element, so any sub-range agrees).
+pub fn uniform_f64(seed: u64, stream: u64, start: u64, out: &mut [f64]) {
+    fill(seed, stream, start, out, |r| {
+        r.map(|x| (f64::from(x) + 0.5) / 4_294_967_296.0)
+    });
+}
+
+/// Fills `out` with element `start + i` of the stream, four elements per Philox block.
+fn fill(seed: u64, stream: u64, start: u64, out: &mut [f64], map: fn([u32; 4]) -> [f64; 4]) {
     let key = [seed as u32, (seed >> 32) as u32];
     let mut i = 0usize;
     while i < out.len() {
@@ -40,13 +53,10 @@ pub fn normal_f64(seed: u64, stream: u64, start: u64, out: &mut [f64]) {
             ],
             key,
         );
-        let z = box_muller(r);
-        let first = (g % 4) as usize;
-        for (j, v) in z.iter().enumerate().skip(first) {
+        for v in map(r).iter().skip((g % 4) as usize) {
             if i >= out.len() {
                 break;
             }
-            let _ = j;
             out[i] = *v;
             i += 1;
         }
@@ -101,5 +111,19 @@ mod tests {
         let mut other = vec![0.0; 4];
         normal_f64(7, 4, 0, &mut other);
         assert_ne!(&all[..4], &other[..]);
+    }
+
+    #[test]
+    fn uniform_sub_ranges_agree_and_moments_are_uniform() {
+        let mut all = vec![0.0; 10_000];
+        uniform_f64(7, 3, 0, &mut all);
+        let mut part = vec![0.0; 7];
+        uniform_f64(7, 3, 3, &mut part);
+        assert_eq!(&all[3..10], &part[..]);
+        assert!(all.iter().all(|&u| (0.0..1.0).contains(&u)));
+        let mean = all.iter().sum::<f64>() / all.len() as f64;
+        let var = all.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / all.len() as f64;
+        assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0 / 12.0).abs() < 0.01, "var {var}");
     }
 }

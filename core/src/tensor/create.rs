@@ -248,20 +248,45 @@ impl Tensor {
         Tensor::randn_dtype(shape, DType::F32, target)
     }
 
+    /// Uniform values in [0, 1) (f32), placement-invariant like [`Tensor::randn`].
+    ///
+    /// # Errors
+    /// As [`Tensor::randn`].
+    pub fn rand(shape: &[usize], target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::random(shape, DType::F32, target.into_target(), rng::uniform_f64)
+    }
+
+    /// [`Tensor::rand`] with element type `dtype` (F32 or F64).
+    ///
+    /// # Errors
+    /// As [`Tensor::randn`]; `InvalidArgument` for integer dtypes.
+    pub fn rand_dtype(shape: &[usize], dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::random(shape, dtype, target.into_target(), rng::uniform_f64)
+    }
+
     /// [`Tensor::randn`] with element type `dtype` (F32 or F64).
     ///
     /// # Errors
     /// As [`Tensor::randn`]; `InvalidArgument` for integer dtypes.
     pub fn randn_dtype(shape: &[usize], dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
+        Tensor::random(shape, dtype, target.into_target(), rng::normal_f64)
+    }
+
+    /// The next random tensor of the stream, with values from `draw`.
+    fn random(
+        shape: &[usize],
+        dtype: DType,
+        target: Target,
+        draw: fn(u64, u64, u64, &mut [f64]),
+    ) -> Result<Tensor> {
         if dtype == DType::I64 {
             return Err(Error::InvalidArgument {
                 op: "randn",
-                reason: "normal values need a floating-point dtype".into(),
+                reason: "random values need a floating-point dtype".into(),
             });
         }
         let env = env::current();
         let (seed, k) = env.next_random();
-        let target = target.into_target();
         let key = match target {
             Target::Local(_) => seed ^ (env.rank() as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             Target::Global(..) => seed,
@@ -269,7 +294,7 @@ impl Tensor {
         Tensor::build(shape, dtype, target, |region| {
             let mut out = vec![0.0f64; numel(&region_shape(region))];
             runs(shape, region, |g, pos, len| {
-                rng::normal_f64(key, k, g as u64, &mut out[pos..pos + len])
+                draw(key, k, g as u64, &mut out[pos..pos + len])
             });
             match dtype {
                 DType::F64 => HostData::F64(out),
