@@ -1,0 +1,235 @@
+//! Layers, losses and optimizers against hand-worked values and float64 references; dropout
+//! masks are placement-invariant; modules convert with `to_global` / `to_local`.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use gflow_core::nn::functional::{cross_entropy, mse_loss};
+use gflow_core::nn::{self, Module};
+use gflow_core::optim::{self, Optimizer};
+use gflow_core::{Device, Error, NdSbp, Placement, Sbp, Tensor, manual_seed, simulate};
+
+fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
+}
+
+#[test]
+fn cross_entropy_matches_a_hand_computation_and_its_gradient() {
+    simulate(2, |_| {
+        let logits = vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0];
+        let target = vec![1i64, 2];
+        // -log softmax picked, averaged over 2 samples
+        let lse = |r: &[f64]| r.iter().map(|v| v.exp()).sum::<f64>().ln();
+        let want = ((lse(&logits[..3]) - 2.0) + (lse(&logits[3..]) - 3.0)) / 2.0;
+        let p = Placement::new("cpu", [0, 1])?;
+        for (lt, tt) in [
+            (
+                gflow_core::Target::Local(Device::Cpu),
+                gflow_core::Target::Local(Device::Cpu),
+            ),
+            (
+                gflow_core::Target::Global(p.clone(), Sbp::split(0).into()),
+                gflow_core::Target::Global(p.clone(), Sbp::split(0).into()),
+            ),
+        ] {
+            let x = Tensor::from_vec(logits.clone(), &[2, 3], lt)?.set_requires_grad(true);
+            let t = Tensor::from_vec(target.clone(), &[2], tt)?;
+            let l = cross_entropy(&x, &t)?;
+            assert!((l.to_vec::<f64>()?[0] - want).abs() < 1e-12);
+            l.backward()?;
+            // d/dlogits = (softmax - onehot) / N
+            let g = x.grad().unwrap().to_vec::<f64>()?;
+            let mut expect = vec![];
+            for (r, &t) in logits.chunks(3).zip(&target) {
+                let z: f64 = r.iter().map(|v| v.exp()).sum();
+                for (j, v) in r.iter().enumerate() {
+                    expect.push((v.exp() / z - if j as i64 == t { 1.0 } else { 0.0 }) / 2.0);
+                }
+            }
+            assert!(close(&g, &expect, 1e-12), "{g:?} vs {expect:?}");
+        }
+        // Probabilities as targets give the same loss as their one-hot indices.
+        let x = Tensor::from_vec(logits.clone(), &[2, 3], Device::Cpu)?;
+        let probs = Tensor::from_vec(vec![0.0f64, 1.0, 0.0, 0.0, 0.0, 1.0], &[2, 3], Device::Cpu)?;
+        assert!((cross_entropy(&x, &probs)?.to_vec::<f64>()?[0] - want).abs() < 1e-12);
+        let bad = Tensor::from_vec(vec![3i64, 0], &[2], Device::Cpu)?;
+        assert!(matches!(
+            cross_entropy(&x, &bad),
+            Err(Error::InvalidArgument { .. })
+        ));
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn layer_norm_normalises_and_embeds_look_up() {
+    simulate(1, |_| {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, -1.0, 1.0], &[2, 3], Device::Cpu)?;
+        let ln = nn::LayerNorm::new(3)?.with_eps(0.0);
+        let y = ln.forward(&x)?.to_vec::<f64>()?;
+        let s = (2.0f64 / 3.0).sqrt();
+        let row2_mean: f64 = 4.0 / 3.0;
+        let row2_var = ((4.0 - row2_mean).powi(2)
+            + (-1.0f64 - row2_mean).powi(2)
+            + (1.0f64 - row2_mean).powi(2))
+            / 3.0;
+        let want = [
+            -1.0 / s,
+            0.0,
+            1.0 / s,
+            (4.0 - row2_mean) / row2_var.sqrt(),
+            (-1.0 - row2_mean) / row2_var.sqrt(),
+            (1.0 - row2_mean) / row2_var.sqrt(),
+        ];
+        assert!(close(&y, &want, 1e-5), "{y:?}");
+        assert_eq!(ln.parameters().len(), 2);
+        let e = nn::Embedding::from_tensor(Tensor::arange(6, Device::Cpu)?.reshape(&[3, 2])?)?;
+        let idx = Tensor::from_vec(vec![2i64, 0, 2], &[3], Device::Cpu)?;
+        assert_eq!(
+            e.forward(&idx)?.to_vec::<f32>()?,
+            vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0]
+        );
+        assert!(nn::LayerNorm::new(4)?.forward(&x).is_err());
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn dropout_masks_are_placement_invariant() {
+    let masks = |n: usize, sbp: NdSbp, hier: bool| {
+        simulate(n, move |_| {
+            manual_seed(5);
+            let p = if hier {
+                Placement::new("cpu", [[0, 1], [2, 3]])?
+            } else {
+                Placement::new("cpu", (0..n).collect::<Vec<_>>())?
+            };
+            let x = Tensor::ones(&[8, 6], (&p, sbp.clone()))?;
+            let d = nn::Dropout::new(0.25)?;
+            let y = d.forward(&x)?.to_vec::<f32>()?;
+            d.set_training(false);
+            assert_eq!(d.forward(&x)?.to_vec::<f32>()?, vec![1.0; 48]);
+            Ok(y)
+        })
+        .unwrap()
+        .remove(0)
+    };
+    let one = masks(1, Sbp::broadcast().into(), false);
+    let kept = one.iter().filter(|&&v| v != 0.0).count();
+    assert!(
+        one.iter()
+            .all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6)
+    );
+    assert!((24..=44).contains(&kept), "kept {kept} of 48 at p = 0.25");
+    assert_eq!(masks(3, Sbp::split(1).into(), false), one);
+    assert_eq!(masks(2, Sbp::partial_sum().into(), false), one);
+    assert_eq!(
+        masks(4, NdSbp::from(vec![Sbp::split(0), Sbp::split(1)]), true),
+        one
+    );
+    assert!(nn::Dropout::new(1.5).is_err());
+}
+
+#[test]
+fn modules_convert_to_global_and_back() {
+    let out = simulate(2, |_| {
+        manual_seed(3);
+        let model = nn::Sequential::new()
+            .add(nn::Linear::new(5, 3, true)?)
+            .add(nn::GELU)
+            .add(nn::Linear::new(3, 2, false)?);
+        assert_eq!(model.parameters().len(), 3);
+        let w = model.parameters()[0].to_vec::<f32>()?;
+        // PyTorch's default: uniform in +-1/sqrt(in)
+        assert!(w.iter().all(|v| v.abs() <= 1.0 / 5f32.sqrt()));
+        let p = Placement::new("cpu", [0, 1])?;
+        let model = model.to_global(&p, Sbp::broadcast())?;
+        let params = model.parameters();
+        assert!(
+            params
+                .iter()
+                .all(|t| t.is_global() && t.requires_grad() && t.is_leaf())
+        );
+        let global_w = params[0].to_vec::<f32>()?;
+        let x = Tensor::randn(&[4, 5], (&p, Sbp::split(0)))?;
+        let y = model.forward(&x)?;
+        assert_eq!(y.shape(), &[4, 2]);
+        let model = model.to_local()?;
+        assert!(model.parameters().iter().all(|t| t.is_local()));
+        Ok((w, global_w))
+    })
+    .unwrap();
+    // Rank 1's own local init differs; broadcast took rank 0's, so both ranks hold rank 0's.
+    assert_ne!(out[0].0, out[1].0);
+    assert_eq!(out[0].1, out[0].0);
+    assert_eq!(out[1].1, out[0].0);
+}
+
+#[test]
+fn optimizers_follow_their_update_rules_on_global_parameters() {
+    // minimise sum (p - 3)^2 from p = 0 on a split parameter; compare with a float64 loop
+    let run = |kind: usize| {
+        simulate(2, move |_| {
+            let p = Placement::new("cpu", [0, 1])?;
+            let w = Tensor::zeros(&[4], (&p, Sbp::split(0)))?.set_requires_grad(true);
+            let mut opt: Box<dyn Optimizer> = match kind {
+                0 => Box::new(
+                    optim::Sgd::new(vec![w.clone()], 0.1)
+                        .momentum(0.5)
+                        .weight_decay(0.1),
+                ),
+                1 => Box::new(optim::Adam::new(vec![w.clone()], 0.1)),
+                _ => Box::new(optim::AdamW::new(vec![w.clone()], 0.1).weight_decay(0.5)),
+            };
+            let three = Tensor::full(&[4], 3.0, (&p, Sbp::broadcast()))?;
+            for _ in 0..5 {
+                w.sub(&three)?
+                    .square()?
+                    .sum(Vec::new(), false)?
+                    .backward()?;
+                opt.step()?;
+                opt.zero_grad();
+                assert!(w.grad().is_none());
+            }
+            assert_eq!(w.sbp().unwrap(), &NdSbp::from(Sbp::split(0)));
+            w.to_vec::<f32>()
+        })
+        .unwrap()
+        .remove(0)
+    };
+    let reference = |kind: usize| {
+        let (mut p, mut m, mut v, mut b) = (0.0f64, 0.0, 0.0, 0.0);
+        for t in 1..=5 {
+            let mut g = 2.0 * (p - 3.0);
+            match kind {
+                0 => {
+                    g += 0.1 * p;
+                    b = if t == 1 { g } else { 0.5 * b + g };
+                    p -= 0.1 * b;
+                }
+                _ => {
+                    if kind == 2 {
+                        p *= 1.0 - 0.1 * 0.5;
+                    }
+                    m = 0.9 * m + 0.1 * g;
+                    v = 0.999 * v + 0.001 * g * g;
+                    let mh = m / (1.0 - 0.9f64.powi(t));
+                    let vh = v / (1.0 - 0.999f64.powi(t));
+                    p -= 0.1 * mh / (vh.sqrt() + 1e-8);
+                }
+            }
+        }
+        p
+    };
+    for kind in 0..3 {
+        let got = run(kind);
+        let want = reference(kind);
+        assert!(
+            got.iter().all(|&g| (f64::from(g) - want).abs() < 1e-5),
+            "{kind}: {got:?} vs {want}"
+        );
+    }
+}
