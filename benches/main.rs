@@ -4,7 +4,9 @@
 //! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
 //! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`
 //! (the overhead of a global op that needs no communication) or `collectives` (run it under
-//! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout).
+//! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout) or `train` (steps/s
+//! of a data-parallel MLP, 3 layers of `--width` (1024) at global batch `--batch` (256); under
+//! `gflow-launch`, or as simulated ranks without it).
 
 use std::time::Instant;
 
@@ -17,6 +19,8 @@ struct Args {
     mib: usize,
     runs: usize,
     sizes: Vec<usize>,
+    width: usize,
+    batch: usize,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -27,6 +31,8 @@ fn parse() -> std::result::Result<Args, String> {
         mib: 16,
         runs: 7,
         sizes: vec![256, 1024, 2048],
+        width: 1024,
+        batch: 256,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -39,6 +45,8 @@ fn parse() -> std::result::Result<Args, String> {
             "--ranks" => a.ranks = num("--ranks")?,
             "--mib" => a.mib = num("--mib")?,
             "--runs" => a.runs = num("--runs")?,
+            "--width" => a.width = num("--width")?,
+            "--batch" => a.batch = num("--batch")?,
             "--sizes" => {
                 a.sizes = it
                     .next()
@@ -47,10 +55,10 @@ fn parse() -> std::result::Result<Args, String> {
                     .ok_or("--sizes needs a list like 256,1024")?
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
-            "boxing" | "matmul" | "dispatch" | "collectives" => a.what = x,
+            "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch [--ranks N] [--mib M] [--runs R] [--sizes a,b]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--out FILE]"
                 ));
             }
         }
@@ -246,23 +254,83 @@ fn collectives(a: &Args) -> Result<()> {
         }
     }
     if me == 0 {
-        let text = lines.join("\n") + "\n";
-        match &a.out {
-            Some(path) => {
-                use std::io::Write;
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .and_then(|mut f| f.write_all(text.as_bytes()))
-                    .map_err(|e| gflow::Error::Environment {
-                        reason: format!("cannot write {path}: {e}"),
-                    })?;
-            }
-            None => print!("{text}"),
-        }
+        emit(a, &lines)?;
     }
     Ok(())
+}
+
+/// Steps/s of data-parallel training: Linear-ReLU-Linear-ReLU-Linear of width `a.width`, MSE,
+/// SGD; the batch split(0) over the ranks, the parameters broadcast (so each step all-reduces
+/// the gradients through boxing).
+fn train(a: &Args) -> Result<()> {
+    let (w, b, runs) = (a.width, a.batch, a.runs);
+    let step_all = |env: Env| -> Result<Option<String>> {
+        let world: Vec<usize> = (0..env.world_size()).collect();
+        let p = Placement::new("cpu", world)?;
+        let model = nn::Sequential::new()
+            .add(nn::Linear::new(w, w, true)?)
+            .add(nn::ReLU)
+            .add(nn::Linear::new(w, w, true)?)
+            .add(nn::ReLU)
+            .add(nn::Linear::new(w, w, true)?)
+            .to_global(&p, Sbp::broadcast())?;
+        let mut opt = optim::Sgd::new(model.parameters(), 0.01);
+        let x = Tensor::randn(&[b, w], (&p, Sbp::split(0)))?;
+        let y = Tensor::randn(&[b, w], (&p, Sbp::split(0)))?;
+        let t = time_collective(&env, runs, || {
+            let loss = nn::functional::mse_loss(&model.forward(&x)?, &y)?;
+            loss.backward()?;
+            opt.step()?;
+            opt.zero_grad();
+            Ok(())
+        })?;
+        let system = if gflow::launched() {
+            "gflow-shm"
+        } else {
+            "gflow-inproc"
+        };
+        Ok((env.rank() == 0).then(|| {
+            format!(
+                "{{\"system\": \"{system}\", \"op\": \"train_mlp_3x{w}_b{b}\", \"ranks\": {}, \"median_s\": {t:.6}, \"steps_per_s\": {:.3}}}",
+                env.world_size(),
+                1.0 / t
+            )
+        }))
+    };
+    let lines: Vec<String> = if gflow::launched() {
+        step_all(gflow::init()?)?.into_iter().collect()
+    } else {
+        gflow::simulate(a.ranks, step_all)?
+            .into_iter()
+            .flatten()
+            .collect()
+    };
+    emit(a, &lines)
+}
+
+/// Writes JSON lines to `--out` (appending) or stdout.
+fn emit(a: &Args, lines: &[String]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let text = lines.join("\n") + "\n";
+    match &a.out {
+        Some(path) => {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(text.as_bytes()))
+                .map_err(|e| gflow::Error::Environment {
+                    reason: format!("cannot write {path}: {e}"),
+                })
+        }
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
 }
 
 fn main() {
@@ -278,6 +346,7 @@ fn main() {
         "matmul" => matmul(&args),
         "dispatch" => dispatch(&args),
         "collectives" => collectives(&args),
+        "train" => train(&args),
         other => Err(gflow::Error::InvalidArgument {
             op: "gflow-bench",
             reason: format!("unknown benchmark {other:?}"),
