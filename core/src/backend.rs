@@ -58,7 +58,8 @@ pub enum ReduceKind {
 }
 
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
-/// all batches when `b_batched` is false.
+/// all batches when `b_batched` is false. A transposed operand is stored as its transpose
+/// ((k, m) for `a`, (n, k) for `b`) and read with swapped strides, so no copy is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulDims {
     /// Number of products.
@@ -71,6 +72,10 @@ pub struct MatmulDims {
     pub n: usize,
     /// Whether `b` has one matrix per batch.
     pub b_batched: bool,
+    /// Whether `a` is stored transposed, (k, m) per batch.
+    pub a_trans: bool,
+    /// Whether `b` is stored transposed, (n, k) per batch.
+    pub b_trans: bool,
 }
 
 /// A device's memory and kernels. Inputs are contiguous and row-major; shapes are already valid.

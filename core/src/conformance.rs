@@ -386,10 +386,13 @@ pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
         (3, 5, 7, 2, true),
         (2, 4, 3, 6, false),
         (1, 70, 65, 66, false),
+        (1, 512, 512, 513, false),
         (1, 3, 0, 4, false),
     ];
     for dtype in DTYPES {
-        for (batch, m, k, n, b_batched) in cases {
+        for ((batch, m, k, n, b_batched), (a_trans, b_trans)) in cases.into_iter().flat_map(|c| {
+            [(false, false), (true, false), (false, true), (true, true)].map(|t| (c, t))
+        }) {
             let a = rounded(dtype, &vals(batch * m * k, 7, false));
             let x = rounded(
                 dtype,
@@ -398,11 +401,24 @@ pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
             let mut want = vec![0.0; batch * m * n];
             for bi in 0..batch {
                 let xo = if b_batched { bi * k * n } else { 0 };
+                // Element (i, l) of the logical a and (l, j) of the logical b, in their storage.
+                let ai = |i: usize, l: usize| {
+                    if a_trans {
+                        a[bi * m * k + l * m + i]
+                    } else {
+                        a[(bi * m + i) * k + l]
+                    }
+                };
+                let bj = |l: usize, j: usize| {
+                    if b_trans {
+                        x[xo + j * k + l]
+                    } else {
+                        x[xo + l * n + j]
+                    }
+                };
                 for i in 0..m {
                     for j in 0..n {
-                        want[(bi * m + i) * n + j] = (0..k)
-                            .map(|l| a[(bi * m + i) * k + l] * x[xo + l * n + j])
-                            .sum();
+                        want[(bi * m + i) * n + j] = (0..k).map(|l| ai(i, l) * bj(l, j)).sum();
                     }
                 }
             }
@@ -412,6 +428,8 @@ pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
                 k,
                 n,
                 b_batched,
+                a_trans,
+                b_trans,
             };
             let got = b.matmul(
                 &b.upload(&host(dtype, &a))?,
@@ -553,6 +571,8 @@ pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
                 k: 3,
                 n: 0,
                 b_batched: false,
+                a_trans: false,
+                b_trans: false,
             },
         )?,
         &[],

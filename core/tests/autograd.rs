@@ -38,6 +38,12 @@ fn cases() -> Vec<Case> {
         ("bmm2d", vec![vec![2, 3, 4], vec![4, 5]], |x| {
             x[0].matmul(&x[1])
         }),
+        ("matmul_nt", vec![vec![3, 4], vec![5, 4]], |x| {
+            x[0].matmul_nt(&x[1])
+        }),
+        ("bmm_nt", vec![vec![2, 3, 4], vec![5, 4]], |x| {
+            x[0].matmul_nt(&x[1])
+        }),
         ("sum", vec![vec![3, 4, 2]], |x| x[0].sum(1, false)),
         ("sum_keep", vec![vec![3, 4, 2]], |x| x[0].sum([0, 2], true)),
         ("mean", vec![vec![3, 4, 2]], |x| x[0].mean([0, 1], false)),

@@ -8,16 +8,31 @@ use crate::shape::strides;
 
 /// Float element types the CPU kernels run on.
 pub trait Float: Element + NumFloat + Default + 'static {
-    /// `c = a @ b` for row-major (m, k) x (k, n) through `matrixmultiply` (threaded).
-    fn mm_large(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
+    /// `c = a @ b` for (m, k) x (k, n) through `matrixmultiply` (threaded): `a` and `b` with the
+    /// given (row, column) strides, `c` row-major.
+    fn mm_large(
+        mkn: (usize, usize, usize),
+        a: &[Self],
+        sa: (isize, isize),
+        b: &[Self],
+        sb: (isize, isize),
+        c: &mut [Self],
+    );
 }
 
 macro_rules! large_gemm {
     ($t:ty, $f:ident) => {
         impl Float for $t {
-            fn mm_large(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
-                // SAFETY: a is m x k, b is k x n, c is m x n, all row-major, in bounds, and c
-                // does not alias a or b; beta = 0 overwrites c.
+            fn mm_large(
+                (m, k, n): (usize, usize, usize),
+                a: &[Self],
+                sa: (isize, isize),
+                b: &[Self],
+                sb: (isize, isize),
+                c: &mut [Self],
+            ) {
+                // SAFETY: a is m x k and b is k x n under their strides, c is m x n row-major,
+                // all in bounds, and c does not alias a or b; beta = 0 overwrites c.
                 unsafe {
                     matrixmultiply::$f(
                         m,
@@ -25,11 +40,11 @@ macro_rules! large_gemm {
                         n,
                         1.0,
                         a.as_ptr(),
-                        k as isize,
-                        1,
+                        sa.0,
+                        sa.1,
                         b.as_ptr(),
-                        n as isize,
-                        1,
+                        sb.0,
+                        sb.1,
                         0.0,
                         c.as_mut_ptr(),
                         n as isize,
@@ -234,7 +249,20 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
         k,
         n,
         b_batched,
+        a_trans,
+        b_trans,
     } = d;
+    // (row, column) strides of the logical (m, k) and (k, n) operands.
+    let sa: (isize, isize) = if a_trans {
+        (1, m as isize)
+    } else {
+        (k as isize, 1)
+    };
+    let sb: (isize, isize) = if b_trans {
+        (1, k as isize)
+    } else {
+        (n as isize, 1)
+    };
     let mut out = vec![T::zero(); batch * m * n];
     if m == 0 || n == 0 {
         return out;
@@ -253,11 +281,12 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
         };
         let oi = &mut out[i * m * n..(i + 1) * m * n];
         if m * n * k >= LARGE {
-            T::mm_large(m, k, n, ai, bi, oi);
+            T::mm_large((m, k, n), ai, sa, bi, sb, oi);
             continue;
         }
-        // SAFETY: ai is m x k, bi is k x n and oi is m x n, all row-major and in bounds; the
-        // output does not alias the inputs. gemm computes oi = 1 * ai * bi (read_dst = false).
+        // SAFETY: ai is m x k and bi is k x n under their strides, oi is m x n row-major, all
+        // in bounds; the output does not alias the inputs. gemm computes oi = 1 * ai * bi
+        // (read_dst = false).
         unsafe {
             gemm::gemm(
                 m,
@@ -268,11 +297,11 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
                 n as isize,
                 false,
                 ai.as_ptr(),
-                1,
-                k as isize,
+                sa.1,
+                sa.0,
                 bi.as_ptr(),
-                1,
-                n as isize,
+                sb.1,
+                sb.0,
                 T::zero(),
                 T::one(),
                 false,
@@ -297,15 +326,52 @@ pub(super) fn permute_bytes(
     if n == 0 {
         return;
     }
+    match elem {
+        4 => permute_typed::<u32>(x, shape, perm, out),
+        8 => permute_typed::<u64>(x, shape, perm, out),
+        _ => permute_typed::<u8>(x, shape, perm, out),
+    }
+}
+
+/// [`permute_bytes`] moving whole elements of type `E` (the byte buffers are reinterpreted,
+/// or copied when unaligned); a `u8` element stands for one byte.
+fn permute_typed<E: bytemuck::Pod>(x: &[u8], shape: &[usize], perm: &[usize], out: &mut [u8]) {
+    let elem = std::mem::size_of::<E>();
+    let scale = if elem == 1 {
+        x.len() / shape.iter().product::<usize>().max(1)
+    } else {
+        1
+    };
+    if scale != 1 {
+        // Element sizes other than 4 and 8 bytes: treat each byte of an element as an inner dim.
+        let mut s = shape.to_vec();
+        s.push(scale);
+        let mut p = perm.to_vec();
+        p.push(shape.len());
+        return permute_typed::<u8>(x, &s, &p, out);
+    }
+    let src: std::borrow::Cow<'_, [E]> = match bytemuck::try_cast_slice(x) {
+        Ok(v) => std::borrow::Cow::Borrowed(v),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(x)),
+    };
+    let mut dst: Vec<E> = vec![E::zeroed(); src.len()];
     let st = strides(shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let src_st: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
     let nd = out_shape.len();
-    let mut idx = vec![0usize; nd];
-    for o in 0..n {
-        let s: usize = idx.iter().zip(&src_st).map(|(i, s)| i * s).sum();
-        out[o * elem..(o + 1) * elem].copy_from_slice(&x[s * elem..(s + 1) * elem]);
-        let mut d = nd;
+    if nd == 0 {
+        out.copy_from_slice(x);
+        return;
+    }
+    // Innermost output dim as a strided run, the outer dims as a counter.
+    let (inner, inner_st) = (out_shape[nd - 1], src_st[nd - 1]);
+    let mut idx = vec![0usize; nd - 1];
+    for row in dst.chunks_mut(inner.max(1)) {
+        let base: usize = idx.iter().zip(&src_st).map(|(i, s)| i * s).sum();
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = src[base + j * inner_st];
+        }
+        let mut d = nd - 1;
         while d > 0 {
             d -= 1;
             idx[d] += 1;
@@ -315,6 +381,7 @@ pub(super) fn permute_bytes(
             idx[d] = 0;
         }
     }
+    out.copy_from_slice(bytemuck::cast_slice(&dst));
 }
 
 #[cfg(test)]
@@ -335,6 +402,8 @@ mod tests {
                 k,
                 n,
                 b_batched: false,
+                a_trans: false,
+                b_trans: false,
             },
         );
         for i in 0..m {

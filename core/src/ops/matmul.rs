@@ -1,5 +1,6 @@
 //! `matmul`: 2-D, and batched (`a` of shape (..., m, k) with `b` of shape (k, n) or (..., k, n)
-//! with the same batch dims).
+//! with the same batch dims). Internally either operand may be used transposed without a copy
+//! (`Linear` computes `x W^T`, and the backward products use transposes of their inputs).
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::{Ctx, record};
@@ -10,7 +11,39 @@ use crate::sbp::Sbp;
 use crate::storage::HostData;
 use crate::tensor::Tensor;
 
-pub(super) struct Matmul;
+/// `op(a) @ op(b)`, where `op` transposes the last two dims of an operand whose flag is set.
+#[derive(Clone, Copy)]
+pub(super) struct Matmul {
+    pub(super) ta: bool,
+    pub(super) tb: bool,
+}
+
+impl Matmul {
+    /// The plain product.
+    pub(super) const PLAIN: Matmul = Matmul {
+        ta: false,
+        tb: false,
+    };
+}
+
+/// `s` with its last two dims swapped when `t`.
+fn logical(s: &[usize], t: bool) -> Vec<usize> {
+    let mut v = s.to_vec();
+    let r = v.len();
+    if t && r >= 2 {
+        v.swap(r - 2, r - 1);
+    }
+    v
+}
+
+/// The SBP of a stored operand from that of its logical (possibly transposed) view.
+fn stored(sbp: Sbp, rank: usize, t: bool) -> Sbp {
+    match sbp {
+        Sbp::Split(d) if t && d + 2 == rank => Sbp::Split(rank - 1),
+        Sbp::Split(d) if t && d + 1 == rank => Sbp::Split(rank - 2),
+        other => other,
+    }
+}
 
 impl Op for Matmul {
     fn name(&self) -> &'static str {
@@ -18,7 +51,7 @@ impl Op for Matmul {
     }
 
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let (a, b) = (shapes[0], shapes[1]);
+        let (a, b) = (logical(shapes[0], self.ta), logical(shapes[1], self.tb));
         let bad = |reason: String| Error::ShapeMismatch {
             op: "matmul",
             shapes: vec![a.to_vec(), b.to_vec()],
@@ -58,11 +91,18 @@ impl Op for Matmul {
             Signature::new([p, b], p),
             Signature::new([b, p], p),
         ]);
+        for sig in &mut v {
+            sig.inputs[0] = stored(sig.inputs[0], r, self.ta);
+            sig.inputs[1] = stored(sig.inputs[1], rb, self.tb);
+        }
         v
     }
 
     fn compute(&self, kr: &Kernel<'_>) -> Result<HostData> {
-        let (a, b) = (&kr.shapes[0], &kr.shapes[1]);
+        let (a, b) = (
+            logical(&kr.shapes[0], self.ta),
+            logical(&kr.shapes[1], self.tb),
+        );
         let r = a.len();
         let dims = MatmulDims {
             batch: a[..r - 2].iter().product(),
@@ -70,6 +110,8 @@ impl Op for Matmul {
             k: a[r - 1],
             n: b[b.len() - 1],
             b_batched: b.len() > 2,
+            a_trans: self.ta,
+            b_trans: self.tb,
         };
         kr.backend.matmul(kr.inputs[0], kr.inputs[1], dims)
     }
@@ -85,34 +127,88 @@ impl Tensor {
     /// # Errors
     /// `ShapeMismatch`, `PlacementMismatch`, `DTypeMismatch`; communication failures of boxing.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        self.matmul_t(other, Matmul::PLAIN)
+    }
+
+    /// `self @ other^T` (the last two dims of `other` swapped) without copying the transpose:
+    /// the product of a linear layer with its (out, in) weight.
+    ///
+    /// # Errors
+    /// As [`Tensor::matmul`].
+    pub fn matmul_nt(&self, other: &Tensor) -> Result<Tensor> {
+        self.matmul_t(
+            other,
+            Matmul {
+                ta: false,
+                tb: true,
+            },
+        )
+    }
+
+    fn matmul_t(&self, other: &Tensor, op: Matmul) -> Result<Tensor> {
         record(
-            super::dispatch(&Matmul, &[self, other]),
+            super::dispatch(&op, &[self, other]),
             "matmul",
             &[self, other],
-            matmul_backward,
+            move |c, g| matmul_backward(op, c, g),
         )
     }
 }
 
-/// `ga = g @ b^T`, `gb = a^T @ g` (for a 2-D `b` under a batched `a`, summed over the batch by
-/// folding the batch into the rows).
-fn matmul_backward(c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+/// `op(a)^T @ g` summed over the batch when `b` is shared (2-D) by a batched `a`: the gradient of
+/// the (logical) right operand, (k, n).
+fn right_grad(a: &Tensor, g: &Tensor, shared: bool) -> Result<Tensor> {
+    if !shared {
+        return a.matmul_t(
+            g,
+            Matmul {
+                ta: true,
+                tb: false,
+            },
+        );
+    }
+    let r = a.ndim();
+    let rows: usize = a.shape()[..r - 1].iter().product();
+    let a2 = a.reshape(&[rows, a.shape()[r - 1]])?;
+    let g2 = g.reshape(&[rows, g.shape()[r - 1]])?;
+    a2.matmul_t(
+        &g2,
+        Matmul {
+            ta: true,
+            tb: false,
+        },
+    )
+}
+
+/// For `out = a @ op(b)`: `ga = g @ op(b)^T`, and the gradient of `op(b)` is `a^T @ g`
+/// (transposed back when `b` is stored transposed). Transposed left operands only occur inside
+/// backward passes, which record nothing.
+fn matmul_backward(op: Matmul, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    if op.ta {
+        return Err(Error::Internal(
+            "backward of a product with a transposed left operand".into(),
+        ));
+    }
     let (a, b) = (&c.inputs[0], &c.inputs[1]);
-    let (r, rb) = (a.ndim(), b.ndim());
+    let shared = b.ndim() == 2 && a.ndim() > 2;
     let ga = if c.needs[0] {
-        Some(g.matmul(&b.transpose(rb - 2, rb - 1)?)?)
+        Some(g.matmul_t(
+            b,
+            Matmul {
+                ta: false,
+                tb: !op.tb,
+            },
+        )?)
     } else {
         None
     };
     let gb = if !c.needs[1] {
         None
-    } else if rb == 2 && r > 2 {
-        let rows: usize = a.shape()[..r - 1].iter().product();
-        let a2 = a.reshape(&[rows, a.shape()[r - 1]])?;
-        let g2 = g.reshape(&[rows, g.shape()[r - 1]])?;
-        Some(a2.transpose(0, 1)?.matmul(&g2)?)
+    } else if op.tb {
+        // d(op(b)) = a^T g, so db = (a^T g)^T = g^T a.
+        Some(right_grad(g, a, shared)?)
     } else {
-        Some(a.transpose(r - 2, r - 1)?.matmul(g)?)
+        Some(right_grad(a, g, shared)?)
     };
     Ok(vec![ga, gb])
 }

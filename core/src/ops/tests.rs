@@ -203,9 +203,18 @@ fn binary_ops_with_broadcasting() {
 
 #[test]
 fn matmul_2d_and_batched() {
-    check(&matmul::Matmul, &[vec![5, 3], vec![3, 4]], false);
-    check(&matmul::Matmul, &[vec![3, 5, 3], vec![3, 3, 2]], false);
-    check(&matmul::Matmul, &[vec![2, 5, 3], vec![3, 4]], false);
+    check(&matmul::Matmul::PLAIN, &[vec![5, 3], vec![3, 4]], false);
+    check(
+        &matmul::Matmul::PLAIN,
+        &[vec![3, 5, 3], vec![3, 3, 2]],
+        false,
+    );
+    check(&matmul::Matmul::PLAIN, &[vec![2, 5, 3], vec![3, 4]], false);
+    let t = |ta, tb| matmul::Matmul { ta, tb };
+    check(&t(false, true), &[vec![5, 3], vec![4, 3]], false);
+    check(&t(true, false), &[vec![3, 5], vec![3, 4]], false);
+    check(&t(true, true), &[vec![3, 5], vec![4, 3]], false);
+    check(&t(false, true), &[vec![2, 5, 3], vec![4, 3]], false);
 }
 
 #[test]
