@@ -33,6 +33,7 @@ pub mod prelude {
 /// # Errors
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
+    keep_freed_memory();
     if launched() {
         let env = init()?;
         let rank = env.rank();
@@ -81,6 +82,7 @@ pub fn init() -> Result<Env> {
     if let Some(env) = Env::process() {
         return Ok(env);
     }
+    keep_freed_memory();
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let num = |k: &str, default: usize| -> Result<usize> {
         var(k).map_or(Ok(default), |s| {
@@ -130,6 +132,23 @@ pub fn init() -> Result<Env> {
         libc::atexit(flush_at_exit);
     }
     Ok(Env::new(local_rank, comm).install_process())
+}
+
+/// Asks glibc's allocator to keep freed tensor buffers for reuse instead of returning them to
+/// the kernel: tensors of megabytes are otherwise mmapped and unmapped per operation, and the
+/// page faults of fresh pages cost more than the arithmetic (measured: a data-parallel training
+/// step of 3 layers of 1024 went from 68 to 47 ms). Like PyTorch's caching allocator, memory
+/// stays with the process. Skipped when the user set `MALLOC_MMAP_THRESHOLD_`.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: mallopt only changes allocator parameters; it has no memory-safety
+        // preconditions and is harmless to repeat.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        }
+    }
 }
 
 /// The process's network communicator, flushed at exit so that queued sends reach their peers.

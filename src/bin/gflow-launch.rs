@@ -117,11 +117,20 @@ fn run(a: Args) -> Result<(), String> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let world = a.nproc_per_node * a.nnodes;
+    // Share the node's cores between its processes (as torchrun sets OMP_NUM_THREADS), so
+    // that the kernels' thread pools do not oversubscribe; a value the user set is kept.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = (cores / a.nproc_per_node.max(1)).max(1).to_string();
     let mut children = vec![];
     let mut pumps = vec![];
     for local in 0..a.nproc_per_node {
         let rank = a.node_rank * a.nproc_per_node + local;
         let mut cmd = Command::new(&a.program[0]);
+        for var in ["RAYON_NUM_THREADS", "MATMUL_NUM_THREADS"] {
+            if std::env::var_os(var).is_none() {
+                cmd.env(var, &threads);
+            }
+        }
         cmd.args(&a.program[1..])
             .env("MASTER_ADDR", &a.master_addr)
             .env("MASTER_PORT", port.to_string())
