@@ -23,7 +23,9 @@ pub use gflow_core::{
 pub mod prelude {
     pub use gflow_core::nn::{self, Module};
     pub use gflow_core::optim::{self, Optimizer};
-    pub use gflow_core::{DType, Device, Env, NdSbp, Placement, Ranks, Result, Sbp, Tensor};
+    pub use gflow_core::{
+        DType, Device, Env, IntoTarget, NdSbp, Placement, Ranks, Result, Sbp, Tensor,
+    };
 }
 
 /// Runs `f` as the ranks of a job. Under a launcher (`WORLD_SIZE` set) this process is one rank

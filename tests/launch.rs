@@ -55,6 +55,7 @@ fn seed_examples_print_the_same_as_processes_and_as_threads() {
         ("two_d_sbp", 4),
         ("demo", 4),
         ("train_mlp", 4),
+        ("parallel_training", 4),
     ] {
         let prog = example(name);
         let threads = Command::new(&prog)
