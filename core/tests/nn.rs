@@ -2,7 +2,7 @@
 //! masks are placement-invariant; modules convert with `to_global` / `to_local`.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use gflow_core::nn::functional::{cross_entropy, mse_loss};
+use gflow_core::nn::functional::cross_entropy;
 use gflow_core::nn::{self, Module};
 use gflow_core::optim::{self, Optimizer};
 use gflow_core::{Device, Error, NdSbp, Placement, Sbp, Tensor, manual_seed, simulate};
