@@ -233,3 +233,35 @@ fn optimizers_follow_their_update_rules_on_global_parameters() {
         );
     }
 }
+
+/// A user's module needs only `forward` and `parameters` (API.md); it composes with the
+/// built-in ones and trains.
+#[test]
+fn a_user_module_with_forward_and_parameters_trains() {
+    struct Scale(Tensor);
+    impl Module for Scale {
+        fn forward(&self, x: &Tensor) -> gflow_core::Result<Tensor> {
+            x.mul(&self.0)
+        }
+        fn parameters(&self) -> Vec<Tensor> {
+            vec![self.0.clone()]
+        }
+    }
+    simulate(1, |_| {
+        let s = Tensor::full(&[1], 2.0, Device::Cpu)?.set_requires_grad(true);
+        let model = nn::Sequential::new().add(Scale(s.clone())).add(nn::ReLU);
+        let x = Tensor::from_vec(vec![1.0f32, 3.0], &[2], Device::Cpu)?;
+        model.forward(&x)?.sum(0, false)?.backward()?;
+        assert_eq!(s.grad().unwrap().to_vec::<f32>()?, vec![4.0]);
+        let mut opt = optim::Sgd::new(model.parameters(), 0.5);
+        opt.step()?;
+        assert_eq!(s.to_vec::<f32>()?, vec![0.0]);
+        let p = Placement::new("cpu", [0])?;
+        assert!(matches!(
+            model.to_global(&p, Sbp::broadcast()),
+            Err(Error::InvalidArgument { .. })
+        ));
+        Ok(())
+    })
+    .unwrap();
+}

@@ -118,12 +118,6 @@ macro_rules! activation {
             fn parameters(&self) -> Vec<Tensor> {
                 vec![]
             }
-            fn map_parameters(
-                &mut self,
-                _: &mut dyn FnMut(&Tensor) -> Result<Tensor>,
-            ) -> Result<()> {
-                Ok(())
-            }
         }
     };
 }
@@ -306,10 +300,6 @@ impl Module for Dropout {
 
     fn parameters(&self) -> Vec<Tensor> {
         vec![]
-    }
-
-    fn map_parameters(&mut self, _: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
-        Ok(())
     }
 
     fn set_training(&self, training: bool) {

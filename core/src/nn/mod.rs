@@ -25,11 +25,25 @@ pub trait Module: Send + Sync {
     fn parameters(&self) -> Vec<Tensor>;
 
     /// Replaces every parameter with `f(parameter)`, in [`Module::parameters`] order (used by
-    /// [`Module::to_global`] and [`Module::to_local`]).
+    /// [`Module::to_global`] and [`Module::to_local`]). Modules without parameters need not
+    /// implement it; the default refuses when there are parameters to replace.
     ///
     /// # Errors
-    /// The first error of `f`.
-    fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()>;
+    /// The first error of `f`; `InvalidArgument` from the default when the module has
+    /// parameters.
+    fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
+        let _ = f;
+        if self.parameters().is_empty() {
+            Ok(())
+        } else {
+            Err(crate::Error::InvalidArgument {
+                op: "Module::map_parameters",
+                reason: "this module has parameters but does not implement map_parameters, \
+                         which to_global and to_local need"
+                    .into(),
+            })
+        }
+    }
 
     /// Switches training behaviour (dropout) on or off; on by default.
     fn set_training(&self, _training: bool) {}
