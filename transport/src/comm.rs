@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gflow_core::{CommError, CommOp, Communicator};
+use gflow_core::reduce::combine_bytes;
+use gflow_core::{CommError, CommOp, Communicator, DType, ReduceOp};
 
 use crate::frame::{HEADER_LEN, Header};
 use crate::link::{LinkError, LinkPair, LinkRx};
@@ -210,6 +211,49 @@ impl Communicator for NetComm {
     }
 
     fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError> {
+        self.recv_with(peer, op, out.len(), &mut |at, piece| {
+            out[at..at + piece.len()].copy_from_slice(piece);
+        })
+    }
+
+    fn recv_combine(
+        &self,
+        peer: usize,
+        op: CommOp,
+        acc: &mut [u8],
+        dtype: DType,
+        reduce: ReduceOp,
+    ) -> Result<(), CommError> {
+        // Pieces of the link's buffer may split an element: carry its first bytes over.
+        let elem = dtype.size();
+        let mut carry: Vec<u8> = Vec::with_capacity(elem);
+        self.recv_with(peer, op, acc.len(), &mut |mut at, mut piece| {
+            if !carry.is_empty() {
+                let take = (elem - carry.len()).min(piece.len());
+                carry.extend_from_slice(&piece[..take]);
+                (at, piece) = (at + take, &piece[take..]);
+                if carry.len() == elem {
+                    combine_bytes(dtype, reduce, &mut acc[at - elem..at], &carry);
+                    carry.clear();
+                }
+            }
+            let whole = piece.len() / elem * elem;
+            combine_bytes(dtype, reduce, &mut acc[at..at + whole], &piece[..whole]);
+            carry.extend_from_slice(&piece[whole..]);
+        })
+    }
+}
+
+impl NetComm {
+    /// Receives the next message from `peer`, checks its (op, sequence, length) against `op`
+    /// and `len`, and hands its payload to `f` in pieces.
+    fn recv_with(
+        &self,
+        peer: usize,
+        op: CommOp,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), CommError> {
         let side = self
             .rx
             .get(peer)
@@ -228,16 +272,16 @@ impl Communicator for NetComm {
             rank: self.rank,
             reason: format!("bad frame from rank {peer}: {e}"),
         })?;
-        if h.seq != side.seq || h.op != op || h.len != out.len() as u64 {
+        if h.seq != side.seq || h.op != op || h.len != len as u64 {
             return Err(CommError::Desync {
                 rank: self.rank,
                 peer,
-                expected: format!("{op} #{} of {} bytes", side.seq, out.len()),
+                expected: format!("{op} #{} of {len} bytes", side.seq),
                 got: format!("{} #{} of {} bytes", h.op, h.seq, h.len),
             });
         }
         side.link
-            .read_exact(out, deadline)
+            .read_with(len, deadline, f)
             .map_err(|e| self.link_error(peer, e))?;
         side.seq += 1;
         Ok(())

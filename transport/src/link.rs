@@ -33,6 +33,26 @@ pub trait LinkTx: Send {
 pub trait LinkRx: Send {
     /// Fills `buf` before `deadline`.
     fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError>;
+
+    /// Consumes the next `len` bytes before `deadline`, handing them to `f` in order as
+    /// (offset, bytes) pieces. A link with a receive buffer passes views of it (no copy); the
+    /// default reads through a bounded scratch buffer.
+    fn read_with(
+        &mut self,
+        len: usize,
+        deadline: Instant,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), LinkError> {
+        let mut scratch = vec![0u8; len.min(1 << 18)];
+        let mut done = 0;
+        while done < len {
+            let n = scratch.len().min(len - done);
+            self.read_exact(&mut scratch[..n], deadline)?;
+            f(done, &scratch[..n]);
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 /// Both halves of a link to one peer.

@@ -204,11 +204,22 @@ impl LinkTx for ShmTx {
 
 impl LinkRx for ShmRx {
     fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
+        self.read_with(buf.len(), deadline, &mut |at, piece| {
+            buf[at..at + piece.len()].copy_from_slice(piece);
+        })
+    }
+
+    fn read_with(
+        &mut self,
+        len: usize,
+        deadline: Instant,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), LinkError> {
         let r = &self.ring;
         let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
         let mut backoff = Backoff::new();
         let mut done = 0;
-        while done < buf.len() {
+        while done < len {
             let rd = rpos.load(Ordering::Relaxed);
             let avail = (wpos.load(Ordering::Acquire) - rd) as usize;
             if avail == 0 {
@@ -221,19 +232,21 @@ impl LinkRx for ShmRx {
                 continue;
             }
             backoff = Backoff::new();
-            let n = avail.min(buf.len() - done);
+            let n = avail.min(len - done);
             let at = (rd % r.cap as u64) as usize;
             let first = n.min(r.cap - at);
             // SAFETY: bytes [at, at + first) and [0, n - first) hold data the producer published
             // (write_pos was observed with Acquire) and that it cannot overwrite until read_pos
-            // advances.
-            unsafe {
-                std::ptr::copy_nonoverlapping(r.data().add(at), buf.as_mut_ptr().add(done), first);
-                std::ptr::copy_nonoverlapping(
-                    r.data(),
-                    buf.as_mut_ptr().add(done + first),
-                    n - first,
-                );
+            // advances, which happens only after `f` has returned.
+            let (a, b) = unsafe {
+                (
+                    std::slice::from_raw_parts(r.data().add(at), first),
+                    std::slice::from_raw_parts(r.data(), n - first),
+                )
+            };
+            f(done, a);
+            if !b.is_empty() {
+                f(done + first, b);
             }
             rpos.store(rd + n as u64, Ordering::Release);
             done += n;

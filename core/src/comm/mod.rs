@@ -126,6 +126,23 @@ pub trait Communicator: Send + Sync {
     /// `out.len()` bytes (else [`CommError::Desync`]).
     fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError>;
 
+    /// Receives the next message from `peer` (as [`Communicator::recv_into`]) and combines it
+    /// into `acc` with `reduce` elementwise. A transport may combine straight from its receive
+    /// buffer instead of copying the message out first.
+    fn recv_combine(
+        &self,
+        peer: usize,
+        op: CommOp,
+        acc: &mut [u8],
+        dtype: DType,
+        reduce: ReduceOp,
+    ) -> Result<(), CommError> {
+        let mut tmp = vec![0u8; acc.len()];
+        self.recv_into(peer, op, &mut tmp)?;
+        combine_bytes(dtype, reduce, acc, &tmp);
+        Ok(())
+    }
+
     /// Sends the same bytes to several peers (an implementation may share one buffer).
     fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
         peers.iter().try_for_each(|&p| self.send(p, op, data))
@@ -209,14 +226,6 @@ pub trait Communicator: Send + Sync {
             }
         }
         let own = &data[offsets[me]..offsets[me + 1]];
-        let mut tmp = vec![
-            0u8;
-            if group.len() > 2 || me == 0 {
-                out.len()
-            } else {
-                0
-            }
-        ];
         for (i, &p) in group.iter().enumerate() {
             if i == 0 {
                 if i == me {
@@ -227,8 +236,7 @@ pub trait Communicator: Send + Sync {
             } else if i == me {
                 combine_bytes(dtype, op, out, own);
             } else {
-                self.recv_into(p, CommOp::ReduceScatter, &mut tmp)?;
-                combine_bytes(dtype, op, out, &tmp);
+                self.recv_combine(p, CommOp::ReduceScatter, out, dtype, op)?;
             }
         }
         Ok(())
@@ -264,8 +272,32 @@ pub trait Communicator: Send + Sync {
         let counts: Vec<usize> = (0..group.len())
             .map(|i| balanced_range(elems, group.len(), i).len() * dtype.size())
             .collect();
-        let mine = self.reduce_scatter(group, data, &counts, dtype, op)?;
-        self.all_gather_into(group, &mine, &counts, data)
+        let me = position(self.rank(), group, &counts)?;
+        // In place when that keeps the group order of the reduction: as member 0, or with two
+        // members (a + b == b + a exactly). Otherwise through a separate buffer.
+        if me != 0 && group.len() > 2 {
+            let mine = self.reduce_scatter(group, data, &counts, dtype, op)?;
+            return self.all_gather_into(group, &mine, &counts, data);
+        }
+        let offsets = prefix(&counts);
+        for (i, &p) in group.iter().enumerate() {
+            if i != me {
+                self.send(p, CommOp::ReduceScatter, &data[offsets[i]..offsets[i + 1]])?;
+            }
+        }
+        let own = offsets[me]..offsets[me + 1];
+        for (i, &p) in group.iter().enumerate() {
+            if i != me {
+                self.recv_combine(p, CommOp::ReduceScatter, &mut data[own.clone()], dtype, op)?;
+            }
+        }
+        self.send_to_all(&others(group, me), CommOp::AllGather, &data[own])?;
+        for (i, &p) in group.iter().enumerate() {
+            if i != me {
+                self.recv_into(p, CommOp::AllGather, &mut data[offsets[i]..offsets[i + 1]])?;
+            }
+        }
+        Ok(())
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]` bytes
