@@ -270,7 +270,7 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
 /// Adds `g` to a leaf's gradient, boxed to the leaf's placement and SBP.
 fn accumulate(leaf: &Tensor, g: Tensor) -> Result<()> {
     let g = match leaf.dist() {
-        Some(d) if g.dist() != Some(d) => g.to_global(&d.placement, d.nd_sbp.clone())?,
+        Some(d) if g.dist() != Some(d) => g.into_global(&d.placement, d.nd_sbp.clone())?,
         _ => g,
     };
     let sum = match leaf.grad() {

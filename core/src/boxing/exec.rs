@@ -16,7 +16,8 @@ use super::plan::{AxisKind, AxisStep, Plan, Redistribute, Step, Transfer};
 
 /// Runs `plan` for a tensor of logical `shape`. `data` is this rank's component under the plan's
 /// source layout (`None` outside the source placement); returns its component under the
-/// destination layout (`None` outside the destination placement).
+/// destination layout (`None` outside the destination placement). Owned data is reduced in
+/// place where the plan allows (no copy).
 ///
 /// # Errors
 /// Communication failures (a peer gone, a timeout, a desync).
@@ -24,10 +25,10 @@ pub fn execute(
     plan: &Plan,
     shape: &[usize],
     dtype: DType,
-    data: Option<&HostData>,
+    data: Option<Cow<'_, HostData>>,
     comm: &dyn Communicator,
 ) -> Result<Option<HostData>> {
-    let mut cur: Option<Cow<'_, HostData>> = data.map(Cow::Borrowed);
+    let mut cur: Option<Cow<'_, HostData>> = data;
     for step in &plan.steps {
         cur = match step {
             Step::Axis(s) => match (cur, s.placement.coords_of(comm.rank())) {

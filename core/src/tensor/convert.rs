@@ -42,6 +42,37 @@ fn local_grad(
 }
 
 impl Tensor {
+    /// [`Tensor::to_global`] of a global tensor that is not recorded for autograd, consuming it:
+    /// when this is the only handle to the only copy of its data, boxing works on that data in
+    /// place instead of copying it (the gradients' all-reduce).
+    pub(crate) fn into_global(self, placement: &Placement, sbp: NdSbp) -> Result<Tensor> {
+        let Some(src) = self.dist().cloned().filter(|_| !self.requires_grad()) else {
+            return self.to_global(placement, sbp);
+        };
+        let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+        let data = match std::sync::Arc::try_unwrap(self.0) {
+            Err(shared) => return Tensor(shared).to_global(placement, sbp),
+            Ok(imp) => imp.data.map(|d| {
+                std::sync::Arc::try_unwrap(d)
+                    .map(|lock| lock.into_inner().unwrap_or_else(|p| p.into_inner()))
+                    .unwrap_or_else(|shared| {
+                        shared.read().unwrap_or_else(|p| p.into_inner()).clone()
+                    })
+            }),
+        };
+        let dist = Dist::new(placement.clone(), sbp);
+        placement.check_world(env::current().world_size())?;
+        let plan = boxing::plan(&shape, dtype.size(), &src, &dist)?;
+        let out = exec::execute(
+            &plan,
+            &shape,
+            dtype,
+            data.map(std::borrow::Cow::Owned),
+            env::current().comm(),
+        )?;
+        Ok(Tensor::global_from(out, shape, dtype, dist))
+    }
+
     /// Converts to a global tensor on `placement` with `sbp`.
     ///
     /// From a local tensor, the ranks' local tensors are the components: `split(d)` concatenates
@@ -90,7 +121,7 @@ impl Tensor {
                     &plan,
                     self.shape(),
                     self.dtype(),
-                    data.as_deref(),
+                    data.as_deref().map(std::borrow::Cow::Borrowed),
                     env.comm(),
                 )?;
                 let back = src.clone();
