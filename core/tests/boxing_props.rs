@@ -271,7 +271,7 @@ fn run_case(c: &Case) -> Result<(), String> {
                 .expect("a per-axis route exists");
             let data = x.to_local().ok().map(|l| l.to_host()).transpose()?;
             // Borrowed data is copied before in-place steps; owned data is reduced in place.
-            let data = if c.shape.len() % 2 == 0 {
+            let data = if c.shape.len().is_multiple_of(2) {
                 data.as_ref().map(std::borrow::Cow::Borrowed)
             } else {
                 data.map(std::borrow::Cow::Owned)
