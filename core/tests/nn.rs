@@ -92,6 +92,7 @@ fn layer_norm_normalises_and_embeds_look_up() {
             vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0]
         );
         assert!(nn::LayerNorm::new(4)?.forward(&x).is_err());
+        assert!(nn::LayerNorm::new(Vec::new()).is_err());
         Ok(())
     })
     .unwrap();

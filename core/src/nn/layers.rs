@@ -204,9 +204,15 @@ impl LayerNorm {
     /// ones and bias zeros.
     ///
     /// # Errors
-    /// Errors of tensor creation.
+    /// `InvalidArgument` for an empty shape; errors of tensor creation.
     pub fn new(shape: impl Dims) -> Result<LayerNorm> {
         let shape = shape.dims();
+        if shape.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "LayerNorm::new",
+                reason: "the normalised shape needs at least one dimension".into(),
+            });
+        }
         Ok(LayerNorm {
             eps: 1e-5,
             weight: Tensor::ones(&shape, Device::Cpu)?.set_requires_grad(true),
