@@ -158,6 +158,10 @@ fn modules_convert_to_global_and_back() {
         let x = Tensor::randn(&[4, 5], (&p, Sbp::split(0)))?;
         let y = model.forward(&x)?;
         assert_eq!(y.shape(), &[4, 2]);
+        let one = Tensor::randn(&[5], Device::Cpu)?;
+        let l = nn::Linear::new(5, 3, true)?;
+        assert_eq!(l.forward(&one)?.shape(), &[3]);
+        assert!(l.forward(&Tensor::randn(&[4], Device::Cpu)?).is_err());
         let model = model.to_local()?;
         assert!(model.parameters().iter().all(|t| t.is_local()));
         Ok((w, global_w))

@@ -82,7 +82,12 @@ impl Linear {
 }
 
 impl Module for Linear {
+    /// `x` of shape (..., in), or (in) for one sample, as in PyTorch.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.ndim() == 1 {
+            let y = self.forward(&x.reshape(&[1, x.shape()[0]])?)?;
+            return y.reshape(&[self.weight.shape()[0]]);
+        }
         let y = x.matmul_nt(&self.weight)?;
         match &self.bias {
             Some(b) => y.add(b),
