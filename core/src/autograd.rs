@@ -269,18 +269,13 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
 
 /// Adds `g` to a leaf's gradient, boxed to the leaf's placement and SBP.
 fn accumulate(leaf: &Tensor, g: Tensor) -> Result<()> {
-    let g = match leaf.dist() {
-        Some(d) if g.dist() != Some(d) => g.into_global(&d.placement, d.nd_sbp.clone())?,
-        _ => g,
+    let in_layout = |t: Tensor| match leaf.dist() {
+        Some(d) if t.dist() != Some(d) => t.into_global(d),
+        _ => Ok(t),
     };
+    let g = in_layout(g)?;
     let sum = match leaf.grad() {
-        Some(prev) => {
-            let s = prev.add(&g)?;
-            match leaf.dist() {
-                Some(d) if s.dist() != Some(d) => s.to_global(&d.placement, d.nd_sbp.clone())?,
-                _ => s,
-            }
-        }
+        Some(prev) => in_layout(prev.add(&g)?)?,
         None => g,
     };
     leaf.set_grad(Some(sum));

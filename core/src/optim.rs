@@ -50,10 +50,17 @@ fn update_component(
     let (Some(gd), Some(mut pd)) = (g.read(), p.write()) else {
         return Ok(());
     };
-    if gd.dtype() != pd.dtype() || gd.len() != pd.len() {
+    if gd.dtype() != pd.dtype() {
         return Err(Error::DTypeMismatch {
             expected: pd.dtype(),
             got: gd.dtype(),
+        });
+    }
+    if g.shape() != p.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "optimizer step",
+            shapes: vec![p.shape().to_vec(), g.shape().to_vec()],
+            reason: "a gradient must have its parameter's shape".into(),
         });
     }
     for s in state.iter_mut() {

@@ -2,7 +2,9 @@
 
 use crate::autograd::{partial_to_broadcast, record};
 use crate::boxing::{self, Dist, exec, from_local};
-use crate::dtype::Element;
+use std::borrow::Cow;
+
+use crate::dtype::{DType, Element};
 use crate::env;
 use crate::error::{Error, Result};
 use crate::placement::Placement;
@@ -41,17 +43,30 @@ fn local_grad(
     Ok(local)
 }
 
+/// Boxes this rank's component `data` of a tensor of `shape` laid out as `src` to `dist`.
+fn rebox(
+    shape: &[usize],
+    dtype: DType,
+    src: &Dist,
+    dist: Dist,
+    data: Option<Cow<'_, HostData>>,
+) -> Result<Tensor> {
+    let plan = boxing::plan(shape, dtype.size(), src, &dist)?;
+    let out = exec::execute(&plan, shape, dtype, data, env::current().comm())?;
+    Ok(Tensor::global_from(out, shape.to_vec(), dtype, dist))
+}
+
 impl Tensor {
-    /// [`Tensor::to_global`] of a global tensor that is not recorded for autograd, consuming it:
-    /// when this is the only handle to the only copy of its data, boxing works on that data in
-    /// place instead of copying it (the gradients' all-reduce).
-    pub(crate) fn into_global(self, placement: &Placement, sbp: NdSbp) -> Result<Tensor> {
+    /// [`Tensor::to_global`] to `dist` for a global tensor that is not recorded for autograd,
+    /// consuming it: when this is the only handle to the only copy of its data, boxing works on
+    /// that data in place instead of copying it (the gradients' all-reduce).
+    pub(crate) fn into_global(self, dist: &Dist) -> Result<Tensor> {
         let Some(src) = self.dist().cloned().filter(|_| !self.requires_grad()) else {
-            return self.to_global(placement, sbp);
+            return self.to_global(&dist.placement, dist.nd_sbp.clone());
         };
         let (shape, dtype) = (self.shape().to_vec(), self.dtype());
         let data = match std::sync::Arc::try_unwrap(self.0) {
-            Err(shared) => return Tensor(shared).to_global(placement, sbp),
+            Err(shared) => return Tensor(shared).to_global(&dist.placement, dist.nd_sbp.clone()),
             Ok(imp) => imp.data.map(|d| {
                 std::sync::Arc::try_unwrap(d)
                     .map(|lock| lock.into_inner().unwrap_or_else(|p| p.into_inner()))
@@ -60,17 +75,7 @@ impl Tensor {
                     })
             }),
         };
-        let dist = Dist::new(placement.clone(), sbp);
-        placement.check_world(env::current().world_size())?;
-        let plan = boxing::plan(&shape, dtype.size(), &src, &dist)?;
-        let out = exec::execute(
-            &plan,
-            &shape,
-            dtype,
-            data.map(std::borrow::Cow::Owned),
-            env::current().comm(),
-        )?;
-        Ok(Tensor::global_from(out, shape, dtype, dist))
+        rebox(&shape, dtype, &src, dist.clone(), data.map(Cow::Owned))
     }
 
     /// Converts to a global tensor on `placement` with `sbp`.
@@ -115,30 +120,20 @@ impl Tensor {
                 })
             }
             Some(src) => {
-                let plan = boxing::plan(self.shape(), self.dtype().size(), src, &dist)?;
                 let data = self.read();
-                let out = exec::execute(
-                    &plan,
+                let out = rebox(
                     self.shape(),
                     self.dtype(),
-                    data.as_deref().map(std::borrow::Cow::Borrowed),
-                    env.comm(),
-                )?;
+                    src,
+                    dist,
+                    data.as_deref().map(Cow::Borrowed),
+                );
+                drop(data);
                 let back = src.clone();
-                record(
-                    Ok(Tensor::global_from(
-                        out,
-                        self.shape().to_vec(),
-                        self.dtype(),
-                        dist,
-                    )),
-                    "to_global",
-                    &[self],
-                    move |_, g| {
-                        let sbp = partial_to_broadcast(&back.nd_sbp);
-                        Ok(vec![Some(g.to_global(&back.placement, sbp)?)])
-                    },
-                )
+                record(out, "to_global", &[self], move |_, g| {
+                    let sbp = partial_to_broadcast(&back.nd_sbp);
+                    Ok(vec![Some(g.to_global(&back.placement, sbp)?)])
+                })
             }
         }
     }
