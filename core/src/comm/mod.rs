@@ -2,8 +2,9 @@
 //! returning a `Result` (a peer that is gone is an error, never a hang).
 //!
 //! Implementations provide `send` and `recv`; the collectives have correct default
-//! implementations over them (direct exchange, reductions in group order so every rank gets
-//! bit-identical results). The network transport overrides them with ring and tree schedules.
+//! implementations over them (direct exchange; each reduced value is computed by one member in
+//! group order and shared, so every rank gets bit-identical results). A transport may override
+//! them with its own schedules.
 //! Byte counts are exact: a message whose length differs from what the receiver expects is a
 //! [`CommError::Desync`], as is a message of another collective.
 
@@ -273,12 +274,8 @@ pub trait Communicator: Send + Sync {
             .map(|i| balanced_range(elems, group.len(), i).len() * dtype.size())
             .collect();
         let me = position(self.rank(), group, &counts)?;
-        // In place when that keeps the group order of the reduction: as member 0, or with two
-        // members (a + b == b + a exactly). Otherwise through a separate buffer.
-        if me != 0 && group.len() > 2 {
-            let mine = self.reduce_scatter(group, data, &counts, dtype, op)?;
-            return self.all_gather_into(group, &mine, &counts, data);
-        }
+        // In place: each member reduces its own segment (its value, then the others' in group
+        // order) and shares it, so every member ends with bit-identical data.
         let offsets = prefix(&counts);
         for (i, &p) in group.iter().enumerate() {
             if i != me {

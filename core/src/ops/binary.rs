@@ -102,26 +102,23 @@ impl Op for Binary {
 /// The gradients of `out = op(a, b)`, summed back over broadcast dims.
 fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (&c.inputs[0], &c.inputs[1]);
-    let ga = |f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
-        if c.needs[0] {
-            Ok(Some(sum_to(&f()?, a.shape())?))
-        } else {
-            Ok(None)
-        }
-    };
-    let gb = |f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
-        if c.needs[1] {
-            Ok(Some(sum_to(&f()?, b.shape())?))
+    // Input i's gradient from f, when needed, summed back to the input's shape.
+    let grad = |i: usize, f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
+        if c.needs[i] {
+            Ok(Some(sum_to(&f()?, c.inputs[i].shape())?))
         } else {
             Ok(None)
         }
     };
     Ok(match op {
-        BinaryOp::Add => vec![ga(&|| Ok(g.clone()))?, gb(&|| Ok(g.clone()))?],
-        BinaryOp::Sub => vec![ga(&|| Ok(g.clone()))?, gb(&|| g.neg())?],
-        BinaryOp::Mul => vec![ga(&|| g.mul(b))?, gb(&|| g.mul(a))?],
+        BinaryOp::Add => vec![grad(0, &|| Ok(g.clone()))?, grad(1, &|| Ok(g.clone()))?],
+        BinaryOp::Sub => vec![grad(0, &|| Ok(g.clone()))?, grad(1, &|| g.neg())?],
+        BinaryOp::Mul => vec![grad(0, &|| g.mul(b))?, grad(1, &|| g.mul(a))?],
         // d(a/b)/db = -(a/b)/b.
-        BinaryOp::Div => vec![ga(&|| g.div(b))?, gb(&|| g.mul(c.out)?.div(b)?.neg())?],
+        BinaryOp::Div => vec![
+            grad(0, &|| g.div(b))?,
+            grad(1, &|| g.mul(c.out)?.div(b)?.neg())?,
+        ],
     })
 }
 
