@@ -1,18 +1,21 @@
 //! gflow's transport: makes one process per rank a world. `connect` runs the rendezvous on
-//! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory,
-//! and returns a [`NetComm`], core's `Communicator` over those links.
+//! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory
+//! and every other pair through QUIC, and returns a [`NetComm`], core's `Communicator` over those links.
 
 pub mod comm;
 pub mod frame;
 pub mod link;
+pub mod quic;
 pub mod rendezvous;
 pub mod shm;
 
+use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use comm::NetComm;
 use link::{LinkPair, Liveness};
+use quic::{Peer, QuicNode};
 use rendezvous::Config;
 use shm::{Ring, ShmRx, ShmTx};
 
@@ -59,35 +62,52 @@ fn ring_path(job: u64, from: usize, to: usize) -> PathBuf {
     dir.join(format!("gflow-{job:016x}-{from}-{to}"))
 }
 
-/// Joins the job and links this process to every other rank.
+/// The wildcard address of the family `MASTER_ADDR` resolves to: the QUIC endpoint listens on
+/// every interface of that family, and rank 0 tells each peer which address reached it.
+fn wildcard_for(master: &str) -> IpAddr {
+    let v6 = master
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| a.is_ipv6());
+    if v6 {
+        IpAddr::from([0u16; 8])
+    } else {
+        IpAddr::from([0u8; 4])
+    }
+}
+
+/// Joins the job and links this process to every other rank: shared memory to the ranks of
+/// this host, QUIC to the others (to all with `GFLOW_TRANSPORT=quic` on any rank).
 ///
 /// # Errors
-/// Rendezvous failures (wrong token, world size, duplicate or late rank), shared-memory setup
-/// failures, or `Unsupported` for ranks on other hosts (QUIC links are not built yet).
+/// Rendezvous failures (wrong token, world size, duplicate or late rank), or a link that cannot
+/// be set up in time.
 pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let cfg = &s.rendezvous;
-    let mut session = rendezvous::join(cfg)?;
+    let node = QuicNode::bind(wildcard_for(&cfg.master))?;
+    let offer = rendezvous::Offer {
+        quic_port: node.port()?,
+        cert: node.fingerprint(),
+        force_quic: s.force_quic,
+    };
+    let mut session = rendezvous::join(cfg, &offer)?;
     let table = session.table.clone();
     let me = cfg.rank;
-    let host = &table.members[me].host;
-    if s.force_quic && cfg.world > 1 {
-        return Err(TransportError::Unsupported(
-            "GFLOW_TRANSPORT=quic: QUIC links are not part of this build yet".into(),
-        ));
-    }
-    if let Some((r, _)) = table
-        .members
-        .iter()
-        .enumerate()
-        .find(|(_, m)| &m.host != host)
-    {
-        return Err(TransportError::Unsupported(format!(
-            "rank {r} runs on another host; links between hosts (QUIC) are not part of this build yet"
-        )));
-    }
+    let members = &table.members;
+    let everywhere = members.iter().any(|m| m.force_quic);
+    let by_quic = |peer: usize| everywhere || members[peer].host != members[me].host;
+    let quic_peers: Vec<Peer> = (0..cfg.world)
+        .filter(|&p| p != me && by_quic(p))
+        .map(|p| Peer {
+            rank: p,
+            addr: members[p].quic,
+            fingerprint: members[p].cert,
+        })
+        .collect();
     let mut outgoing: Vec<Option<Ring>> = Vec::with_capacity(cfg.world);
     for peer in 0..cfg.world {
-        outgoing.push(if peer == me {
+        outgoing.push(if peer == me || by_quic(peer) {
             None
         } else {
             Some(
@@ -96,6 +116,8 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             )
         });
     }
+    let dialing_me: Vec<Peer> = quic_peers.iter().filter(|p| p.rank > me).cloned().collect();
+    node.serve(&dialing_me)?;
     session.barrier()?;
     let mut links: Vec<Option<LinkPair>> = Vec::with_capacity(cfg.world);
     for (peer, out) in outgoing.into_iter().enumerate() {
@@ -104,13 +126,19 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             Some(out) => {
                 let inc = Ring::open(&ring_path(table.job, peer, me))
                     .map_err(|e| TransportError::Io(format!("shared memory: {e}")))?;
-                let alive = Liveness::process(table.members[peer].pid);
+                let alive = Liveness::process(members[peer].pid);
                 Some((
                     Box::new(ShmTx::new(out, alive.clone())),
                     Box::new(ShmRx::new(inc, alive)),
                 ))
             }
         });
+    }
+    if !quic_peers.is_empty() {
+        let deadline = Instant::now() + cfg.timeout;
+        for (peer, pair) in node.link_all(me, table.job, &quic_peers, deadline)? {
+            links[peer] = Some(pair);
+        }
     }
     Ok(NetComm::new(me, links, s.timeout, s.max_frame))
 }

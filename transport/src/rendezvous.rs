@@ -7,7 +7,7 @@
 //! error within the deadline, never a hang.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -21,6 +21,39 @@ pub struct Member {
     pub host: String,
     /// Process id (for liveness checks between processes of one host).
     pub pid: u32,
+    /// Where its QUIC endpoint listens. A rank reports an unspecified IP; rank 0 fills in the
+    /// address it saw the rank's rendezvous connection come from.
+    pub quic: SocketAddr,
+    /// SHA-256 of its QUIC certificate (pinned by every peer).
+    pub cert: [u8; 32],
+    /// It asked for QUIC everywhere (`GFLOW_TRANSPORT=quic`); one such rank decides for all.
+    pub force_quic: bool,
+}
+
+impl Member {
+    fn encode(&self, v: &mut Vec<u8>) {
+        put_bytes(v, self.host.as_bytes());
+        v.extend_from_slice(&u64::from(self.pid).to_le_bytes());
+        put_bytes(v, self.quic.to_string().as_bytes());
+        put_bytes(v, &self.cert);
+        v.extend_from_slice(&u64::from(self.force_quic).to_le_bytes());
+    }
+
+    fn decode(c: &mut Cur<'_>) -> Result<Member, TransportError> {
+        let bad = |what: &str| TransportError::Protocol(format!("bad {what} in rendezvous"));
+        Ok(Member {
+            host: String::from_utf8_lossy(&c.bytes()?).into_owned(),
+            pid: c.u64()? as u32,
+            quic: String::from_utf8_lossy(&c.bytes()?)
+                .parse()
+                .map_err(|_| bad("QUIC address"))?,
+            cert: c
+                .bytes()?
+                .try_into()
+                .map_err(|_| bad("certificate fingerprint"))?,
+            force_quic: c.u64()? != 0,
+        })
+    }
 }
 
 /// What every rank learns: a job id and all members, indexed by rank.
@@ -47,6 +80,17 @@ pub struct Config {
     pub timeout: Duration,
     /// This process's host identity.
     pub host: String,
+}
+
+/// What this process tells the others about its links.
+#[derive(Clone, Debug)]
+pub struct Offer {
+    /// The port of its QUIC endpoint.
+    pub quic_port: u16,
+    /// SHA-256 of its QUIC certificate.
+    pub cert: [u8; 32],
+    /// It asks for QUIC everywhere.
+    pub force_quic: bool,
 }
 
 /// An open rendezvous: the table, and the connection(s) for the barrier round.
@@ -141,8 +185,7 @@ fn encode_table(t: &Table) -> Vec<u8> {
     let mut v = t.job.to_le_bytes().to_vec();
     v.extend_from_slice(&(t.members.len() as u64).to_le_bytes());
     for m in &t.members {
-        put_bytes(&mut v, m.host.as_bytes());
-        v.extend_from_slice(&u64::from(m.pid).to_le_bytes());
+        m.encode(&mut v);
     }
     v
 }
@@ -158,11 +201,7 @@ fn decode_table(b: &[u8]) -> Result<Table, TransportError> {
     }
     let mut members = Vec::with_capacity(n);
     for _ in 0..n {
-        let host = String::from_utf8_lossy(&c.bytes()?).into_owned();
-        members.push(Member {
-            host,
-            pid: c.u64()? as u32,
-        });
+        members.push(Member::decode(&mut c)?);
     }
     Ok(Table { job, members })
 }
@@ -171,7 +210,7 @@ fn decode_table(b: &[u8]) -> Result<Table, TransportError> {
 ///
 /// # Errors
 /// `Refused` (with the reason rank 0 gave), `Timeout`, `Io`, `Protocol`.
-pub fn join(cfg: &Config) -> Result<Session, TransportError> {
+pub fn join(cfg: &Config, offer: &Offer) -> Result<Session, TransportError> {
     let deadline = Instant::now() + cfg.timeout;
     if cfg.rank >= cfg.world {
         return Err(TransportError::Refused(format!(
@@ -182,6 +221,9 @@ pub fn join(cfg: &Config) -> Result<Session, TransportError> {
     let me = Member {
         host: cfg.host.clone(),
         pid: std::process::id(),
+        quic: SocketAddr::new(IpAddr::from([0, 0, 0, 0]), offer.quic_port),
+        cert: offer.cert,
+        force_quic: offer.force_quic,
     };
     if cfg.world == 1 {
         return Ok(Session {
@@ -207,7 +249,7 @@ fn random_u64() -> Result<u64, TransportError> {
     Ok(u64::from_le_bytes(b))
 }
 
-fn serve(cfg: &Config, me: Member, deadline: Instant) -> Result<Session, TransportError> {
+fn serve(cfg: &Config, mut me: Member, deadline: Instant) -> Result<Session, TransportError> {
     let listener = TcpListener::bind(&cfg.master)
         .map_err(|e| TransportError::Io(format!("rank 0 cannot listen on {}: {e}", cfg.master)))?;
     listener.set_nonblocking(true).map_err(io)?;
@@ -248,8 +290,8 @@ fn serve(cfg: &Config, me: Member, deadline: Instant) -> Result<Session, Transpo
             continue;
         };
         let mut c = Cur(&body);
-        let (Ok(rank), Ok(world), Ok(host), Ok(pid), Ok(pr)) =
-            (c.u64(), c.u64(), c.bytes(), c.u64(), c.bytes())
+        let (Ok(rank), Ok(world), Ok(pr), Ok(mut member)) =
+            (c.u64(), c.u64(), c.bytes(), Member::decode(&mut c))
         else {
             continue;
         };
@@ -278,13 +320,16 @@ fn serve(cfg: &Config, me: Member, deadline: Instant) -> Result<Session, Transpo
             let _ = send_msg(&mut s, REJECT, why.as_bytes());
             return Err(fail(&mut joined, why));
         }
-        joined[rank] = Some((
-            Member {
-                host: String::from_utf8_lossy(&host).into_owned(),
-                pid: pid as u32,
-            },
-            s,
-        ));
+        // Reachable addresses: where this connection came from and where it arrived.
+        if let (Ok(peer), Ok(local)) = (s.peer_addr(), s.local_addr()) {
+            if member.quic.ip().is_unspecified() {
+                member.quic.set_ip(peer.ip());
+            }
+            if me.quic.ip().is_unspecified() {
+                me.quic.set_ip(local.ip());
+            }
+        }
+        joined[rank] = Some((member, s));
         missing -= 1;
     }
     let mut members = vec![me];
@@ -344,9 +389,8 @@ fn connect(cfg: &Config, me: Member, deadline: Instant) -> Result<Session, Trans
     let mut hello = vec![];
     hello.extend_from_slice(&(cfg.rank as u64).to_le_bytes());
     hello.extend_from_slice(&(cfg.world as u64).to_le_bytes());
-    put_bytes(&mut hello, me.host.as_bytes());
-    hello.extend_from_slice(&u64::from(me.pid).to_le_bytes());
     put_bytes(&mut hello, &proof(&cfg.token, &nonce));
+    me.encode(&mut hello);
     send_msg(&mut s, HELLO, &hello).map_err(io)?;
     match recv_msg(&mut s, deadline)? {
         (TABLE, body) => Ok(Session {
