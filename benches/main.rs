@@ -21,6 +21,8 @@ struct Args {
     sizes: Vec<usize>,
     width: usize,
     batch: usize,
+    /// `collectives` only: the operations to time (all when empty).
+    ops: Vec<String>,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -33,6 +35,7 @@ fn parse() -> std::result::Result<Args, String> {
         sizes: vec![256, 1024, 2048],
         width: 1024,
         batch: 256,
+        ops: vec![],
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -55,10 +58,18 @@ fn parse() -> std::result::Result<Args, String> {
                     .ok_or("--sizes needs a list like 256,1024")?
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
+            "--ops" => {
+                a.ops = it
+                    .next()
+                    .ok_or("--ops needs a list like all_reduce,p2p")?
+                    .split(',')
+                    .map(String::from)
+                    .collect()
+            }
             "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--out FILE]"
                 ));
             }
         }
@@ -209,7 +220,8 @@ fn collectives(a: &Args) -> Result<()> {
             ("reduce_scatter", (nf - 1.0) / nf),
             ("all_to_all", (nf - 1.0) / nf),
         ];
-        for (op, factor) in ops {
+        let wanted = |op: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == op);
+        for (op, factor) in ops.into_iter().filter(|(op, _)| wanted(op)) {
             let t = time_collective(&env, a.runs, || {
                 let c = env.comm();
                 match op {
@@ -250,6 +262,22 @@ fn collectives(a: &Args) -> Result<()> {
             lines.push(format!(
                 "{{\"system\": \"{transport}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
                 factor * bytes as f64 / t / 1e9
+            ));
+        }
+        // Point to point: rank 0 streams the buffer to rank 1, the others wait.
+        if n >= 2 && wanted("p2p") {
+            let t = time_collective(&env, a.runs, || {
+                let c = env.comm();
+                match me {
+                    0 => c.send(1, gflow::CommOp::P2p, bytemuck::cast_slice(&src))?,
+                    1 => c.recv_into(0, gflow::CommOp::P2p, bytemuck::cast_slice_mut(&mut dst))?,
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            lines.push(format!(
+                "{{\"system\": \"{transport}\", \"op\": \"p2p\", \"ranks\": 2, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"gbs\": {:.3}}}",
+                bytes as f64 / t / 1e9
             ));
         }
     }

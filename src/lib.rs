@@ -13,9 +13,9 @@
 //! ```
 
 pub use gflow_core::{
-    CommError, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData, IntoRanks,
-    IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing, comm,
-    is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
+    CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData,
+    IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing,
+    comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the

@@ -73,7 +73,7 @@ impl NetComm {
                                 let deadline = Instant::now() + timeout;
                                 let r = t
                                     .write_all(&m.header, deadline)
-                                    .and_then(|_| t.write_all(&m.data, deadline));
+                                    .and_then(|_| t.write_shared(m.data, deadline));
                                 p2.fetch_sub(1, Ordering::AcqRel);
                                 if let Err(e) = r {
                                     if let Ok(mut f) = f2.lock() {

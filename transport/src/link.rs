@@ -2,6 +2,7 @@
 //! deadline; a peer that dies is an error, not a hang. Shared memory implements it now; QUIC
 //! will implement the same halves.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Why a link operation failed.
@@ -25,6 +26,12 @@ pub enum LinkError {
 pub trait LinkTx: Send {
     /// Writes all of `bytes` before `deadline`.
     fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError>;
+
+    /// Writes all of a shared buffer before `deadline`. A link that can keep a reference
+    /// instead of copying (QUIC hands it to quinn as is) overrides this.
+    fn write_shared(&mut self, data: Arc<[u8]>, deadline: Instant) -> Result<(), LinkError> {
+        self.write_all(&data, deadline)
+    }
     /// Tells the peer no more bytes will come.
     fn close(&mut self);
 }

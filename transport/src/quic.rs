@@ -506,6 +506,16 @@ impl LinkTx for QuicTx {
         }
     }
 
+    fn write_shared(&mut self, data: Arc<[u8]>, deadline: Instant) -> Result<(), LinkError> {
+        let driver = self.driver.clone();
+        match driver.wait(deadline, self.stream.write_chunk(Bytes::from_owner(data))) {
+            Err(_) => Err(LinkError::Timeout),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(quinn::WriteError::ConnectionLost(e))) => Err(lost(&e)),
+            Ok(Err(e)) => Err(LinkError::Io(e.to_string())),
+        }
+    }
+
     /// Finishes the stream and waits (briefly) until the peer has acknowledged every byte, so a
     /// process that exits right after its last send does not take that send with it.
     fn close(&mut self) {
@@ -525,26 +535,6 @@ struct QuicRx {
     driver: Arc<Driver>,
 }
 
-impl QuicRx {
-    /// Makes `pending` non-empty: the next chunk of at most `max` bytes.
-    fn fill(&mut self, max: usize, deadline: Instant) -> Result<(), LinkError> {
-        if !self.pending.is_empty() {
-            return Ok(());
-        }
-        let driver = self.driver.clone();
-        match driver.wait(deadline, self.stream.read_chunk(max, true)) {
-            Err(_) => Err(LinkError::Timeout),
-            Ok(Ok(Some(chunk))) => {
-                self.pending = chunk.bytes;
-                Ok(())
-            }
-            Ok(Ok(None)) => Err(LinkError::Closed),
-            Ok(Err(quinn::ReadError::ConnectionLost(e))) => Err(lost(&e)),
-            Ok(Err(e)) => Err(LinkError::Io(e.to_string())),
-        }
-    }
-}
-
 impl LinkRx for QuicRx {
     fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
         self.read_with(buf.len(), deadline, &mut |at, piece| {
@@ -558,13 +548,26 @@ impl LinkRx for QuicRx {
         deadline: Instant,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), LinkError> {
-        let mut done = 0;
-        while done < len {
-            self.fill(len - done, deadline)?;
-            let piece = self.pending.split_to(self.pending.len().min(len - done));
-            f(done, &piece);
-            done += piece.len();
-        }
-        Ok(())
+        let (driver, stream, pending) = (&self.driver, &mut self.stream, &mut self.pending);
+        // One entry into the runtime per message: chunks arrive per packet, far too often to
+        // pay a cross-thread wake-up and a timer each.
+        let read = driver.wait(deadline, async {
+            let mut done = 0;
+            while done < len {
+                if pending.is_empty() {
+                    *pending = match stream.read_chunk(len - done, true).await {
+                        Ok(Some(chunk)) => chunk.bytes,
+                        Ok(None) => return Err(LinkError::Closed),
+                        Err(quinn::ReadError::ConnectionLost(e)) => return Err(lost(&e)),
+                        Err(e) => return Err(LinkError::Io(e.to_string())),
+                    };
+                }
+                let piece = pending.split_to(pending.len().min(len - done));
+                f(done, &piece);
+                done += piece.len();
+            }
+            Ok(())
+        });
+        read.unwrap_or(Err(LinkError::Timeout))
     }
 }
