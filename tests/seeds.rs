@@ -1,9 +1,11 @@
 //! The seeds' statements (OneFlow's global-tensor documents, ../shared/seeds/) as tests, run with
-//! ranks as threads.
+//! ranks as threads and again as processes over shared memory and over QUIC.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use gflow::prelude::*;
+
+mod common;
 
 fn p01() -> Result<Placement> {
     Placement::new("cpu", [0, 1])
@@ -13,7 +15,7 @@ fn p01() -> Result<Placement> {
 /// and x.numpy() is the concatenation of the two local tensors.
 #[test]
 fn randn_split0_has_global_shape_and_local_halves() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = common::world(2, |_| {
         let x = Tensor::randn(&[4, 5], (&p01()?, Sbp::split(0)))?;
         let local = x.to_local()?;
         Ok((
@@ -38,7 +40,7 @@ fn randn_split0_has_global_shape_and_local_halves() -> Result<()> {
 /// is_local / is_global as printed in the seed.
 #[test]
 fn local_to_global_split_concatenates() -> Result<()> {
-    let out = gflow::simulate(2, |env| {
+    let out = common::world(2, |env| {
         let x = Tensor::full(&[2, 5], env.rank() as f64, Device::Cpu)?;
         let g = x.to_global(&p01()?, Sbp::split(0))?;
         assert!(x.is_local() && !x.is_global());
@@ -56,7 +58,7 @@ fn local_to_global_split_concatenates() -> Result<()> {
 /// slice into the complete data"; numpy() equals to_global(broadcast).to_local().
 #[test]
 fn split_to_broadcast_gathers_the_slices() -> Result<()> {
-    gflow::simulate(2, |_| {
+    common::world(2, |_| {
         let p = p01()?;
         let x = Tensor::randn(&[2, 5], Device::Cpu)?;
         let xg = x.to_global(&p, Sbp::split(0))?;
@@ -79,7 +81,7 @@ fn split_to_broadcast_gathers_the_slices() -> Result<()> {
 /// gives a global (2,2,8) tensor; rank 2 holds rank 0's data and rank 3 rank 1's.
 #[test]
 fn two_d_sbp_broadcast_takes_the_first_rank_of_each_group() -> Result<()> {
-    let out = gflow::simulate(4, |_| {
+    let out = common::world(4, |_| {
         let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let x = Tensor::randn(&[1, 2, 8], Device::Cpu)?;
         let g = x.to_global(&p, [Sbp::broadcast(), Sbp::split(0)])?;
@@ -107,7 +109,7 @@ fn two_d_sbp_broadcast_takes_the_first_rank_of_each_group() -> Result<()> {
 /// ranks (g, 1) hold [[3,4]], so each axis-0 pair is a broadcast and each row a split(0).
 #[test]
 fn two_d_sbp_figure() -> Result<()> {
-    let out = gflow::simulate(4, |_| {
+    let out = common::world(4, |_| {
         let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let a = Tensor::from_vec(
             vec![1.0f32, 2.0, 3.0, 4.0],
@@ -132,7 +134,7 @@ fn two_d_sbp_figure() -> Result<()> {
 /// partial_sum components add up to the value.
 #[test]
 fn sbp_definitions() -> Result<()> {
-    let out = gflow::simulate(2, |env| {
+    let out = common::world(2, |env| {
         let p = p01()?;
         let v: Vec<f32> = (0..8).map(|i| i as f32).collect();
         let s1 = Tensor::from_vec(v.clone(), &[2, 4], (&p, Sbp::split(1)))?;
@@ -154,7 +156,7 @@ fn sbp_definitions() -> Result<()> {
 /// The SBP-signature seed: matmul's output SBP as the seeds print it.
 #[test]
 fn matmul_signatures_as_the_seeds_say() -> Result<()> {
-    let out = gflow::simulate(2, |_| {
+    let out = common::world(2, |_| {
         let p = p01()?;
         // data parallelism: split(0) x broadcast -> split(0)
         let x = Tensor::randn(&[4, 5], (&p, Sbp::split(0)))?;
@@ -196,7 +198,7 @@ fn matmul_signatures_as_the_seeds_say() -> Result<()> {
 /// The 2D SBP seed: (broadcast, split(0)) x (split(1), broadcast) -> (split(1), split(0)).
 #[test]
 fn two_d_matmul_signature() -> Result<()> {
-    let out = gflow::simulate(4, |_| {
+    let out = common::world(4, |_| {
         let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let x = Tensor::randn(&[4, 6], (&p, [Sbp::broadcast(), Sbp::split(0)]))?;
         let w = Tensor::randn(&[6, 8], (&p, [Sbp::split(1), Sbp::broadcast()]))?;
@@ -218,7 +220,7 @@ fn two_d_matmul_signature() -> Result<()> {
 /// Y2 = Y0 @ B1 with B1 split(1) on P1 — gives the single-device product.
 #[test]
 fn boxing_seed_two_placements() -> Result<()> {
-    let out = gflow::simulate(4, |env| {
+    let out = common::world(4, |env| {
         let p0 = Placement::new("cpu", [0, 1])?;
         let p1 = Placement::new("cpu", [2, 3])?;
         gflow::manual_seed(3);
@@ -264,4 +266,20 @@ fn boxing_seed_two_placements() -> Result<()> {
         assert!(got.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-4));
     }
     Ok(())
+}
+
+/// Every test above again, as real processes over shared memory and over QUIC.
+#[test]
+fn as_processes_over_shared_memory_and_quic() {
+    common::relaunch(&[
+        ("randn_split0_has_global_shape_and_local_halves", 2),
+        ("local_to_global_split_concatenates", 2),
+        ("split_to_broadcast_gathers_the_slices", 2),
+        ("two_d_sbp_broadcast_takes_the_first_rank_of_each_group", 4),
+        ("two_d_sbp_figure", 4),
+        ("sbp_definitions", 2),
+        ("matmul_signatures_as_the_seeds_say", 2),
+        ("two_d_matmul_signature", 4),
+        ("boxing_seed_two_placements", 4),
+    ]);
 }

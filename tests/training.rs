@@ -7,6 +7,8 @@
 use gflow::prelude::*;
 use gflow::{nn::functional::mse_loss, simulate};
 
+mod common;
+
 const STEPS: usize = 20;
 /// Samples, input features, hidden features, outputs.
 const N: usize = 16;
@@ -112,7 +114,7 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 fn data_parallel_matches_single_device() {
     for adam in [false, true] {
         let want = reference(adam);
-        let out = simulate(4, |env| {
+        let out = common::world(4, |env| {
             let p = Placement::new("cpu", [0, 1, 2, 3])?;
             let i = init();
             let b =
@@ -152,7 +154,7 @@ fn data_parallel_matches_single_device() {
 #[test]
 fn tensor_parallel_mlp_matches_single_device() {
     let want = reference(false);
-    let out = simulate(2, |env| {
+    let out = common::world(2, |env| {
         let p = Placement::new("cpu", [0, 1])?;
         let i = init();
         let on = |v: &Vec<f32>, s: &[usize], sbp: Sbp| Tensor::from_vec(v.clone(), s, (&p, sbp));
@@ -201,7 +203,7 @@ fn tensor_parallel_mlp_matches_single_device() {
 #[test]
 fn two_d_sbp_model_matches_single_device() {
     let want = reference(false);
-    let out = simulate(4, |env| {
+    let out = common::world(4, |env| {
         let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let i = init();
         let bb = [Sbp::broadcast(), Sbp::broadcast()];
@@ -229,7 +231,7 @@ fn two_d_sbp_model_matches_single_device() {
 #[test]
 fn two_stage_pipeline_matches_single_device() {
     let want = reference(false);
-    let out = simulate(4, |env| {
+    let out = common::world(4, |env| {
         let p1 = Placement::new("cpu", [0, 1])?;
         let p2 = Placement::new("cpu", [2, 3])?;
         let i = init();
@@ -269,4 +271,15 @@ fn two_stage_pipeline_matches_single_device() {
     assert!(out[0].is_empty() && out[1].is_empty());
     assert_close(&out[2], &want, "pipeline");
     assert_close(&out[3], &want, "pipeline");
+}
+
+/// Every style again, as real processes over shared memory and over QUIC.
+#[test]
+fn as_processes_over_shared_memory_and_quic() {
+    common::relaunch(&[
+        ("data_parallel_matches_single_device", 4),
+        ("tensor_parallel_mlp_matches_single_device", 2),
+        ("two_d_sbp_model_matches_single_device", 4),
+        ("two_stage_pipeline_matches_single_device", 4),
+    ]);
 }

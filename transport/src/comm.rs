@@ -163,8 +163,8 @@ impl NetComm {
         Ok(())
     }
 
-    /// Waits (up to `timeout`) until every queued message has been written, then closes the
-    /// links so peers see an orderly end. Called at process exit.
+    /// Waits (up to `timeout`) until every queued message has been written, closes the links so
+    /// peers see an orderly end, and waits for the peers to close theirs. Called at process exit.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         for side in self.tx.iter().flatten() {
@@ -179,6 +179,11 @@ impl NetComm {
             }
             if let Some(h) = side.thread.lock().ok().and_then(|mut t| t.take()) {
                 let _ = h.join();
+            }
+        }
+        for side in self.rx.iter().flatten() {
+            if let Ok(mut side) = side.try_lock() {
+                side.link.drain(deadline);
             }
         }
     }

@@ -60,6 +60,11 @@ pub trait LinkRx: Send {
         }
         Ok(())
     }
+
+    /// At exit: waits (until `deadline`) for the peer to close its sending half, which it does
+    /// only when its program is done, so it needs none of the bytes this process sent any more.
+    /// A link whose written bytes outlive the writer (shared memory) returns at once.
+    fn drain(&mut self, _deadline: Instant) {}
 }
 
 /// Both halves of a link to one peer.

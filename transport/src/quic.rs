@@ -37,8 +37,6 @@ const SERVER_NAME: &str = "gflow";
 /// A connection with no packet for this long is lost: a killed peer is an error this soon.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(6);
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
-/// Closing a link waits at most this long for the peer to acknowledge the last bytes.
-const LINGER: Duration = Duration::from_secs(5);
 
 fn fingerprint(der: &[u8]) -> Fingerprint {
     Sha256::digest(der).into()
@@ -360,7 +358,8 @@ impl QuicNode {
 
     /// Links this process (`me`, of job `job`) to every peer: dials the lower ranks, accepts the
     /// higher ones (which must have been passed to [`serve`](Self::serve)). Each link is one
-    /// bidirectional stream; the dialer opens it with (job, rank) so the acceptor knows who it is.
+    /// bidirectional stream; the dialer opens it with (job, rank) so the acceptor knows who it
+    /// is, and the acceptor answers one byte once it has checked them.
     ///
     /// # Errors
     /// `Timeout` when a peer does not link before `deadline`; `Io`/`Refused` otherwise.
@@ -384,11 +383,15 @@ impl QuicNode {
                     .map_err(|e| io(&e))?
                     .await
                     .map_err(|e| io(&e))?;
-                let (mut tx, rx) = conn.open_bi().await.map_err(|e| io(&e))?;
+                let (mut tx, mut rx) = conn.open_bi().await.map_err(|e| io(&e))?;
                 let mut hello = [0u8; 16];
                 hello[..8].copy_from_slice(&job.to_le_bytes());
                 hello[8..].copy_from_slice(&(me as u64).to_le_bytes());
                 tx.write_all(&hello).await.map_err(|e| io(&e))?;
+                // The acceptor's answer: it checked our certificate, job and rank. (A TLS 1.3
+                // client finishes its handshake before the server judges its certificate.)
+                let mut ok = [0u8; 1];
+                rx.read_exact(&mut ok).await.map_err(|e| io(&e))?;
                 Ok::<_, TransportError>((rank, conn, tx, rx))
             });
         }
@@ -407,7 +410,7 @@ impl QuicNode {
                 })?;
                 // A failed handshake (a certificate outside the job) is refused and ignored.
                 let Ok(conn) = incoming.await else { continue };
-                let Ok((tx, mut rx)) = conn.accept_bi().await else {
+                let Ok((mut tx, mut rx)) = conn.accept_bi().await else {
                     continue;
                 };
                 let mut hello = [0u8; 16];
@@ -427,6 +430,9 @@ impl QuicNode {
                     .any(|p| p.rank == rank && Some(p.fingerprint) == cert);
                 if their_job != job || !genuine || got.iter().any(|(r, ..)| *r == rank) {
                     conn.close(quinn::VarInt::from_u32(1), b"not a peer of this job");
+                    continue;
+                }
+                if tx.write_all(&[1]).await.is_err() {
                     continue;
                 }
                 got.push((rank, conn, tx, rx));
@@ -516,13 +522,10 @@ impl LinkTx for QuicTx {
         }
     }
 
-    /// Finishes the stream and waits (briefly) until the peer has acknowledged every byte, so a
-    /// process that exits right after its last send does not take that send with it.
+    /// Finishes the stream; the process then stays until the peer finishes its own
+    /// ([`LinkRx::drain`]), so this stream's last bytes are not cut off by the exit.
     fn close(&mut self) {
-        if self.stream.finish().is_ok() {
-            let stopped = self.stream.stopped();
-            let _ = self.driver.wait(Instant::now() + LINGER, stopped);
-        }
+        let _ = self.stream.finish();
     }
 }
 
@@ -569,5 +572,62 @@ impl LinkRx for QuicRx {
             Ok(())
         });
         read.unwrap_or(Err(LinkError::Timeout))
+    }
+
+    fn drain(&mut self, deadline: Instant) {
+        let (driver, stream) = (&self.driver, &mut self.stream);
+        // On a thread of its own: at process exit this thread's thread-locals (tokio's
+        // runtime context among them) may already be destroyed.
+        std::thread::scope(|s| {
+            let _ = s
+                .spawn(|| {
+                    driver.wait(deadline, async {
+                        while let Ok(Some(_)) = stream.read_chunk(usize::MAX, true).await {}
+                    })
+                })
+                .join();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn peer(rank: usize, n: &QuicNode) -> Peer {
+        Peer {
+            rank,
+            addr: SocketAddr::new(IpAddr::from([127, 0, 0, 1]), n.port().unwrap()),
+            fingerprint: n.fingerprint(),
+        }
+    }
+
+    /// A process whose certificate is not in the job's table (it never passed the token check)
+    /// fails the handshake and gets nothing; the genuine rank links and its bytes arrive.
+    #[test]
+    fn only_pinned_certificates_link() {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let (a, b, intruder) = (
+            QuicNode::bind(lo).unwrap(),
+            QuicNode::bind(lo).unwrap(),
+            QuicNode::bind(lo).unwrap(),
+        );
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        a.serve(std::slice::from_ref(&pb)).unwrap();
+        let soon = || Instant::now() + Duration::from_secs(3);
+        std::thread::scope(|s| {
+            let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), soon()));
+            let refused = intruder.link_all(1, 7, std::slice::from_ref(&pa), soon());
+            assert!(refused.is_err(), "the intruder linked");
+            let mut links = b.link_all(1, 7, std::slice::from_ref(&pa), soon()).unwrap();
+            let mut at_a = server.join().unwrap().unwrap();
+            assert_eq!((links.len(), at_a.len(), at_a[0].0), (1, 1, 1));
+            let msg: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+            links[0].1.0.write_all(&msg, soon()).unwrap();
+            let mut got = vec![0u8; msg.len()];
+            at_a[0].1.1.read_exact(&mut got, soon()).unwrap();
+            assert_eq!(got, msg);
+        });
     }
 }
