@@ -269,8 +269,12 @@ fn collectives(a: &Args) -> Result<()> {
             let t = time_collective(&env, a.runs, || {
                 let c = env.comm();
                 match me {
-                    0 => c.send(1, gflow::CommOp::P2p, bytemuck::cast_slice(&src))?,
-                    1 => c.recv_into(0, gflow::CommOp::P2p, bytemuck::cast_slice_mut(&mut dst))?,
+                    0 => c.send(1, gflow::CommOp::P2p.into(), bytemuck::cast_slice(&src))?,
+                    1 => c.recv_into(
+                        0,
+                        gflow::CommOp::P2p.into(),
+                        bytemuck::cast_slice_mut(&mut dst),
+                    )?,
                     _ => {}
                 }
                 Ok(())

@@ -14,8 +14,8 @@
 
 pub use gflow_core::{
     CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData,
-    IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Target, Tensor, boxing,
-    comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
+    IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor,
+    boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the

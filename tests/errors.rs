@@ -256,6 +256,35 @@ fn desync_is_an_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
+/// The same collective with the same byte count, issued on two groups in different orders
+/// (rank 0: the world then the pair; rank 1: the pair then the world), is a `Desync` on both
+/// ranks: every message names its group, so one group's data never lands in another's.
+#[test]
+fn collectives_of_different_groups_are_a_desync() {
+    let got = std::sync::Mutex::new(vec![String::new(); 3]);
+    let _ = gflow::simulate(3, |env| {
+        let c = env.comm();
+        let (world, pair) = ([0, 1, 2], [0, 1]);
+        let me = [env.rank() as u8; 8];
+        let on = |g: &[usize]| c.all_gather(g, &me, &vec![8; g.len()]).map(drop);
+        let r = match env.rank() {
+            0 => on(&world).and_then(|()| on(&pair)),
+            1 => on(&pair).and_then(|()| on(&world)),
+            _ => on(&world),
+        };
+        got.lock().unwrap()[env.rank()] = match &r {
+            Err(CommError::Desync { .. }) => "desync".into(),
+            Err(e) => format!("{e}"),
+            Ok(()) => "ok".into(),
+        };
+        r.map_err(Error::from)
+    });
+    let got = got.into_inner().unwrap();
+    assert_eq!(got[0], "desync", "rank 0: {}", got[0]);
+    assert_eq!(got[1], "desync", "rank 1: {}", got[1]);
+    assert_ne!(got[2], "ok", "rank 2 cannot complete without rank 1");
+}
+
 /// A rank that fails (or panics) is an error on the others at once.
 #[test]
 fn a_failed_rank_releases_its_peers() {

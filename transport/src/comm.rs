@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gflow_core::reduce::combine_bytes;
-use gflow_core::{CommError, CommOp, Communicator, DType, ReduceOp};
+use gflow_core::{CommError, Communicator, DType, ReduceOp, Tag};
 
 use crate::frame::{HEADER_LEN, Header};
 use crate::link::{LinkError, LinkPair, LinkRx};
@@ -128,7 +128,7 @@ impl NetComm {
         CommError::no_link(self.rank, peer, self.world)
     }
 
-    fn enqueue(&self, peer: usize, op: CommOp, data: Arc<[u8]>) -> Result<(), CommError> {
+    fn enqueue(&self, peer: usize, tag: Tag, data: Arc<[u8]>) -> Result<(), CommError> {
         let side = self
             .tx
             .get(peer)
@@ -142,7 +142,7 @@ impl NetComm {
             peer,
         })?;
         let header = Header {
-            op,
+            tag,
             seq: *seq,
             len: data.len() as u64,
         }
@@ -204,19 +204,19 @@ impl Communicator for NetComm {
         self.world
     }
 
-    fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError> {
-        self.enqueue(peer, op, Arc::from(data))
+    fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        self.enqueue(peer, tag, Arc::from(data))
     }
 
-    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
+    fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
         let shared: Arc<[u8]> = Arc::from(data);
         peers
             .iter()
-            .try_for_each(|&p| self.enqueue(p, op, shared.clone()))
+            .try_for_each(|&p| self.enqueue(p, tag, shared.clone()))
     }
 
-    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError> {
-        self.recv_with(peer, op, out.len(), &mut |at, piece| {
+    fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
+        self.recv_with(peer, tag, out.len(), &mut |at, piece| {
             out[at..at + piece.len()].copy_from_slice(piece);
         })
     }
@@ -224,7 +224,7 @@ impl Communicator for NetComm {
     fn recv_combine(
         &self,
         peer: usize,
-        op: CommOp,
+        tag: Tag,
         acc: &mut [u8],
         dtype: DType,
         reduce: ReduceOp,
@@ -232,7 +232,7 @@ impl Communicator for NetComm {
         // Pieces of the link's buffer may split an element: carry its first bytes over.
         let elem = dtype.size();
         let mut carry: Vec<u8> = Vec::with_capacity(elem);
-        self.recv_with(peer, op, acc.len(), &mut |mut at, mut piece| {
+        self.recv_with(peer, tag, acc.len(), &mut |mut at, mut piece| {
             if !carry.is_empty() {
                 let take = (elem - carry.len()).min(piece.len());
                 carry.extend_from_slice(&piece[..take]);
@@ -250,12 +250,12 @@ impl Communicator for NetComm {
 }
 
 impl NetComm {
-    /// Receives the next message from `peer`, checks its (op, sequence, length) against `op`
-    /// and `len`, and hands its payload to `f` in pieces.
+    /// Receives the next message from `peer`, checks its (op, group, sequence, length) against
+    /// `tag` and `len`, and hands its payload to `f` in pieces.
     fn recv_with(
         &self,
         peer: usize,
-        op: CommOp,
+        tag: Tag,
         len: usize,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), CommError> {
@@ -277,12 +277,12 @@ impl NetComm {
             rank: self.rank,
             reason: format!("bad frame from rank {peer}: {e}"),
         })?;
-        if h.seq != side.seq || h.op != op || h.len != len as u64 {
+        if h.seq != side.seq || h.tag != tag || h.len != len as u64 {
             return Err(CommError::Desync {
                 rank: self.rank,
                 peer,
-                expected: format!("{op} #{} of {len} bytes", side.seq),
-                got: format!("{} #{} of {} bytes", h.op, h.seq, h.len),
+                expected: format!("{tag} #{} of {len} bytes", side.seq),
+                got: format!("{} #{} of {} bytes", h.tag, h.seq, h.len),
             });
         }
         side.link

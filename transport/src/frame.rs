@@ -1,8 +1,8 @@
-//! The wire frame: every message carries (op, sequence, byte count) in a fixed 32-byte header, so
-//! a receiver checks what arrives against what it expects before reading the payload, and
-//! bounds the length before allocating anything.
+//! The wire frame: every message carries (op, group, sequence, byte count) in a fixed 32-byte
+//! header, so a receiver checks what arrives against what it expects before reading the
+//! payload, and bounds the length before allocating anything.
 
-use gflow_core::CommOp;
+use gflow_core::{CommOp, Tag};
 
 /// Size of an encoded header.
 pub const HEADER_LEN: usize = 32;
@@ -11,8 +11,8 @@ const MAGIC: u32 = 0x4746_4c31; // "GFL1"
 /// The header of one message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
-    /// The operation the message belongs to.
-    pub op: CommOp,
+    /// The operation and group the message belongs to.
+    pub tag: Tag,
     /// Per-link message counter (both sides count).
     pub seq: u64,
     /// Payload bytes that follow.
@@ -68,9 +68,10 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4] = op_code(self.op);
+        b[4] = op_code(self.tag.op);
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.tag.group.to_le_bytes());
         b
     }
 
@@ -97,7 +98,10 @@ impl Header {
             return Err(FrameError::TooLong { len, max: max_len });
         }
         Ok(Header {
-            op,
+            tag: Tag {
+                op,
+                group: word(24..32),
+            },
             seq: word(8..16),
             len,
         })
@@ -112,7 +116,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let h = Header {
-            op: CommOp::AllToAll,
+            tag: Tag::new(CommOp::AllToAll, &[3, 1, 2]),
             seq: 7,
             len: 1 << 40,
         };

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::comm::{CommOp, Communicator};
+use crate::comm::{CommOp, Communicator, Tag};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::reduce::ReduceOp;
@@ -301,7 +301,7 @@ pub fn run_transfers(
                 .collect();
             comm.send(
                 t.dst,
-                CommOp::P2p,
+                Tag::new(CommOp::P2p, &[t.src, t.dst]),
                 &extract(elem, data.as_bytes(), &held_shape, &rel),
             )?;
         }
@@ -338,9 +338,17 @@ pub fn run_transfers(
             }
         } else {
             if ext == out_shape {
-                comm.recv_into(t.src, CommOp::P2p, out.as_bytes_mut())?;
+                comm.recv_into(
+                    t.src,
+                    Tag::new(CommOp::P2p, &[t.src, t.dst]),
+                    out.as_bytes_mut(),
+                )?;
             } else {
-                let bytes = comm.recv_exact(t.src, CommOp::P2p, numel(&ext) * elem)?;
+                let bytes = comm.recv_exact(
+                    t.src,
+                    Tag::new(CommOp::P2p, &[t.src, t.dst]),
+                    numel(&ext) * elem,
+                )?;
                 copy_region(
                     elem,
                     &bytes,

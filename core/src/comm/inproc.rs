@@ -4,10 +4,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{CommError, CommOp, Communicator};
+use super::{CommError, Communicator, Tag};
 
 struct Message {
-    op: CommOp,
+    tag: Tag,
     /// Shared, so that one buffer serves every receiver of a `send_to_all`.
     data: Arc<[u8]>,
 }
@@ -74,18 +74,18 @@ impl Communicator for InProcComm {
         self.to.len()
     }
 
-    fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError> {
-        self.send_shared(peer, op, Arc::from(data))
+    fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        self.send_shared(peer, tag, Arc::from(data))
     }
 
-    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
+    fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
         let shared: Arc<[u8]> = Arc::from(data);
         peers
             .iter()
-            .try_for_each(|&p| self.send_shared(p, op, shared.clone()))
+            .try_for_each(|&p| self.send_shared(p, tag, shared.clone()))
     }
 
-    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError> {
+    fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
         let rx = self
             .from
             .get(peer)
@@ -96,15 +96,15 @@ impl Communicator for InProcComm {
             peer,
         })?;
         match rx.recv_timeout(self.timeout) {
-            Ok(m) if m.op == op && m.data.len() == out.len() => {
+            Ok(m) if m.tag == tag && m.data.len() == out.len() => {
                 out.copy_from_slice(&m.data);
                 Ok(())
             }
             Ok(m) => Err(CommError::Desync {
                 rank: self.rank,
                 peer,
-                expected: format!("{op} of {} bytes", out.len()),
-                got: format!("{} of {} bytes", m.op, m.data.len()),
+                expected: format!("{tag} of {} bytes", out.len()),
+                got: format!("{} of {} bytes", m.tag, m.data.len()),
             }),
             Err(RecvTimeoutError::Disconnected) => Err(CommError::PeerGone {
                 rank: self.rank,
@@ -120,13 +120,13 @@ impl Communicator for InProcComm {
 }
 
 impl InProcComm {
-    fn send_shared(&self, peer: usize, op: CommOp, data: Arc<[u8]>) -> Result<(), CommError> {
+    fn send_shared(&self, peer: usize, tag: Tag, data: Arc<[u8]>) -> Result<(), CommError> {
         let tx = self
             .to
             .get(peer)
             .and_then(Option::as_ref)
             .ok_or_else(|| self.bad_peer(peer))?;
-        tx.send(Message { op, data })
+        tx.send(Message { tag, data })
             .map_err(|_| CommError::PeerGone {
                 rank: self.rank,
                 peer,
@@ -137,6 +137,7 @@ impl InProcComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::CommOp;
     use crate::dtype::DType;
     use crate::reduce::ReduceOp;
 
@@ -197,7 +198,7 @@ mod tests {
             if c.rank() == 0 {
                 Ok(vec![])
             } else {
-                c.recv_exact(0, CommOp::P2p, 4)
+                c.recv_exact(0, CommOp::P2p.into(), 4)
             }
         });
         assert!(matches!(out[1], Err(CommError::PeerGone { peer: 0, .. })));

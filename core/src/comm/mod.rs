@@ -47,6 +47,42 @@ impl fmt::Display for CommOp {
     }
 }
 
+/// What a message belongs to: the operation and the group (a hash of its ranks, in order).
+/// Carried with every message and checked on receipt, so ranks that issue collectives in
+/// different orders, or on different groups, get [`CommError::Desync`] instead of wrong data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// The operation.
+    pub op: CommOp,
+    /// FNV-1a hash of the group's ranks (0 for a transfer outside any group).
+    pub group: u64,
+}
+
+impl Tag {
+    /// The tag of `op` within `group`.
+    pub fn new(op: CommOp, group: &[usize]) -> Tag {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &r in group {
+            for b in (r as u64).to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        Tag { op, group: h }
+    }
+}
+
+impl From<CommOp> for Tag {
+    fn from(op: CommOp) -> Tag {
+        Tag { op, group: 0 }
+    }
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in group {:016x}", self.op, self.group)
+    }
+}
+
 /// Failures of communication.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -121,11 +157,11 @@ pub trait Communicator: Send + Sync {
     fn world_size(&self) -> usize;
 
     /// Sends `data` to `peer`, tagged with `op`. Does not wait for the receiver.
-    fn send(&self, peer: usize, op: CommOp, data: &[u8]) -> Result<(), CommError>;
+    fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError>;
 
     /// Receives the next message from `peer` into `out`; it must be tagged `op` and hold exactly
     /// `out.len()` bytes (else [`CommError::Desync`]).
-    fn recv_into(&self, peer: usize, op: CommOp, out: &mut [u8]) -> Result<(), CommError>;
+    fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError>;
 
     /// Receives the next message from `peer` (as [`Communicator::recv_into`]) and combines it
     /// into `acc` with `reduce` elementwise. A transport may combine straight from its receive
@@ -133,26 +169,26 @@ pub trait Communicator: Send + Sync {
     fn recv_combine(
         &self,
         peer: usize,
-        op: CommOp,
+        tag: Tag,
         acc: &mut [u8],
         dtype: DType,
         reduce: ReduceOp,
     ) -> Result<(), CommError> {
         let mut tmp = vec![0u8; acc.len()];
-        self.recv_into(peer, op, &mut tmp)?;
+        self.recv_into(peer, tag, &mut tmp)?;
         combine_bytes(dtype, reduce, acc, &tmp);
         Ok(())
     }
 
     /// Sends the same bytes to several peers (an implementation may share one buffer).
-    fn send_to_all(&self, peers: &[usize], op: CommOp, data: &[u8]) -> Result<(), CommError> {
-        peers.iter().try_for_each(|&p| self.send(p, op, data))
+    fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        peers.iter().try_for_each(|&p| self.send(p, tag, data))
     }
 
     /// Receives `len` bytes from `peer` into a new buffer (see [`Communicator::recv_into`]).
-    fn recv_exact(&self, peer: usize, op: CommOp, len: usize) -> Result<Vec<u8>, CommError> {
+    fn recv_exact(&self, peer: usize, tag: Tag, len: usize) -> Result<Vec<u8>, CommError> {
         let mut v = vec![0; len];
-        self.recv_into(peer, op, &mut v)?;
+        self.recv_into(peer, tag, &mut v)?;
         Ok(v)
     }
 
@@ -174,14 +210,14 @@ pub trait Communicator: Send + Sync {
             "all_gather output",
         )?;
         let peers = others(group, me);
-        self.send_to_all(&peers, CommOp::AllGather, mine)?;
+        self.send_to_all(&peers, Tag::new(CommOp::AllGather, group), mine)?;
         let offsets = prefix(counts);
         for (i, &p) in group.iter().enumerate() {
             let slot = &mut out[offsets[i]..offsets[i + 1]];
             if i == me {
                 slot.copy_from_slice(mine);
             } else {
-                self.recv_into(p, CommOp::AllGather, slot)?;
+                self.recv_into(p, Tag::new(CommOp::AllGather, group), slot)?;
             }
         }
         Ok(())
@@ -223,7 +259,11 @@ pub trait Communicator: Send + Sync {
         let offsets = prefix(counts);
         for (i, &p) in group.iter().enumerate() {
             if i != me {
-                self.send(p, CommOp::ReduceScatter, &data[offsets[i]..offsets[i + 1]])?;
+                self.send(
+                    p,
+                    Tag::new(CommOp::ReduceScatter, group),
+                    &data[offsets[i]..offsets[i + 1]],
+                )?;
             }
         }
         let own = &data[offsets[me]..offsets[me + 1]];
@@ -232,12 +272,12 @@ pub trait Communicator: Send + Sync {
                 if i == me {
                     out.copy_from_slice(own);
                 } else {
-                    self.recv_into(p, CommOp::ReduceScatter, out)?;
+                    self.recv_into(p, Tag::new(CommOp::ReduceScatter, group), out)?;
                 }
             } else if i == me {
                 combine_bytes(dtype, op, out, own);
             } else {
-                self.recv_combine(p, CommOp::ReduceScatter, out, dtype, op)?;
+                self.recv_combine(p, Tag::new(CommOp::ReduceScatter, group), out, dtype, op)?;
             }
         }
         Ok(())
@@ -279,19 +319,37 @@ pub trait Communicator: Send + Sync {
         let offsets = prefix(&counts);
         for (i, &p) in group.iter().enumerate() {
             if i != me {
-                self.send(p, CommOp::ReduceScatter, &data[offsets[i]..offsets[i + 1]])?;
+                self.send(
+                    p,
+                    Tag::new(CommOp::ReduceScatter, group),
+                    &data[offsets[i]..offsets[i + 1]],
+                )?;
             }
         }
         let own = offsets[me]..offsets[me + 1];
         for (i, &p) in group.iter().enumerate() {
             if i != me {
-                self.recv_combine(p, CommOp::ReduceScatter, &mut data[own.clone()], dtype, op)?;
+                self.recv_combine(
+                    p,
+                    Tag::new(CommOp::ReduceScatter, group),
+                    &mut data[own.clone()],
+                    dtype,
+                    op,
+                )?;
             }
         }
-        self.send_to_all(&others(group, me), CommOp::AllGather, &data[own])?;
+        self.send_to_all(
+            &others(group, me),
+            Tag::new(CommOp::AllGather, group),
+            &data[own],
+        )?;
         for (i, &p) in group.iter().enumerate() {
             if i != me {
-                self.recv_into(p, CommOp::AllGather, &mut data[offsets[i]..offsets[i + 1]])?;
+                self.recv_into(
+                    p,
+                    Tag::new(CommOp::AllGather, group),
+                    &mut data[offsets[i]..offsets[i + 1]],
+                )?;
             }
         }
         Ok(())
@@ -314,7 +372,7 @@ pub trait Communicator: Send + Sync {
         )?;
         for (i, &p) in group.iter().enumerate() {
             if i != me {
-                self.send(p, CommOp::AllToAll, sends[i])?;
+                self.send(p, Tag::new(CommOp::AllToAll, group), sends[i])?;
             }
         }
         group
@@ -330,7 +388,7 @@ pub trait Communicator: Send + Sync {
                     )?;
                     Ok(sends[i].to_vec())
                 } else {
-                    self.recv_exact(p, CommOp::AllToAll, recv_counts[i])
+                    self.recv_exact(p, Tag::new(CommOp::AllToAll, group), recv_counts[i])
                 }
             })
             .collect()
@@ -354,10 +412,10 @@ pub trait Communicator: Send + Sync {
         if me == root {
             check_len(self.rank(), data.len(), len, "broadcast input")?;
             let peers = others(group, me);
-            self.send_to_all(&peers, CommOp::Broadcast, data)?;
+            self.send_to_all(&peers, Tag::new(CommOp::Broadcast, group), data)?;
             Ok(data.to_vec())
         } else {
-            self.recv_exact(group[root], CommOp::Broadcast, len)
+            self.recv_exact(group[root], Tag::new(CommOp::Broadcast, group), len)
         }
     }
 
