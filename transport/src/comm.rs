@@ -5,15 +5,15 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gflow_core::reduce::combine_bytes;
-use gflow_core::{CommError, Communicator, DType, ReduceOp, Tag};
+use gflow_core::comm::{combine_piece, exchange_queued};
+use gflow_core::{CommError, Communicator, DType, Inbound, Outbound, ReduceOp, Reduction, Tag};
 
 use crate::frame::{HEADER_LEN, Header};
-use crate::link::{LinkError, LinkPair, LinkRx};
+use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
 
 struct Outgoing {
     header: [u8; HEADER_LEN],
@@ -21,6 +21,10 @@ struct Outgoing {
 }
 
 struct TxSide {
+    /// The link, shared by the writer thread and direct (non-blocking) exchanges.
+    link: Arc<Mutex<Box<dyn LinkTx>>>,
+    /// The link writes without waiting, so exchanges may bypass the writer thread.
+    direct: bool,
     queue: Mutex<Option<Sender<Outgoing>>>,
     seq: Mutex<u64>,
     pending: Arc<AtomicUsize>,
@@ -30,6 +34,8 @@ struct TxSide {
 
 struct RxSide {
     link: Box<dyn LinkRx>,
+    /// The link reads without waiting (direct exchanges may use it).
+    direct: bool,
     seq: u64,
 }
 
@@ -62,18 +68,23 @@ impl NetComm {
                     rx.push(None);
                 }
                 Some((mut t, r)) => {
+                    let direct = t.try_write(&[]).is_some();
+                    let link = Arc::new(Mutex::new(t));
                     let (q, inbox) = channel::<Outgoing>();
                     let pending = Arc::new(AtomicUsize::new(0));
                     let failed = Arc::new(Mutex::new(None));
-                    let (p2, f2) = (pending.clone(), failed.clone());
+                    let (p2, f2, l2) = (pending.clone(), failed.clone(), link.clone());
                     let thread = std::thread::Builder::new()
                         .name(format!("gflow-tx-{rank}-{peer}"))
                         .spawn(move || {
                             for m in inbox {
                                 let deadline = Instant::now() + timeout;
-                                let r = t
-                                    .write_all(&m.header, deadline)
-                                    .and_then(|_| t.write_shared(m.data, deadline));
+                                let r = match l2.lock() {
+                                    Ok(mut t) => t
+                                        .write_all(&m.header, deadline)
+                                        .and_then(|_| t.write_shared(m.data, deadline)),
+                                    Err(_) => Err(LinkError::Io("link lock poisoned".into())),
+                                };
                                 p2.fetch_sub(1, Ordering::AcqRel);
                                 if let Err(e) = r {
                                     if let Ok(mut f) = f2.lock() {
@@ -82,17 +93,27 @@ impl NetComm {
                                     break;
                                 }
                             }
-                            t.close();
+                            if let Ok(mut t) = l2.lock() {
+                                t.close();
+                            }
                         })
                         .ok();
                     tx.push(Some(TxSide {
+                        link,
+                        direct,
                         queue: Mutex::new(Some(q)),
                         seq: Mutex::new(0),
                         pending,
                         failed,
                         thread: Mutex::new(thread),
                     }));
-                    rx.push(Some(Mutex::new(RxSide { link: r, seq: 0 })));
+                    let mut r = r;
+                    let direct = r.try_read_with(0, &mut |_| {}).is_some();
+                    rx.push(Some(Mutex::new(RxSide {
+                        link: r,
+                        direct,
+                        seq: 0,
+                    })));
                 }
             }
         }
@@ -229,24 +250,47 @@ impl Communicator for NetComm {
         dtype: DType,
         reduce: ReduceOp,
     ) -> Result<(), CommError> {
-        // Pieces of the link's buffer may split an element: carry its first bytes over.
-        let elem = dtype.size();
-        let mut carry: Vec<u8> = Vec::with_capacity(elem);
-        self.recv_with(peer, tag, acc.len(), &mut |mut at, mut piece| {
-            if !carry.is_empty() {
-                let take = (elem - carry.len()).min(piece.len());
-                carry.extend_from_slice(&piece[..take]);
-                (at, piece) = (at + take, &piece[take..]);
-                if carry.len() == elem {
-                    combine_bytes(dtype, reduce, &mut acc[at - elem..at], &carry);
-                    carry.clear();
-                }
-            }
-            let whole = piece.len() / elem * elem;
-            combine_bytes(dtype, reduce, &mut acc[at..at + whole], &piece[..whole]);
-            carry.extend_from_slice(&piece[whole..]);
+        let mut carry = Vec::with_capacity(dtype.size());
+        self.recv_with(peer, tag, acc.len(), &mut |at, piece| {
+            combine_piece(acc, dtype, reduce, &mut carry, at, piece);
         })
     }
+
+    fn exchange(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &mut [Inbound<'_>],
+        reduce: Option<Reduction<'_>>,
+    ) -> Result<(), CommError> {
+        let rx_peers: Vec<usize> = copies
+            .iter()
+            .map(|c| c.peer)
+            .chain(reduce.iter().flat_map(|r| r.from.iter().map(|f| f.0)))
+            .collect();
+        let tx_peers: Vec<usize> = sends.iter().map(|s| s.peer).collect();
+        let direct = distinct(&tx_peers)
+            && distinct(&rx_peers)
+            && tx_peers
+                .iter()
+                .all(|&p| self.tx_side(p).is_ok_and(|t| t.direct))
+            && rx_peers.iter().all(|&p| {
+                self.rx_side(p)
+                    .is_ok_and(|r| r.lock().is_ok_and(|r| r.direct))
+            });
+        if direct {
+            self.exchange_direct(sends, copies, reduce)
+        } else {
+            exchange_queued(self, sends, copies, reduce)
+        }
+    }
+}
+
+/// No rank twice.
+fn distinct(peers: &[usize]) -> bool {
+    peers
+        .iter()
+        .enumerate()
+        .all(|(i, p)| !peers[..i].contains(p))
 }
 
 impl NetComm {
@@ -259,36 +303,333 @@ impl NetComm {
         len: usize,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), CommError> {
-        let side = self
-            .rx
-            .get(peer)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| self.no_link(peer))?;
-        let mut side = side.lock().map_err(|_| CommError::PeerGone {
-            rank: self.rank,
-            peer,
-        })?;
+        let mut side = self
+            .rx_side(peer)?
+            .lock()
+            .map_err(|_| CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            })?;
         let deadline = Instant::now() + self.timeout;
         let mut head = [0u8; HEADER_LEN];
         side.link
             .read_exact(&mut head, deadline)
             .map_err(|e| self.link_error(peer, e))?;
-        let h = Header::decode(&head, self.max_frame).map_err(|e| CommError::Transport {
-            rank: self.rank,
-            reason: format!("bad frame from rank {peer}: {e}"),
-        })?;
-        if h.seq != side.seq || h.tag != tag || h.len != len as u64 {
-            return Err(CommError::Desync {
-                rank: self.rank,
-                peer,
-                expected: format!("{tag} #{} of {len} bytes", side.seq),
-                got: format!("{} #{} of {} bytes", h.tag, h.seq, h.len),
-            });
-        }
+        self.check_header(peer, &head, tag, len, side.seq)?;
         side.link
             .read_with(len, deadline, f)
             .map_err(|e| self.link_error(peer, e))?;
         side.seq += 1;
         Ok(())
+    }
+
+    fn tx_side(&self, peer: usize) -> Result<&TxSide, CommError> {
+        self.tx
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.no_link(peer))
+    }
+
+    fn rx_side(&self, peer: usize) -> Result<&Mutex<RxSide>, CommError> {
+        self.rx
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.no_link(peer))
+    }
+
+    /// Checks a received header against what this rank expects next from `peer`.
+    fn check_header(
+        &self,
+        peer: usize,
+        head: &[u8; HEADER_LEN],
+        tag: Tag,
+        len: usize,
+        seq: u64,
+    ) -> Result<(), CommError> {
+        let h = Header::decode(head, self.max_frame).map_err(|e| CommError::Transport {
+            rank: self.rank,
+            reason: format!("bad frame from rank {peer}: {e}"),
+        })?;
+        if h.seq != seq || h.tag != tag || h.len != len as u64 {
+            return Err(CommError::Desync {
+                rank: self.rank,
+                peer,
+                expected: format!("{tag} #{seq} of {len} bytes"),
+                got: format!("{} #{} of {} bytes", h.tag, h.seq, h.len),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Communicator::exchange`] over links that never block: this thread writes straight
+    /// into the outgoing links and reads straight out of the incoming ones, moving whatever
+    /// can move on any of them, so no send is copied to a queue and no receive waits behind
+    /// another. Combining receives take their turns in order.
+    fn exchange_direct(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &mut [Inbound<'_>],
+        reduce: Option<Reduction<'_>>,
+    ) -> Result<(), CommError> {
+        let deadline = Instant::now() + self.timeout;
+        let gone = |peer| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        };
+        let mut outs = Vec::with_capacity(sends.len());
+        for s in sends {
+            let side = self.tx_side(s.peer)?;
+            // Earlier queued messages go first: wait for the writer thread to be idle.
+            let mut backoff = Backoff::default();
+            while side.pending.load(Ordering::Acquire) > 0 {
+                if let Some(e) = side.failed.lock().ok().and_then(|f| f.clone()) {
+                    return Err(self.link_error(s.peer, e));
+                }
+                backoff
+                    .idle(deadline)
+                    .map_err(|e| self.link_error(s.peer, e))?;
+            }
+            let link = side.link.lock().map_err(|_| gone(s.peer))?;
+            let mut seq = side.seq.lock().map_err(|_| gone(s.peer))?;
+            let head = Header {
+                tag: s.tag,
+                seq: *seq,
+                len: s.data.len() as u64,
+            }
+            .encode();
+            *seq += 1;
+            outs.push(Out {
+                peer: s.peer,
+                link,
+                head,
+                data: s.data,
+                done: 0,
+            });
+        }
+        let mut ins = Vec::with_capacity(copies.len());
+        for c in copies.iter_mut() {
+            let side = self.rx_side(c.peer)?.lock().map_err(|_| gone(c.peer))?;
+            ins.push(In::new(c.peer, c.tag, c.out.len(), side));
+        }
+        let (mut acc, mut turns) = (None, vec![]);
+        if let Some(r) = reduce {
+            for &(peer, tag) in &r.from {
+                let side = self.rx_side(peer)?.lock().map_err(|_| gone(peer))?;
+                turns.push(In::new(peer, tag, r.acc.len(), side));
+            }
+            acc = Some((r.acc, r.dtype, r.op));
+        }
+        let mut turn = 0;
+        let mut carry = vec![];
+        let mut backoff = Backoff::default();
+        loop {
+            let mut moved = false;
+            for o in outs.iter_mut().filter(|o| !o.finished()) {
+                moved |= o.push();
+            }
+            for (i, c) in copies.iter_mut().enumerate() {
+                let out = &mut *c.out;
+                moved |= self.pull(&mut ins[i], &mut |at, piece| {
+                    out[at..at + piece.len()].copy_from_slice(piece);
+                })?;
+            }
+            if let (Some((acc, dtype, op)), Some(t)) = (&mut acc, turns.get_mut(turn)) {
+                moved |= self.pull(t, &mut |at, piece| {
+                    combine_piece(acc, *dtype, *op, &mut carry, at, piece);
+                })?;
+                if t.finished() {
+                    turn += 1;
+                }
+            }
+            let done = outs.iter().all(Out::finished)
+                && ins.iter().all(In::finished)
+                && turn == turns.len();
+            if done {
+                return Ok(());
+            }
+            if moved {
+                backoff = Backoff::default();
+                continue;
+            }
+            let late = backoff.idle(deadline).is_err();
+            if late || backoff.should_check() {
+                // Report the root cause: a dead peer before one that closed (it may have
+                // failed because of the dead one), before a timeout.
+                let rank_of = |e: &LinkError| match e {
+                    LinkError::PeerDead => 0,
+                    LinkError::Closed => 1,
+                    LinkError::Io(_) => 2,
+                    LinkError::Timeout => 3,
+                };
+                // Only links with bytes still to move: a finished peer may have left.
+                let worst = outs
+                    .iter()
+                    .filter(|o| !o.finished())
+                    .map(|o| (o.peer, o.link.check(deadline)))
+                    .chain(
+                        ins.iter()
+                            .chain(&turns)
+                            .filter(|i| !i.finished())
+                            .map(|i| (i.peer, i.side.link.check(deadline))),
+                    )
+                    .filter_map(|(p, r)| r.err().map(|e| (p, e)))
+                    .min_by_key(|(_, e)| rank_of(e));
+                if let Some((peer, e)) = worst {
+                    return Err(self.link_error(peer, e));
+                }
+                if late {
+                    let waiting = outs
+                        .iter()
+                        .find(|o| !o.finished())
+                        .map(|o| o.peer)
+                        .or_else(|| {
+                            ins.iter()
+                                .chain(&turns)
+                                .find(|i| !i.finished())
+                                .map(|i| i.peer)
+                        })
+                        .unwrap_or(self.rank);
+                    return Err(self.link_error(waiting, LinkError::Timeout));
+                }
+            }
+        }
+    }
+
+    /// Moves what has arrived of `inc`'s message (header, then payload to `sink`); true if
+    /// any byte moved.
+    fn pull(
+        &self,
+        inc: &mut In<'_>,
+        sink: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool, CommError> {
+        if inc.finished() {
+            return Ok(false);
+        }
+        let mut moved = false;
+        if inc.head_got < HEADER_LEN {
+            let (head, got) = (&mut inc.head, &mut inc.head_got);
+            let n = inc
+                .side
+                .link
+                .try_read_with(HEADER_LEN - *got, &mut |piece| {
+                    head[*got..*got + piece.len()].copy_from_slice(piece);
+                    *got += piece.len();
+                })
+                .unwrap_or(0);
+            moved = n > 0;
+            if inc.head_got < HEADER_LEN {
+                return Ok(moved);
+            }
+            self.check_header(inc.peer, &inc.head, inc.tag, inc.len, inc.side.seq)?;
+        }
+        let (len, done) = (inc.len, &mut inc.done);
+        let n = inc
+            .side
+            .link
+            .try_read_with(len - *done, &mut |piece| {
+                sink(*done, piece);
+                *done += piece.len();
+            })
+            .unwrap_or(0);
+        if inc.finished() {
+            inc.side.seq += 1;
+        }
+        Ok(moved || n > 0)
+    }
+}
+
+/// A send in progress in a direct exchange: the header, then the data.
+struct Out<'a> {
+    peer: usize,
+    link: MutexGuard<'a, Box<dyn LinkTx>>,
+    head: [u8; HEADER_LEN],
+    data: &'a [u8],
+    /// Bytes written, header included.
+    done: usize,
+}
+
+impl Out<'_> {
+    fn finished(&self) -> bool {
+        self.done == HEADER_LEN + self.data.len()
+    }
+
+    /// Writes what fits; true if any byte moved.
+    fn push(&mut self) -> bool {
+        let rest = if self.done < HEADER_LEN {
+            &self.head[self.done..]
+        } else {
+            &self.data[self.done - HEADER_LEN..]
+        };
+        let n = self.link.try_write(rest).unwrap_or(0);
+        self.done += n;
+        n > 0
+    }
+}
+
+/// A receive in progress in a direct exchange.
+struct In<'a> {
+    peer: usize,
+    tag: Tag,
+    len: usize,
+    side: MutexGuard<'a, RxSide>,
+    head: [u8; HEADER_LEN],
+    head_got: usize,
+    /// Payload bytes taken.
+    done: usize,
+}
+
+impl<'a> In<'a> {
+    fn new(peer: usize, tag: Tag, len: usize, side: MutexGuard<'a, RxSide>) -> In<'a> {
+        In {
+            peer,
+            tag,
+            len,
+            side,
+            head: [0; HEADER_LEN],
+            head_got: 0,
+            done: 0,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.head_got == HEADER_LEN && self.done == self.len
+    }
+}
+
+/// How a direct exchange waits when nothing moves: spin, then yield, then sleep briefly;
+/// links are checked (deadline, peer alive) every few milliseconds.
+#[derive(Default)]
+struct Backoff {
+    idle: u32,
+    last_check: Option<Instant>,
+}
+
+impl Backoff {
+    /// Waits a little; `Err(Timeout)` past `deadline`.
+    fn idle(&mut self, deadline: Instant) -> Result<(), LinkError> {
+        self.idle += 1;
+        if self.idle < 64 {
+            std::hint::spin_loop();
+        } else if self.idle < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        if Instant::now() > deadline {
+            return Err(LinkError::Timeout);
+        }
+        Ok(())
+    }
+
+    /// True every few milliseconds of idling.
+    fn should_check(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self
+            .last_check
+            .is_none_or(|t| now.duration_since(t) > Duration::from_millis(2));
+        if due {
+            self.last_check = Some(now);
+        }
+        due
     }
 }

@@ -34,6 +34,18 @@ pub trait LinkTx: Send {
     }
     /// Tells the peer no more bytes will come.
     fn close(&mut self);
+
+    /// Writes what fits now, without waiting: `Some(bytes written)` (0 when full), or `None`
+    /// for a link without non-blocking writes (`NetComm` then queues to a writer thread).
+    fn try_write(&mut self, _bytes: &[u8]) -> Option<usize> {
+        None
+    }
+
+    /// `Ok` while waiting on this link can still succeed before `deadline` (the peer lives and
+    /// has not closed); polled by non-blocking exchanges when no byte moves.
+    fn check(&self, _deadline: Instant) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 /// The receiving half of a link.
@@ -58,6 +70,18 @@ pub trait LinkRx: Send {
             f(done, &scratch[..n]);
             done += n;
         }
+        Ok(())
+    }
+
+    /// Consumes what has arrived, at most `max` bytes, without waiting, handing it to `f` in
+    /// order: `Some(bytes consumed)` (0 when nothing is there), or `None` for a link without
+    /// non-blocking reads.
+    fn try_read_with(&mut self, _max: usize, _f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+        None
+    }
+
+    /// As [`LinkTx::check`], for the receiving side (bytes still unread count as progress).
+    fn check(&self, _deadline: Instant) -> Result<(), LinkError> {
         Ok(())
     }
 

@@ -128,18 +128,24 @@ impl Backoff {
         }
         if self.spins.is_multiple_of(64) || self.last_check.elapsed() > Duration::from_millis(5) {
             self.last_check = Instant::now();
-            if ring.closed().load(Ordering::Acquire) != 0 {
-                return Err(LinkError::Closed);
-            }
-            if Instant::now() > deadline {
-                return Err(LinkError::Timeout);
-            }
-            if !peer.alive() {
-                return Err(LinkError::PeerDead);
-            }
+            status(ring, peer, deadline)?;
         }
         Ok(())
     }
+}
+
+/// Whether waiting on `ring` can still succeed: not closed, before the deadline, peer alive.
+fn status(ring: &Ring, peer: &Liveness, deadline: Instant) -> Result<(), LinkError> {
+    if ring.closed().load(Ordering::Acquire) != 0 {
+        return Err(LinkError::Closed);
+    }
+    if Instant::now() > deadline {
+        return Err(LinkError::Timeout);
+    }
+    if !peer.alive() {
+        return Err(LinkError::PeerDead);
+    }
+    Ok(())
 }
 
 /// The sending end of a ring.
@@ -170,19 +176,26 @@ impl ShmRx {
 
 impl LinkTx for ShmTx {
     fn write_all(&mut self, mut bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
-        let r = &self.ring;
-        let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
         let mut backoff = Backoff::new();
         while !bytes.is_empty() {
-            let w = wpos.load(Ordering::Relaxed);
-            let used = (w - rpos.load(Ordering::Acquire)) as usize;
-            let free = r.cap - used;
-            if free == 0 {
-                backoff.wait(deadline, &self.peer, r)?;
-                continue;
+            match self.try_write(bytes).unwrap_or(0) {
+                0 => backoff.wait(deadline, &self.peer, &self.ring)?,
+                n => {
+                    backoff = Backoff::new();
+                    bytes = &bytes[n..];
+                }
             }
-            backoff = Backoff::new();
-            let n = free.min(bytes.len());
+        }
+        Ok(())
+    }
+
+    fn try_write(&mut self, bytes: &[u8]) -> Option<usize> {
+        let r = &self.ring;
+        let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
+        let w = wpos.load(Ordering::Relaxed);
+        let free = r.cap - (w - rpos.load(Ordering::Acquire)) as usize;
+        let n = free.min(bytes.len());
+        if n > 0 {
             let at = (w % r.cap as u64) as usize;
             let first = n.min(r.cap - at);
             // SAFETY: bytes [at, at + first) and [0, n - first) of the data area are free (not
@@ -192,9 +205,12 @@ impl LinkTx for ShmTx {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr().add(first), r.data(), n - first);
             }
             wpos.store(w + n as u64, Ordering::Release);
-            bytes = &bytes[n..];
         }
-        Ok(())
+        Some(n)
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        status(&self.ring, &self.peer, deadline)
     }
 
     fn close(&mut self) {
@@ -215,24 +231,34 @@ impl LinkRx for ShmRx {
         deadline: Instant,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), LinkError> {
-        let r = &self.ring;
-        let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
         let mut backoff = Backoff::new();
         let mut done = 0;
         while done < len {
-            let rd = rpos.load(Ordering::Relaxed);
-            let avail = (wpos.load(Ordering::Acquire) - rd) as usize;
-            if avail == 0 {
-                match backoff.wait(deadline, &self.peer, r) {
+            let got = self
+                .try_read_with(len - done, &mut |piece| {
+                    f(done, piece);
+                    done += piece.len();
+                })
+                .unwrap_or(0);
+            if got == 0 {
+                match backoff.wait(deadline, &self.peer, &self.ring) {
                     // The writer publishes its last bytes before closing: look once more.
-                    Err(LinkError::Closed | LinkError::PeerDead)
-                        if wpos.load(Ordering::Acquire) > rd => {}
+                    Err(LinkError::Closed | LinkError::PeerDead) if self.unread() > 0 => {}
                     other => other?,
                 }
-                continue;
+            } else {
+                backoff = Backoff::new();
             }
-            backoff = Backoff::new();
-            let n = avail.min(len - done);
+        }
+        Ok(())
+    }
+
+    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+        let r = &self.ring;
+        let rpos = r.atomic64(READ_POS);
+        let rd = rpos.load(Ordering::Relaxed);
+        let n = self.unread().min(max);
+        if n > 0 {
             let at = (rd % r.cap as u64) as usize;
             let first = n.min(r.cap - at);
             // SAFETY: bytes [at, at + first) and [0, n - first) hold data the producer published
@@ -244,14 +270,29 @@ impl LinkRx for ShmRx {
                     std::slice::from_raw_parts(r.data(), n - first),
                 )
             };
-            f(done, a);
+            f(a);
             if !b.is_empty() {
-                f(done + first, b);
+                f(b);
             }
             rpos.store(rd + n as u64, Ordering::Release);
-            done += n;
         }
-        Ok(())
+        Some(n)
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        match status(&self.ring, &self.peer, deadline) {
+            Err(LinkError::Closed | LinkError::PeerDead) if self.unread() > 0 => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl ShmRx {
+    /// Bytes published by the writer and not yet read.
+    fn unread(&self) -> usize {
+        let r = &self.ring;
+        (r.atomic64(WRITE_POS).load(Ordering::Acquire)
+            - r.atomic64(READ_POS).load(Ordering::Relaxed)) as usize
     }
 }
 

@@ -83,6 +83,65 @@ impl fmt::Display for Tag {
     }
 }
 
+/// Combines the message bytes `[at, at + piece.len())` into `acc` elementwise, pieces arriving in
+/// order (a transport hands over its receive buffer piece by piece). An element split between
+/// pieces waits in `carry`, which is empty at the start of a message.
+pub fn combine_piece(
+    acc: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    carry: &mut Vec<u8>,
+    mut at: usize,
+    mut piece: &[u8],
+) {
+    let elem = dtype.size();
+    if !carry.is_empty() {
+        let take = (elem - carry.len()).min(piece.len());
+        carry.extend_from_slice(&piece[..take]);
+        (at, piece) = (at + take, &piece[take..]);
+        if carry.len() == elem {
+            combine_bytes(dtype, op, &mut acc[at - elem..at], carry);
+            carry.clear();
+        }
+    }
+    let whole = piece.len() / elem * elem;
+    combine_bytes(dtype, op, &mut acc[at..at + whole], &piece[..whole]);
+    carry.extend_from_slice(&piece[whole..]);
+}
+
+/// One send of an [`Communicator::exchange`].
+pub struct Outbound<'a> {
+    /// The receiver.
+    pub peer: usize,
+    /// The message's tag.
+    pub tag: Tag,
+    /// The bytes.
+    pub data: &'a [u8],
+}
+
+/// One receive of an [`Communicator::exchange`], copied into `out` (the message's length).
+pub struct Inbound<'a> {
+    /// The sender.
+    pub peer: usize,
+    /// The tag the message must carry.
+    pub tag: Tag,
+    /// Where its bytes go.
+    pub out: &'a mut [u8],
+}
+
+/// The reducing receives of an [`Communicator::exchange`]: one message from each of `from`,
+/// combined into `acc` with `op` in that order (so the result does not depend on timing).
+pub struct Reduction<'a> {
+    /// The accumulator; every message has its length.
+    pub acc: &'a mut [u8],
+    /// Element type.
+    pub dtype: DType,
+    /// The reduction.
+    pub op: ReduceOp,
+    /// (sender, tag) of each message, in combining order.
+    pub from: Vec<(usize, Tag)>,
+}
+
 /// Failures of communication.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -180,6 +239,18 @@ pub trait Communicator: Send + Sync {
         Ok(())
     }
 
+    /// One step of a collective: sends, copying receives and reducing receives that proceed
+    /// together. The default queues every send, then receives in order; a transport with
+    /// non-blocking links interleaves them all, with no queue and no copy of the sent bytes.
+    fn exchange(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &mut [Inbound<'_>],
+        reduce: Option<Reduction<'_>>,
+    ) -> Result<(), CommError> {
+        exchange_queued(self, sends, copies, reduce)
+    }
+
     /// Sends the same bytes to several peers (an implementation may share one buffer).
     fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
         peers.iter().try_for_each(|&p| self.send(p, tag, data))
@@ -209,18 +280,12 @@ pub trait Communicator: Send + Sync {
             counts.iter().sum(),
             "all_gather output",
         )?;
-        let peers = others(group, me);
-        self.send_to_all(&peers, Tag::new(CommOp::AllGather, group), mine)?;
-        let offsets = prefix(counts);
-        for (i, &p) in group.iter().enumerate() {
-            let slot = &mut out[offsets[i]..offsets[i + 1]];
-            if i == me {
-                slot.copy_from_slice(mine);
-            } else {
-                self.recv_into(p, Tag::new(CommOp::AllGather, group), slot)?;
-            }
-        }
-        Ok(())
+        let tag = Tag::new(CommOp::AllGather, group);
+        let mut slots = split_mut(out, counts);
+        slots[me].copy_from_slice(mine);
+        let sends = to_others(group, me, tag, |_| mine);
+        let mut copies = from_others(group, me, tag, slots);
+        self.exchange(&sends, &mut copies, None)
     }
 
     /// [`Communicator::all_gather_into`] into a new buffer.
@@ -236,8 +301,8 @@ pub trait Communicator: Send + Sync {
     }
 
     /// `data` holds one chunk per member (member i's chunk has `counts[i]` bytes, in group order);
-    /// writes this member's chunk, reduced with `op` over all members in group order (so every
-    /// member computes bit-identical results), into `out`.
+    /// writes this member's chunk reduced with `op` over all members (its own, then the others'
+    /// in group order) into `out`.
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter_into(
         &self,
@@ -256,31 +321,13 @@ pub trait Communicator: Send + Sync {
             "reduce_scatter input",
         )?;
         check_len(self.rank(), out.len(), counts[me], "reduce_scatter output")?;
+        let tag = Tag::new(CommOp::ReduceScatter, group);
         let offsets = prefix(counts);
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.send(
-                    p,
-                    Tag::new(CommOp::ReduceScatter, group),
-                    &data[offsets[i]..offsets[i + 1]],
-                )?;
-            }
-        }
-        let own = &data[offsets[me]..offsets[me + 1]];
-        for (i, &p) in group.iter().enumerate() {
-            if i == 0 {
-                if i == me {
-                    out.copy_from_slice(own);
-                } else {
-                    self.recv_into(p, Tag::new(CommOp::ReduceScatter, group), out)?;
-                }
-            } else if i == me {
-                combine_bytes(dtype, op, out, own);
-            } else {
-                self.recv_combine(p, Tag::new(CommOp::ReduceScatter, group), out, dtype, op)?;
-            }
-        }
-        Ok(())
+        let chunk = |i: usize| &data[offsets[i]..offsets[i + 1]];
+        out.copy_from_slice(chunk(me));
+        let sends = to_others(group, me, tag, chunk);
+        let reduce = reduction(group, me, tag, out, dtype, op);
+        self.exchange(&sends, &mut [], Some(reduce))
     }
 
     /// [`Communicator::reduce_scatter_into`] into a new buffer.
@@ -317,42 +364,33 @@ pub trait Communicator: Send + Sync {
         // In place: each member reduces its own segment (its value, then the others' in group
         // order) and shares it, so every member ends with bit-identical data.
         let offsets = prefix(&counts);
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.send(
-                    p,
-                    Tag::new(CommOp::ReduceScatter, group),
-                    &data[offsets[i]..offsets[i + 1]],
-                )?;
-            }
+        let (before, rest) = data.split_at_mut(offsets[me]);
+        let (own, after) = rest.split_at_mut(counts[me]);
+        {
+            let tag = Tag::new(CommOp::ReduceScatter, group);
+            let (before, after) = (&*before, &*after);
+            let segment = |i: usize| {
+                if i < me {
+                    &before[offsets[i]..offsets[i + 1]]
+                } else {
+                    &after[offsets[i] - offsets[me + 1]..offsets[i + 1] - offsets[me + 1]]
+                }
+            };
+            let sends = to_others(group, me, tag, segment);
+            self.exchange(
+                &sends,
+                &mut [],
+                Some(reduction(group, me, tag, own, dtype, op)),
+            )?;
         }
-        let own = offsets[me]..offsets[me + 1];
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.recv_combine(
-                    p,
-                    Tag::new(CommOp::ReduceScatter, group),
-                    &mut data[own.clone()],
-                    dtype,
-                    op,
-                )?;
-            }
-        }
-        self.send_to_all(
-            &others(group, me),
-            Tag::new(CommOp::AllGather, group),
-            &data[own],
-        )?;
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.recv_into(
-                    p,
-                    Tag::new(CommOp::AllGather, group),
-                    &mut data[offsets[i]..offsets[i + 1]],
-                )?;
-            }
-        }
-        Ok(())
+        let tag = Tag::new(CommOp::AllGather, group);
+        let own = &*own;
+        let sends = to_others(group, me, tag, |_| own);
+        let mut slots = split_mut(before, &counts[..me]);
+        slots.push(&mut []);
+        slots.extend(split_mut(after, &counts[me + 1..]));
+        let mut copies = from_others(group, me, tag, slots);
+        self.exchange(&sends, &mut copies, None)
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]` bytes
@@ -370,28 +408,19 @@ pub trait Communicator: Send + Sync {
             group.len(),
             "all_to_all send list",
         )?;
-        for (i, &p) in group.iter().enumerate() {
-            if i != me {
-                self.send(p, Tag::new(CommOp::AllToAll, group), sends[i])?;
-            }
-        }
-        group
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| {
-                if i == me {
-                    check_len(
-                        self.rank(),
-                        sends[i].len(),
-                        recv_counts[i],
-                        "all_to_all self part",
-                    )?;
-                    Ok(sends[i].to_vec())
-                } else {
-                    self.recv_exact(p, Tag::new(CommOp::AllToAll, group), recv_counts[i])
-                }
-            })
-            .collect()
+        check_len(
+            self.rank(),
+            sends[me].len(),
+            recv_counts[me],
+            "all_to_all self part",
+        )?;
+        let tag = Tag::new(CommOp::AllToAll, group);
+        let mut got: Vec<Vec<u8>> = recv_counts.iter().map(|&n| vec![0; n]).collect();
+        got[me].copy_from_slice(sends[me]);
+        let outbound = to_others(group, me, tag, |i| sends[i]);
+        let mut copies = from_others(group, me, tag, got.iter_mut().map(|v| &mut v[..]).collect());
+        self.exchange(&outbound, &mut copies, None)?;
+        Ok(got)
     }
 
     /// Copies `len` bytes from the member at group position `root` to every member.
@@ -409,13 +438,20 @@ pub trait Communicator: Send + Sync {
                 reason: format!("broadcast root {root} outside a group of {}", group.len()),
             });
         }
+        let tag = Tag::new(CommOp::Broadcast, group);
         if me == root {
             check_len(self.rank(), data.len(), len, "broadcast input")?;
-            let peers = others(group, me);
-            self.send_to_all(&peers, Tag::new(CommOp::Broadcast, group), data)?;
+            self.exchange(&to_others(group, me, tag, |_| data), &mut [], None)?;
             Ok(data.to_vec())
         } else {
-            self.recv_exact(group[root], Tag::new(CommOp::Broadcast, group), len)
+            let mut out = vec![0; len];
+            let mut copies = [Inbound {
+                peer: group[root],
+                tag,
+                out: &mut out,
+            }];
+            self.exchange(&[], &mut copies, None)?;
+            Ok(out)
         }
     }
 
@@ -423,6 +459,96 @@ pub trait Communicator: Send + Sync {
     fn barrier(&self, group: &[usize]) -> Result<(), CommError> {
         self.all_gather_into(group, &[], &vec![0; group.len()], &mut [])
             .map(|_| ())
+    }
+}
+
+/// [`Communicator::exchange`] by queued sends, then receives in order: the default, and the
+/// fallback of a transport whose links cannot interleave.
+///
+/// # Errors
+/// The first failing send or receive.
+pub fn exchange_queued<C: Communicator + ?Sized>(
+    comm: &C,
+    sends: &[Outbound<'_>],
+    copies: &mut [Inbound<'_>],
+    reduce: Option<Reduction<'_>>,
+) -> Result<(), CommError> {
+    for s in sends {
+        comm.send(s.peer, s.tag, s.data)?;
+    }
+    for c in copies {
+        comm.recv_into(c.peer, c.tag, c.out)?;
+    }
+    if let Some(r) = reduce {
+        for (peer, tag) in r.from {
+            comm.recv_combine(peer, tag, r.acc, r.dtype, r.op)?;
+        }
+    }
+    Ok(())
+}
+
+/// `buf` cut into consecutive pieces of `counts` bytes.
+fn split_mut<'a>(mut buf: &'a mut [u8], counts: &[usize]) -> Vec<&'a mut [u8]> {
+    counts
+        .iter()
+        .map(|&n| {
+            let (head, tail) = std::mem::take(&mut buf).split_at_mut(n);
+            buf = tail;
+            head
+        })
+        .collect()
+}
+
+/// A send of `data(i)` to every member i but `me`.
+fn to_others<'a>(
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    data: impl Fn(usize) -> &'a [u8],
+) -> Vec<Outbound<'a>> {
+    (0..group.len())
+        .filter(|&i| i != me)
+        .map(|i| Outbound {
+            peer: group[i],
+            tag,
+            data: data(i),
+        })
+        .collect()
+}
+
+/// A receive from every member i but `me` into `slots[i]`.
+fn from_others<'a>(
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    slots: Vec<&'a mut [u8]>,
+) -> Vec<Inbound<'a>> {
+    slots
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| i != me)
+        .map(|(i, out)| Inbound {
+            peer: group[i],
+            tag,
+            out,
+        })
+        .collect()
+}
+
+/// Every other member's message combined into `acc`, in group order.
+fn reduction<'a>(
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    acc: &'a mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Reduction<'a> {
+    Reduction {
+        acc,
+        dtype,
+        op,
+        from: others(group, me).into_iter().map(|p| (p, tag)).collect(),
     }
 }
 
