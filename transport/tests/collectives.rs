@@ -1,0 +1,205 @@
+//! The collectives over real links, ranks as threads of this process: shared-memory rings
+//! (direct exchanges) and QUIC over loopback (queued sends), with uneven counts, against sums
+//! and concatenations computed here. Values are small integers, so every sum is exact.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use gflow_core::{CommOp, Communicator, DType, ReduceOp, Tag};
+use gflow_transport::NetComm;
+use gflow_transport::link::{LinkPair, Liveness};
+use gflow_transport::quic::{Peer, QuicNode};
+use gflow_transport::shm::{Ring, ShmRx, ShmTx};
+use proptest::prelude::*;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `n` communicators joined pairwise by shared-memory rings.
+fn shm_mesh(n: usize) -> Vec<NetComm> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = |a: usize, b: usize| {
+        std::env::temp_dir().join(format!("gflow-mesh-{}-{id}-{a}-{b}", std::process::id()))
+    };
+    let me = Liveness::process(std::process::id());
+    let created: Vec<Vec<Option<Ring>>> = (0..n)
+        .map(|a| {
+            (0..n)
+                .map(|b| (a != b).then(|| Ring::create(&path(a, b)).unwrap()))
+                .collect()
+        })
+        .collect();
+    created
+        .into_iter()
+        .enumerate()
+        .map(|(a, outs)| {
+            let links: Vec<Option<LinkPair>> = outs
+                .into_iter()
+                .enumerate()
+                .map(|(b, out)| {
+                    out.map(|out| {
+                        let inc = Ring::open(&path(b, a)).unwrap();
+                        let pair: LinkPair = (
+                            Box::new(ShmTx::new(out, me.clone())),
+                            Box::new(ShmRx::new(inc, me.clone())),
+                        );
+                        pair
+                    })
+                })
+                .collect();
+            (a, links)
+        })
+        .map(|(a, links)| NetComm::new(a, links, TIMEOUT, 1 << 30))
+        .collect()
+}
+
+/// `n` communicators joined pairwise by QUIC connections over loopback.
+fn quic_mesh(n: usize) -> Vec<NetComm> {
+    let lo = IpAddr::from([127, 0, 0, 1]);
+    let nodes: Vec<QuicNode> = (0..n).map(|_| QuicNode::bind(lo).unwrap()).collect();
+    let peers: Vec<Peer> = nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, q)| Peer {
+            rank,
+            addr: SocketAddr::new(lo, q.port().unwrap()),
+            fingerprint: q.fingerprint(),
+        })
+        .collect();
+    for (r, q) in nodes.iter().enumerate() {
+        q.serve(&peers[r + 1..]).unwrap();
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(r, q)| {
+                let others: Vec<Peer> = peers.iter().filter(|p| p.rank != r).cloned().collect();
+                s.spawn(move || {
+                    let mut links: Vec<Option<LinkPair>> = (0..n).map(|_| None).collect();
+                    for (p, pair) in q.link_all(r, 1, &others, deadline).unwrap() {
+                        links[p] = Some(pair);
+                    }
+                    NetComm::new(r, links, TIMEOUT, 1 << 30)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Rank r's value of element i.
+fn value(r: usize, i: usize) -> f64 {
+    ((r * 31 + i * 7) % 13) as f64 - 6.0
+}
+
+fn bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f64> {
+    b.chunks(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Runs every collective on `comms` (one thread per rank) with per-member element counts
+/// `counts`, and checks each result.
+fn check_all(comms: Vec<NetComm>, counts: &[usize]) {
+    let n = comms.len();
+    let group: Vec<usize> = (0..n).collect();
+    let total: usize = counts.iter().sum();
+    let byte_counts: Vec<usize> = counts.iter().map(|c| c * 8).collect();
+    let starts: Vec<usize> = (0..n).map(|i| counts[..i].iter().sum()).collect();
+    std::thread::scope(|s| {
+        // Each thread owns (and at its end drops) its communicator: closing waits for the
+        // peers to close too, so they must close concurrently, as processes do.
+        for (r, c) in comms.into_iter().enumerate() {
+            let (group, byte_counts, starts) = (&group, &byte_counts, &starts);
+            s.spawn(move || {
+                // all_reduce of `total` elements: the sum over ranks
+                let mut data = bytes(&(0..total).map(|i| value(r, i)).collect::<Vec<_>>());
+                c.all_reduce(group, &mut data, DType::F64, ReduceOp::Sum)
+                    .unwrap();
+                let want: Vec<f64> = (0..total)
+                    .map(|i| (0..n).map(|k| value(k, i)).sum())
+                    .collect();
+                assert_eq!(floats(&data), want, "all_reduce on rank {r}");
+
+                // all_gather: member k contributes counts[k] elements
+                let mine = bytes(&(0..counts[r]).map(|i| value(r, i)).collect::<Vec<_>>());
+                let got = c.all_gather(group, &mine, byte_counts).unwrap();
+                let want: Vec<f64> = (0..n)
+                    .flat_map(|k| (0..counts[k]).map(move |i| value(k, i)))
+                    .collect();
+                assert_eq!(floats(&got), want, "all_gather on rank {r}");
+
+                // a queued point-to-point message between two direct steps keeps its place
+                let next = (r + 1) % n;
+                let prev = (r + n - 1) % n;
+                c.send(next, CommOp::P2p.into(), &mine).unwrap();
+
+                let mut from_prev = vec![0u8; counts[prev] * 8];
+                c.recv_into(prev, Tag::from(CommOp::P2p), &mut from_prev)
+                    .unwrap();
+                let want: Vec<f64> = (0..counts[prev]).map(|i| value(prev, i)).collect();
+                assert_eq!(floats(&from_prev), want, "p2p on rank {r}");
+
+                // reduce_scatter: chunk k of the sum goes to member k
+                let data = bytes(&(0..total).map(|i| value(r, i)).collect::<Vec<_>>());
+                let got = c
+                    .reduce_scatter(group, &data, byte_counts, DType::F64, ReduceOp::Max)
+                    .unwrap();
+                let want: Vec<f64> = (starts[r]..starts[r] + counts[r])
+                    .map(|i| (0..n).map(|k| value(k, i)).fold(f64::MIN, f64::max))
+                    .collect();
+                assert_eq!(floats(&got), want, "reduce_scatter on rank {r}");
+
+                // all_to_all: rank r sends counts[k] elements (value(r, 1000k + i)) to member k
+                let parts: Vec<Vec<u8>> = (0..n)
+                    .map(|k| {
+                        bytes(
+                            &(0..counts[k])
+                                .map(|i| value(r, 1000 * k + i))
+                                .collect::<Vec<_>>(),
+                        )
+                    })
+                    .collect();
+                let sends: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                let recv_counts = vec![counts[r] * 8; n];
+                let got = c.all_to_all(group, &sends, &recv_counts).unwrap();
+                for (k, g) in got.iter().enumerate() {
+                    let want: Vec<f64> = (0..counts[r]).map(|i| value(k, 1000 * r + i)).collect();
+                    assert_eq!(floats(g), want, "all_to_all from {k} on rank {r}");
+                }
+
+                // broadcast from the last member
+                let root = n - 1;
+                let got = c.broadcast(group, root, &mine, byte_counts[root]).unwrap();
+                let want: Vec<f64> = (0..counts[root]).map(|i| value(root, i)).collect();
+                assert_eq!(floats(&got), want, "broadcast on rank {r}");
+            });
+        }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Shared memory: uneven counts (zero included), messages larger than a ring.
+    #[test]
+    fn shared_memory_collectives(counts in proptest::collection::vec(
+        prop_oneof![Just(0usize), 1usize..40, Just(700_000usize)], 2..=4)) {
+        check_all(shm_mesh(counts.len()), &counts);
+    }
+}
+
+/// QUIC: the same checks over loopback connections.
+#[test]
+fn quic_collectives() {
+    for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
+        check_all(quic_mesh(counts.len()), &counts);
+    }
+}
