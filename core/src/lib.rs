@@ -39,7 +39,9 @@ pub mod storage;
 pub mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad};
-pub use comm::{CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Tag};
+pub use comm::{
+    CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag, schedule,
+};
 pub use dtype::{DType, Element};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};

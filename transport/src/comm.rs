@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gflow_core::comm::{combine_piece, exchange_queued};
-use gflow_core::{CommError, Communicator, DType, Inbound, Outbound, ReduceOp, Reduction, Tag};
+use gflow_core::{
+    CommError, CommOp, Communicator, DType, Inbound, Outbound, ReduceOp, Reduction, Schedule, Tag,
+};
 
 use crate::frame::{HEADER_LEN, Header};
 use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
@@ -47,6 +49,8 @@ pub struct NetComm {
     rx: Vec<Option<Mutex<RxSide>>>,
     timeout: Duration,
     max_frame: u64,
+    /// A schedule pinned for every collective (else core's choice by size).
+    pinned: Option<Schedule>,
 }
 
 impl NetComm {
@@ -124,7 +128,15 @@ impl NetComm {
             rx,
             timeout,
             max_frame,
+            pinned: None,
         }
+    }
+
+    /// This communicator with every collective on `schedule` (tests and benchmarks compare
+    /// schedules with it; every rank of a group must pin the same).
+    pub fn with_schedule(mut self, schedule: Schedule) -> NetComm {
+        self.pinned = Some(schedule);
+        self
     }
 
     fn link_error(&self, peer: usize, e: LinkError) -> CommError {
@@ -254,6 +266,13 @@ impl Communicator for NetComm {
         self.recv_with(peer, tag, acc.len(), &mut |at, piece| {
             combine_piece(acc, dtype, reduce, &mut carry, at, piece);
         })
+    }
+
+    fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
+        match self.pinned {
+            Some(s) if n >= 3 => s,
+            _ => gflow_core::schedule(op, n, bytes),
+        }
     }
 
     fn exchange(

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use gflow_core::{CommOp, Communicator, DType, ReduceOp, Tag};
+use gflow_core::{CommOp, Communicator, DType, ReduceOp, Schedule, Tag};
 use gflow_transport::NetComm;
 use gflow_transport::link::{LinkPair, Liveness};
 use gflow_transport::quic::{Peer, QuicNode};
@@ -185,21 +185,35 @@ fn check_all(comms: Vec<NetComm>, counts: &[usize]) {
     });
 }
 
+fn pin(comms: Vec<NetComm>, schedule: Schedule) -> Vec<NetComm> {
+    comms
+        .into_iter()
+        .map(|c| c.with_schedule(schedule))
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// Shared memory: uneven counts (zero included), messages larger than a ring.
+    /// Shared memory, direct exchanges and rings: uneven counts (zero included), messages
+    /// larger than a ring buffer.
     #[test]
-    fn shared_memory_collectives(counts in proptest::collection::vec(
-        prop_oneof![Just(0usize), 1usize..40, Just(700_000usize)], 2..=4)) {
-        check_all(shm_mesh(counts.len()), &counts);
+    fn shared_memory_collectives(
+        counts in proptest::collection::vec(
+            prop_oneof![Just(0usize), 1usize..40, Just(700_000usize)], 2..=5),
+        ring in any::<bool>(),
+    ) {
+        let schedule = if ring { Schedule::Ring } else { Schedule::Direct };
+        check_all(pin(shm_mesh(counts.len()), schedule), &counts);
     }
 }
 
-/// QUIC: the same checks over loopback connections.
+/// QUIC: the same checks over loopback connections, both schedules.
 #[test]
 fn quic_collectives() {
-    for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
-        check_all(quic_mesh(counts.len()), &counts);
+    for schedule in [Schedule::Direct, Schedule::Ring] {
+        for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
+            check_all(pin(quic_mesh(counts.len()), schedule), &counts);
+        }
     }
 }

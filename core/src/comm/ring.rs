@@ -1,0 +1,136 @@
+//! Ring and tree schedules, written once as sequences of [`Communicator::exchange`] steps, so
+//! every transport runs them (threads, shared memory, QUIC). In a ring each step moves one block
+//! to the right neighbour and one from the left: a rank talks to two peers only, which is what
+//! a network between hosts wants. Each block is reduced in one fixed order (starting after its
+//! owner and going round), then shared, so every member still ends with identical bits.
+
+use super::{CommError, Communicator, Inbound, Outbound, Reduction, Tag};
+use crate::dtype::DType;
+use crate::reduce::ReduceOp;
+
+/// `slots[send]` to read and `slots[recv]` to write, two different blocks of one buffer.
+fn pair<'a>(slots: &'a mut [&mut [u8]], send: usize, recv: usize) -> (&'a [u8], &'a mut [u8]) {
+    debug_assert_ne!(send, recv);
+    if send < recv {
+        let (a, b) = slots.split_at_mut(recv);
+        (&*a[send], &mut *b[0])
+    } else {
+        let (a, b) = slots.split_at_mut(send);
+        (&*b[0], &mut *a[recv])
+    }
+}
+
+/// The ring neighbours of position `me` in a group of `n`: (left, right) as world ranks.
+fn neighbours(group: &[usize], me: usize) -> (usize, usize) {
+    let n = group.len();
+    (group[(me + n - 1) % n], group[(me + 1) % n])
+}
+
+/// Ring all-gather over `slots` (slot i is member i's block, `slots[me]` already filled):
+/// n-1 steps, step s passes block (me - s) right and takes block (me - s - 1) from the left.
+pub(super) fn all_gather<C: Communicator + ?Sized>(
+    comm: &C,
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    slots: &mut [&mut [u8]],
+) -> Result<(), CommError> {
+    let n = group.len();
+    let (left, right) = neighbours(group, me);
+    for s in 0..n - 1 {
+        let (send, recv) = ((me + n - s) % n, (me + 2 * n - s - 1) % n);
+        let (data, out) = pair(slots, send, recv);
+        comm.exchange(
+            &[Outbound {
+                peer: right,
+                tag,
+                data,
+            }],
+            &mut [Inbound {
+                peer: left,
+                tag,
+                out,
+            }],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// Ring reduce-scatter in place over `slots` (each member's full input, block i for member i):
+/// n-1 steps, step s passes partial block (me - s - 1) right and combines the left's partial
+/// block (me - s - 2) into its own; afterwards `slots[me]` holds the reduction of block me.
+pub(super) fn reduce_scatter<C: Communicator + ?Sized>(
+    comm: &C,
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    slots: &mut [&mut [u8]],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), CommError> {
+    let n = group.len();
+    let (left, right) = neighbours(group, me);
+    for s in 0..n - 1 {
+        let (send, recv) = ((me + 2 * n - s - 1) % n, (me + 2 * n - s - 2) % n);
+        let (data, acc) = pair(slots, send, recv);
+        comm.exchange(
+            &[Outbound {
+                peer: right,
+                tag,
+                data,
+            }],
+            &mut [],
+            Some(Reduction {
+                acc,
+                dtype,
+                op,
+                from: vec![(left, tag)],
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Binomial-tree broadcast from position `root`: in round k the members that have the data
+/// (relative positions below 2^k) send it 2^k further, so n members are reached in
+/// ceil(log2 n) rounds and the root sends log2 n messages instead of n-1.
+pub(super) fn broadcast<C: Communicator + ?Sized>(
+    comm: &C,
+    group: &[usize],
+    me: usize,
+    root: usize,
+    tag: Tag,
+    buf: &mut [u8],
+) -> Result<(), CommError> {
+    let n = group.len();
+    let v = (me + n - root) % n;
+    let at = |rel: usize| group[(rel + root) % n];
+    let mut mask = 1;
+    while mask < n {
+        if v < mask && v + mask < n {
+            let data = &*buf;
+            comm.exchange(
+                &[Outbound {
+                    peer: at(v + mask),
+                    tag,
+                    data,
+                }],
+                &mut [],
+                None,
+            )?;
+        } else if (mask..2 * mask).contains(&v) {
+            comm.exchange(
+                &[],
+                &mut [Inbound {
+                    peer: at(v - mask),
+                    tag,
+                    out: buf,
+                }],
+                None,
+            )?;
+        }
+        mask *= 2;
+    }
+    Ok(())
+}
