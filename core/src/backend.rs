@@ -85,6 +85,11 @@ pub trait Backend: Send + Sync {
 
     /// A short name (`cpu`, `wgpu`, `cuda`).
     fn name(&self) -> &'static str;
+    /// Whether the kernels compute in `dtype` (every backend stores and moves every dtype; a
+    /// GPU may lack arithmetic in some, e.g. f64 in WGSL). Others give `Error::Device`.
+    fn computes(&self, _dtype: DType) -> bool {
+        true
+    }
     /// Copies host data to the device.
     fn upload(&self, data: &HostData) -> Result<Self::Storage>;
     /// Copies device data to the host.

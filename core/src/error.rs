@@ -166,6 +166,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A device reported a failure nobody could foresee (a validation error, out of memory, a
+    /// lost device), or cannot compute in the requested dtype.
+    #[error("device {device:?}: {reason}")]
+    Device {
+        /// The device type.
+        device: String,
+        /// What happened.
+        reason: String,
+    },
     /// A collective or point-to-point transfer failed.
     #[error(transparent)]
     Comm(#[from] CommError),

@@ -1,0 +1,34 @@
+// out[i] = a[ia] op b[ib] with NumPy broadcasting. params: n, op, ndim, then out_shape[ndim],
+// a_strides[ndim], b_strides[ndim] (element strides, 0 along broadcast dimensions).
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg);
+    if i >= params[0] {
+        return;
+    }
+    let nd = params[2];
+    var rest = i;
+    var ia = 0u;
+    var ib = 0u;
+    for (var d = nd; d > 0u; d--) {
+        let size = params[3u + d - 1u];
+        let c = rest % size;
+        rest = rest / size;
+        ia += c * params[3u + nd + d - 1u];
+        ib += c * params[3u + 2u * nd + d - 1u];
+    }
+    let p = a[ia];
+    let q = b[ib];
+    var r: f32;
+    switch params[1] {
+        case 0u: { r = p + q; }
+        case 1u: { r = p - q; }
+        case 2u: { r = p * q; }
+        default: { r = p / q; }
+    }
+    out[i] = r;
+}

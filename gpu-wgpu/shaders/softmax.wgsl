@@ -1,0 +1,33 @@
+// (Log-)softmax along one dimension: one thread per line. params: lines, len, inner, log, and
+// the bits of -inf.
+// Line l starts at (l / inner) * len * inner + l % inner, elements `inner` apart.
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let l = flat(gid, nwg);
+    if l >= params[0] {
+        return;
+    }
+    let len = params[1];
+    let inner = params[2];
+    let start = (l / inner) * len * inner + l % inner;
+    var m = bitcast<f32>(params[4]);
+    for (var j = 0u; j < len; j++) {
+        m = max(m, x[start + j * inner]);
+    }
+    var s = 0.0;
+    for (var j = 0u; j < len; j++) {
+        s += exp(x[start + j * inner] - m);
+    }
+    let ls = log(s);
+    for (var j = 0u; j < len; j++) {
+        let v = x[start + j * inner] - m;
+        if params[3] == 1u {
+            out[start + j * inner] = v - ls;
+        } else {
+            out[start + j * inner] = exp(v) / s;
+        }
+    }
+}

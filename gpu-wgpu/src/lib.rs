@@ -1,0 +1,623 @@
+//! gflow's wgpu backend: core's [`Backend`] as WGSL compute shaders (`shaders/`), on whatever
+//! adapter wgpu finds (Vulkan, Metal, DX12; lavapipe, Mesa's software Vulkan, in CI).
+//!
+//! Arithmetic is f32 (WGSL has no portable f64 transcendentals); every dtype is stored, moved,
+//! sliced, permuted, concatenated and gathered (as 32-bit words). Every dispatch runs inside a
+//! wgpu error scope, so a validation or out-of-memory error is a [`gflow_core::Error::Device`],
+//! never wgpu's default panic; no adapter is `BackendUnavailable`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::{DType, Error, HostData, Result};
+use wgpu::util::DeviceExt;
+
+const COMMON: &str = include_str!("../shaders/common.wgsl");
+
+/// The kernels, by name.
+const KERNELS: [(&str, &str); 7] = [
+    ("unary", include_str!("../shaders/unary.wgsl")),
+    ("binary", include_str!("../shaders/binary.wgsl")),
+    ("reduce", include_str!("../shaders/reduce.wgsl")),
+    ("softmax", include_str!("../shaders/softmax.wgsl")),
+    ("matmul", include_str!("../shaders/matmul.wgsl")),
+    ("strided", include_str!("../shaders/strided.wgsl")),
+    ("rows", include_str!("../shaders/rows.wgsl")),
+];
+
+/// Threads per workgroup (every kernel's `@workgroup_size`).
+const GROUP: u32 = 256;
+/// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
+const MAX_GROUPS: u32 = 65535;
+const NEG_INF: u32 = 0xff80_0000;
+
+fn device_error(reason: impl std::fmt::Display) -> Error {
+    Error::Device {
+        device: "wgpu".into(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A tensor's buffer on the device.
+pub struct WgpuStorage {
+    buf: wgpu::Buffer,
+    len: usize,
+    dtype: DType,
+}
+
+impl WgpuStorage {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The wgpu device, its queue, and the compiled kernels.
+pub struct WgpuBackend {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    adapter: String,
+    pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
+    max_binding: u64,
+}
+
+impl WgpuBackend {
+    /// The first adapter wgpu finds (`GFLOW_WGPU_FALLBACK=1` asks for a software one).
+    ///
+    /// # Errors
+    /// `BackendUnavailable` when there is no adapter or it refuses a device.
+    pub fn new() -> Result<WgpuBackend> {
+        let unavailable = |reason: String| Error::BackendUnavailable {
+            device: "wgpu".into(),
+            reason,
+        };
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: std::env::var("GFLOW_WGPU_FALLBACK").is_ok_and(|v| v == "1"),
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|e| unavailable(format!("no adapter: {e}")))?;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("gflow"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| unavailable(format!("the adapter refused a device: {e}")))?;
+        let info = adapter.get_info();
+        Ok(WgpuBackend {
+            device,
+            queue,
+            adapter: format!("{} ({:?})", info.name, info.backend),
+            pipelines: Mutex::new(HashMap::new()),
+            max_binding: limits.max_storage_buffer_binding_size,
+        })
+    }
+
+    /// The adapter's name and API, for reports.
+    pub fn adapter(&self) -> &str {
+        &self.adapter
+    }
+
+    /// The largest buffer one binding may hold, in bytes (larger tensors are refused).
+    pub fn max_binding(&self) -> u64 {
+        self.max_binding
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes; an error becomes `Err`.
+    fn scoped<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let out = f();
+        let v = pollster::block_on(validation.pop());
+        let o = pollster::block_on(oom.pop());
+        match v.or(o) {
+            Some(e) => Err(device_error(e)),
+            None => Ok(out),
+        }
+    }
+
+    fn pipeline(&self, name: &'static str) -> Result<wgpu::ComputePipeline> {
+        let mut cache = self
+            .pipelines
+            .lock()
+            .map_err(|_| Error::Internal("wgpu pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(name) {
+            return Ok(p.clone());
+        }
+        let body = KERNELS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, src)| *src)
+            .ok_or_else(|| Error::Internal(format!("no wgpu kernel {name}")))?;
+        let source = format!("{COMMON}\n{body}");
+        let p = self.scoped(|| {
+            let module = self
+                .device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(name),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                });
+            self.device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(name),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+        })?;
+        cache.insert(name, p.clone());
+        Ok(p)
+    }
+
+    /// A storage buffer of `bytes` (at least 4: WebGPU has no empty bindings).
+    fn buffer(&self, bytes: usize) -> Result<wgpu::Buffer> {
+        let size = (bytes.max(4) as u64).div_ceil(4) * 4;
+        if size > self.max_binding {
+            return Err(device_error(format!(
+                "a tensor of {size} bytes exceeds this adapter's storage binding limit of {} bytes",
+                self.max_binding
+            )));
+        }
+        self.scoped(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    fn new_storage(&self, len: usize, dtype: DType) -> Result<WgpuStorage> {
+        Ok(WgpuStorage {
+            buf: self.buffer(len * dtype.size())?,
+            len,
+            dtype,
+        })
+    }
+
+    /// Dispatches kernel `name` over `threads` threads with `params` and the buffers bound in
+    /// order after the parameters.
+    fn run(
+        &self,
+        name: &'static str,
+        threads: usize,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+    ) -> Result<()> {
+        if threads == 0 {
+            return Ok(());
+        }
+        let pipeline = self.pipeline(name)?;
+        let groups = (threads as u64).div_ceil(u64::from(GROUP));
+        let (gx, gy) = if groups <= u64::from(MAX_GROUPS) {
+            (groups as u32, 1)
+        } else {
+            let gy = groups.div_ceil(u64::from(MAX_GROUPS));
+            if gy > u64::from(MAX_GROUPS) {
+                return Err(device_error(format!(
+                    "{threads} threads is too many to dispatch"
+                )));
+            }
+            (MAX_GROUPS, gy as u32)
+        };
+        self.scoped(|| {
+            let params = self
+                .device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("params"),
+                    contents: bytemuck::cast_slice(params),
+                    usage: wgpu::BufferUsages::STORAGE,
+                });
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.as_entire_binding(),
+            }];
+            for (i, b) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.as_entire_binding(),
+                });
+            }
+            let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(name),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(name) });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(name),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(gx, gy, 1);
+            }
+            self.queue.submit([enc.finish()]);
+        })
+    }
+
+    fn need_f32(&self, s: &WgpuStorage, op: &str) -> Result<()> {
+        if s.dtype == DType::F32 {
+            Ok(())
+        } else {
+            Err(device_error(format!(
+                "{op}: wgpu kernels compute in f32, not {}",
+                s.dtype
+            )))
+        }
+    }
+
+    /// The bytes of a buffer, through a mapped staging copy.
+    fn read_bytes(&self, buf: &wgpu::Buffer, bytes: usize) -> Result<Vec<u8>> {
+        if bytes == 0 {
+            return Ok(vec![]);
+        }
+        let size = (bytes as u64).div_ceil(4) * 4;
+        let staging = self.scoped(|| {
+            let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("download"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+            self.queue.submit([enc.finish()]);
+            staging
+        })?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(device_error)?;
+        rx.recv()
+            .map_err(|_| device_error("the download was dropped"))?
+            .map_err(device_error)?;
+        let view = staging.slice(..).get_mapped_range().map_err(device_error)?;
+        let out = view[..bytes].to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// `x` with its elements addressed by (`shape`, `strides`) from `base`, made contiguous
+    /// (`put` false), or the contiguous `x` written to those positions of `out` (`put` true).
+    #[allow(clippy::too_many_arguments)]
+    fn strided(
+        &self,
+        x: &WgpuStorage,
+        out: &WgpuStorage,
+        shape: &[usize],
+        strides: &[usize],
+        base: usize,
+        put: bool,
+    ) -> Result<()> {
+        let n: usize = shape.iter().product();
+        let wpe = x.dtype.size() / 4;
+        let mut p = vec![
+            n as u32,
+            wpe as u32,
+            shape.len() as u32,
+            base as u32,
+            u32::from(put),
+        ];
+        p.extend(shape.iter().map(|&d| d as u32));
+        p.extend(strides.iter().map(|&d| d as u32));
+        self.run("strided", n, &p, &[&x.buf, &out.buf])
+    }
+
+    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
+    fn check_indices(&self, indices: &WgpuStorage, rows: usize, op: &'static str) -> Result<()> {
+        if indices.dtype != DType::I64 {
+            return Err(Error::DTypeMismatch {
+                expected: DType::I64,
+                got: indices.dtype,
+            });
+        }
+        let bytes = self.read_bytes(&indices.buf, indices.len * 8)?;
+        for c in bytes.chunks_exact(8) {
+            let i = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            if i < 0 || i as usize >= rows {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("index {i} is outside 0..{rows}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Row-major element strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+fn unary_code(op: UnaryOp) -> u32 {
+    match op {
+        UnaryOp::Neg => 0,
+        UnaryOp::Exp => 1,
+        UnaryOp::Log => 2,
+        UnaryOp::Sqrt => 3,
+        UnaryOp::Square => 4,
+        UnaryOp::Relu => 5,
+        UnaryOp::Gelu => 6,
+        UnaryOp::Sigmoid => 7,
+        UnaryOp::Tanh => 8,
+        UnaryOp::Step => 9,
+        UnaryOp::GeluGrad => 10,
+    }
+}
+
+impl Backend for WgpuBackend {
+    type Storage = WgpuStorage;
+
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn computes(&self, dtype: DType) -> bool {
+        dtype == DType::F32
+    }
+
+    fn upload(&self, data: &HostData) -> Result<WgpuStorage> {
+        let bytes = data.as_bytes();
+        let s = self.new_storage(data.len(), data.dtype())?;
+        if !bytes.is_empty() {
+            self.scoped(|| self.queue.write_buffer(&s.buf, 0, bytes))?;
+        }
+        Ok(s)
+    }
+
+    fn download(&self, s: &WgpuStorage) -> Result<HostData> {
+        let bytes = self.read_bytes(&s.buf, s.len * s.dtype.size())?;
+        Ok(HostData::from_bytes(s.dtype, &bytes))
+    }
+
+    fn unary(&self, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
+        self.need_f32(x, "unary")?;
+        let out = self.new_storage(x.len, x.dtype)?;
+        self.run(
+            "unary",
+            x.len,
+            &[x.len as u32, unary_code(op), 0, 0],
+            &[&x.buf, &out.buf],
+        )?;
+        Ok(out)
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &WgpuStorage,
+        a_shape: &[usize],
+        b: &WgpuStorage,
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Result<WgpuStorage> {
+        self.need_f32(a, "binary")?;
+        self.need_f32(b, "binary")?;
+        let n: usize = out_shape.iter().product();
+        let out = self.new_storage(n, DType::F32)?;
+        let nd = out_shape.len();
+        // right-aligned input strides, 0 where the input broadcasts
+        let aligned = |shape: &[usize]| -> Vec<u32> {
+            let st = strides(shape);
+            (0..nd)
+                .map(|d| {
+                    let pad = nd - shape.len();
+                    if d < pad || shape[d - pad] == 1 {
+                        0
+                    } else {
+                        st[d - pad] as u32
+                    }
+                })
+                .collect()
+        };
+        let code = match op {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+        };
+        let mut p = vec![n as u32, code, nd as u32];
+        p.extend(out_shape.iter().map(|&d| d as u32));
+        p.extend(aligned(a_shape));
+        p.extend(aligned(b_shape));
+        self.run("binary", n, &p, &[&a.buf, &b.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn scale(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
+        self.need_f32(x, "scale")?;
+        let out = self.new_storage(x.len, x.dtype)?;
+        let p = [x.len as u32, 99, (s as f32).to_bits(), 0f32.to_bits()];
+        self.run("unary", x.len, &p, &[&x.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn add_scalar(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
+        self.need_f32(x, "add_scalar")?;
+        let out = self.new_storage(x.len, x.dtype)?;
+        let p = [x.len as u32, 99, 1f32.to_bits(), (s as f32).to_bits()];
+        self.run("unary", x.len, &p, &[&x.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn gather_rows(
+        &self,
+        table: &WgpuStorage,
+        rows: usize,
+        row_len: usize,
+        indices: &WgpuStorage,
+    ) -> Result<WgpuStorage> {
+        self.check_indices(indices, rows, "gather_rows")?;
+        let out = self.new_storage(indices.len * row_len, table.dtype)?;
+        let rw = row_len * table.dtype.size() / 4;
+        let p = [0, indices.len as u32, rw as u32, rows as u32];
+        self.run(
+            "rows",
+            indices.len * rw,
+            &p,
+            &[&table.buf, &indices.buf, &out.buf],
+        )?;
+        Ok(out)
+    }
+
+    fn scatter_add_rows(
+        &self,
+        src: &WgpuStorage,
+        rows: usize,
+        row_len: usize,
+        indices: &WgpuStorage,
+    ) -> Result<WgpuStorage> {
+        self.need_f32(src, "scatter_add_rows")?;
+        self.check_indices(indices, rows, "scatter_add_rows")?;
+        let out = self.new_storage(rows * row_len, src.dtype)?;
+        let p = [1, indices.len as u32, row_len as u32, rows as u32];
+        self.run(
+            "rows",
+            rows * row_len,
+            &p,
+            &[&src.buf, &indices.buf, &out.buf],
+        )?;
+        Ok(out)
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceKind,
+        x: &WgpuStorage,
+        shape: &[usize],
+        dims: &[usize],
+    ) -> Result<WgpuStorage> {
+        self.need_f32(x, "reduce")?;
+        let n_out: usize = (0..shape.len())
+            .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
+            .product();
+        let count: usize = dims.iter().map(|&d| shape[d]).product();
+        let out = self.new_storage(n_out, DType::F32)?;
+        let code = match op {
+            ReduceKind::Sum => 0,
+            ReduceKind::Max => 1,
+        };
+        let mut p = vec![n_out as u32, code, shape.len() as u32, count as u32];
+        p.extend(shape.iter().map(|&d| d as u32));
+        p.extend((0..shape.len()).map(|d| u32::from(dims.contains(&d))));
+        p.extend(strides(shape).iter().map(|&s| s as u32));
+        p.push(NEG_INF);
+        self.run("reduce", n_out, &p, &[&x.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn softmax(
+        &self,
+        x: &WgpuStorage,
+        shape: &[usize],
+        dim: usize,
+        log: bool,
+    ) -> Result<WgpuStorage> {
+        self.need_f32(x, "softmax")?;
+        let out = self.new_storage(x.len, DType::F32)?;
+        let len = shape[dim];
+        let inner: usize = shape[dim + 1..].iter().product();
+        let lines = x.len.checked_div(len).unwrap_or(0);
+        let p = [
+            lines as u32,
+            len as u32,
+            inner.max(1) as u32,
+            u32::from(log),
+            NEG_INF,
+        ];
+        self.run("softmax", lines, &p, &[&x.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn matmul(&self, a: &WgpuStorage, b: &WgpuStorage, d: MatmulDims) -> Result<WgpuStorage> {
+        self.need_f32(a, "matmul")?;
+        self.need_f32(b, "matmul")?;
+        let out = self.new_storage(d.batch * d.m * d.n, DType::F32)?;
+        let threads = d.batch * d.m.div_ceil(4) * d.n.div_ceil(4);
+        let p = [
+            d.batch as u32,
+            d.m as u32,
+            d.k as u32,
+            d.n as u32,
+            u32::from(d.b_batched),
+            u32::from(d.a_trans),
+            u32::from(d.b_trans),
+        ];
+        self.run("matmul", threads, &p, &[&a.buf, &b.buf, &out.buf])?;
+        Ok(out)
+    }
+
+    fn permute(&self, x: &WgpuStorage, shape: &[usize], perm: &[usize]) -> Result<WgpuStorage> {
+        let out = self.new_storage(x.len, x.dtype)?;
+        let st = strides(shape);
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let in_strides: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+        self.strided(x, &out, &out_shape, &in_strides, 0, false)?;
+        Ok(out)
+    }
+
+    fn slice(
+        &self,
+        x: &WgpuStorage,
+        shape: &[usize],
+        start: &[usize],
+        extent: &[usize],
+    ) -> Result<WgpuStorage> {
+        let out = self.new_storage(extent.iter().product(), x.dtype)?;
+        let st = strides(shape);
+        let base: usize = start.iter().zip(&st).map(|(a, b)| a * b).sum();
+        self.strided(x, &out, extent, &st, base, false)?;
+        Ok(out)
+    }
+
+    fn cat(&self, xs: &[&WgpuStorage], shapes: &[&[usize]], dim: usize) -> Result<WgpuStorage> {
+        let first = shapes
+            .first()
+            .ok_or_else(|| Error::Internal("cat of no tensors".into()))?;
+        let mut out_shape = first.to_vec();
+        out_shape[dim] = shapes.iter().map(|s| s[dim]).sum();
+        let dtype = xs.first().map_or(DType::F32, |x| x.dtype);
+        let out = self.new_storage(out_shape.iter().product(), dtype)?;
+        let st = strides(&out_shape);
+        let mut at = 0;
+        for (x, shape) in xs.iter().zip(shapes) {
+            self.strided(x, &out, shape, &st, at * st[dim], true)?;
+            at += shape[dim];
+        }
+        Ok(out)
+    }
+
+    fn dtype(&self, s: &WgpuStorage) -> DType {
+        s.dtype
+    }
+}
