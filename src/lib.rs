@@ -15,7 +15,7 @@
 pub use gflow_core::{
     CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData,
     IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor,
-    boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp, simulate,
+    boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
@@ -28,6 +28,31 @@ pub mod prelude {
     };
 }
 
+/// Registers the GPU backends this build holds (wgpu), so placements on `"wgpu"` and `"gpu"`
+/// resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent.
+pub fn register_backends() {
+    fn make_wgpu() -> Result<std::sync::Arc<dyn gflow_core::backend::HostKernels>> {
+        Ok(std::sync::Arc::new(gflow_core::backend::Staged(
+            gflow_wgpu::WgpuBackend::new()?,
+        )))
+    }
+    gflow_core::backend::register_backend(DeviceType::Wgpu, make_wgpu);
+}
+
+/// `n` ranks as threads of one process (see `gflow_core::simulate`), with the GPU backends
+/// registered.
+///
+/// # Errors
+/// The first root-cause error of a rank.
+pub fn simulate<T, F>(n: usize, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Env) -> Result<T> + Sync,
+{
+    register_backends();
+    gflow_core::simulate(n, f)
+}
+
 /// Runs `f` as the ranks of a job. Under a launcher (`WORLD_SIZE` set) this process is one rank
 /// ([`init`]); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
 /// ranks run in this process, so one program serves both ways.
@@ -36,6 +61,7 @@ pub mod prelude {
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
     keep_freed_memory();
+    register_backends();
     if launched() {
         let env = init()?;
         let rank = env.rank();
@@ -85,6 +111,7 @@ pub fn init() -> Result<Env> {
         return Ok(env);
     }
     keep_freed_memory();
+    register_backends();
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let num = |k: &str, default: usize| -> Result<usize> {
         var(k).map_or(Ok(default), |s| {

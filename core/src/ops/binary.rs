@@ -2,7 +2,7 @@
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::{Ctx, record, sum_to};
-use crate::backend::{Backend, BinaryOp};
+use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;

@@ -3,7 +3,6 @@
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::record;
-use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;

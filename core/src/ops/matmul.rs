@@ -4,7 +4,7 @@
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::{Ctx, record};
-use crate::backend::{Backend, MatmulDims};
+use crate::backend::MatmulDims;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;

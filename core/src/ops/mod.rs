@@ -16,8 +16,8 @@ mod shape_ops;
 mod softmax;
 mod unary;
 
+use crate::backend::{HostKernels, kernels};
 use crate::boxing::{self, Dist};
-use crate::cpu::CpuBackend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -57,8 +57,8 @@ pub(crate) struct Kernel<'a> {
     pub out_shape: Vec<usize>,
     /// Inputs' logical shapes.
     pub global_shapes: Vec<Vec<usize>>,
-    /// The backend.
-    pub backend: CpuBackend,
+    /// The kernels of this rank's device.
+    pub backend: &'a dyn HostKernels,
 }
 
 /// What every operator declares.
@@ -104,6 +104,8 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let out_shape = op.infer(&shapes)?;
     if inputs.iter().all(|t| t.is_local()) {
+        let device = inputs.first().map_or(Device::Cpu, |t| t.device());
+        let backend = kernels(device.device_type())?;
         let guards: Vec<_> = inputs.iter().map(|t| t.read()).collect();
         let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
         let k = Kernel {
@@ -111,10 +113,10 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             shapes: shapes.iter().map(|s| s.to_vec()).collect(),
             out_shape: out_shape.clone(),
             global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
-            backend: CpuBackend,
+            backend: &*backend,
         };
         let out = op.compute(&k)?;
-        return Tensor::from_vec_data(out, &out_shape, Device::Cpu);
+        return Tensor::from_vec_data(out, &out_shape, device);
     }
     let Some(first) = inputs.iter().find_map(|t| t.dist()) else {
         return Err(Error::WrongKind {
@@ -162,6 +164,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let component = match placement.index_of(rank) {
         None => None,
         Some(i) => {
+            let backend = kernels(Device::for_placement(placement.device_type())?.device_type())?;
             let guards: Vec<_> = boxed.iter().map(|t| t.read()).collect();
             let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
             let coords = placement.coords_of_index(i);
@@ -177,7 +180,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
                     .collect(),
                 out_shape: region_shape(&out_dist.region_of_index(&out_shape, i)),
                 global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
-                backend: CpuBackend,
+                backend: &*backend,
             };
             Some(op.compute(&k)?)
         }

@@ -2,8 +2,8 @@
 
 use super::{Kernel, Op, Signature, check_dim};
 use crate::autograd::{Ctx, record};
+use crate::backend::ReduceKind;
 use crate::backend::UnaryOp;
-use crate::backend::{Backend, ReduceKind};
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;

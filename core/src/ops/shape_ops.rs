@@ -3,7 +3,7 @@
 
 use super::{Kernel, Op, PARTIALS, Signature, check_dim};
 use crate::autograd::{record, sum_to, target_like};
-use crate::backend::{Backend, BinaryOp};
+use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::sbp::Sbp;
 use crate::storage::HostData;

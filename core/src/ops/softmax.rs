@@ -2,7 +2,6 @@
 
 use super::{Kernel, Op, Signature, check_dim};
 use crate::autograd::record;
-use crate::backend::Backend;
 use crate::error::Result;
 use crate::sbp::Sbp;
 use crate::storage::HostData;

@@ -3,7 +3,7 @@
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::record;
-use crate::backend::{Backend, UnaryOp};
+use crate::backend::UnaryOp;
 use crate::error::Result;
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;

@@ -23,36 +23,62 @@ use crate::placement::{DeviceType, Placement};
 use crate::sbp::NdSbp;
 use crate::storage::HostData;
 
-/// Where a local tensor (or a global tensor's component) lives.
+/// Where a local tensor (or a global tensor's component) lives and is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Device {
     /// Host memory, computed by the CPU backend.
     Cpu,
+    /// Computed by the wgpu backend (data staged through host memory for now).
+    Wgpu,
 }
 
 impl Device {
-    /// The device a rank uses for a placement's device type.
+    /// The device a rank uses for a placement's device type: `cpu` and `wgpu` as named, `gpu`
+    /// the best GPU backend present (CUDA is not built yet, so wgpu). `GFLOW_DEVICE_OVERRIDE`
+    /// (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) replaces the type for the ranks it names, so one
+    /// machine can host a mixed cluster.
     ///
     /// # Errors
-    /// `BackendUnavailable` for device types without a backend in this build.
+    /// `BackendUnavailable` when the device type has no backend or no device on this rank.
     pub fn for_placement(t: DeviceType) -> Result<Device> {
+        let t = override_for(crate::env::current().rank()).unwrap_or(t);
         match t {
             DeviceType::Cpu => Ok(Device::Cpu),
-            other => Err(Error::BackendUnavailable {
-                device: other.to_string(),
-                reason: "no backend for this device type is built into this gflow yet; use \"cpu\""
+            DeviceType::Wgpu | DeviceType::Gpu => {
+                crate::backend::kernels(DeviceType::Wgpu).map(|_| Device::Wgpu)
+            }
+            DeviceType::Cuda => Err(Error::BackendUnavailable {
+                device: "cuda".into(),
+                reason: "the CUDA backend is not part of this gflow yet; use \"gpu\" or \"wgpu\""
                     .into(),
             }),
         }
     }
+
+    /// The device type whose kernels compute on this device.
+    pub fn device_type(self) -> DeviceType {
+        match self {
+            Device::Cpu => DeviceType::Cpu,
+            Device::Wgpu => DeviceType::Wgpu,
+        }
+    }
+}
+
+/// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, if it names the rank.
+fn override_for(rank: usize) -> Option<DeviceType> {
+    let spec = std::env::var("GFLOW_DEVICE_OVERRIDE").ok()?;
+    spec.split(',').find_map(|item| {
+        let (r, t) = item.split_once(':')?;
+        (r.trim().parse::<usize>().ok()? == rank)
+            .then(|| t.trim().parse::<DeviceType>().ok())
+            .flatten()
+    })
 }
 
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => f.write_str("cpu"),
-        }
+        f.write_str(self.device_type().as_str())
     }
 }
 

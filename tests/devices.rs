@@ -1,0 +1,84 @@
+//! Device placements: the same global program on `"wgpu"` (and `"gpu"`) placements gives what it
+//! gives on `"cpu"` (the kernels run on wgpu: lavapipe in CI), and a mixed cluster (rank 0 on
+//! wgpu, rank 1 on the CPU, through `GFLOW_DEVICE_OVERRIDE`) holds shards of one tensor with the
+//! same results. Skips loudly without an adapter, unless `GFLOW_REQUIRE_BACKEND=1`.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use gflow::Error;
+use gflow::prelude::*;
+
+/// A small training step on `device`: matmul, broadcasting add, relu, softmax, narrow, cat, a
+/// reduction, boxing (split -> broadcast), and the weight's gradient.
+fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
+    let out = gflow::simulate(2, move |_| {
+        let p = Placement::new(device, [0, 1])?;
+        gflow::manual_seed(11);
+        let x = Tensor::randn(&[7, 5], (&p, Sbp::split(0)))?;
+        if device == "wgpu" {
+            assert_eq!(x.device(), Device::Wgpu);
+        }
+        let w = Tensor::randn(&[5, 4], (&p, Sbp::broadcast()))?.set_requires_grad(true);
+        let b = Tensor::randn(&[4], (&p, Sbp::broadcast()))?;
+        let h = (&x.matmul(&w)? + &b)?.relu()?;
+        let s = h.softmax(1)?;
+        let c = Tensor::cat(&[&s, &x.narrow(1, 0, 2)?], 1)?;
+        let loss = (&c * &c)?.sum([0, 1], false)?;
+        loss.backward()?;
+        let g = w.grad().expect("a gradient");
+        assert_eq!(g.sbp(), w.sbp());
+        Ok(vec![
+            h.to_vec::<f32>()?,
+            c.to_global(&p, Sbp::broadcast())?
+                .to_local()?
+                .to_vec::<f32>()?,
+            loss.to_vec::<f32>()?,
+            g.to_vec::<f32>()?,
+        ])
+    })?;
+    assert_eq!(out[0], out[1], "both ranks see the same values");
+    Ok(out.into_iter().next().unwrap_or_default())
+}
+
+fn close(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len(), "{what}");
+        for (p, q) in x.iter().zip(y) {
+            assert!(
+                (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
+                "{what}: {p} vs {q}"
+            );
+        }
+    }
+}
+
+#[test]
+fn wgpu_and_mixed_placements_match_the_cpu() {
+    let cpu = program("cpu").unwrap();
+    let wgpu = match program("wgpu") {
+        Ok(v) => v,
+        Err(Error::BackendUnavailable { reason, .. })
+            if !std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1") =>
+        {
+            return eprintln!("\n!!! SKIPPED: no wgpu adapter here: {reason} !!!\n");
+        }
+        Err(e) => panic!("wgpu: {e}"),
+    };
+    close(&wgpu, &cpu, "wgpu placement");
+    close(&program("gpu").unwrap(), &cpu, "gpu placement");
+    // A mixed cluster: rank 0 computes on wgpu, rank 1 on the CPU, shards of the same tensors.
+    // (The only test in this binary, so setting the variable races with nothing.)
+    // SAFETY: no other thread of this test binary reads or writes the environment now.
+    unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0:wgpu,1:cpu") };
+    close(&program("gpu").unwrap(), &cpu, "mixed placement");
+    // And the override really splits the devices.
+    let devices = gflow::simulate(2, |_| {
+        let p = Placement::new("gpu", [0, 1])?;
+        Ok(Tensor::zeros(&[2], (&p, Sbp::split(0)))?
+            .device()
+            .to_string())
+    })
+    .unwrap();
+    unsafe { std::env::remove_var("GFLOW_DEVICE_OVERRIDE") };
+    assert_eq!(devices, vec!["wgpu", "cpu"]);
+}
