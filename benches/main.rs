@@ -23,6 +23,8 @@ struct Args {
     batch: usize,
     /// `collectives` only: the operations to time (all when empty).
     ops: Vec<String>,
+    /// `matmul` only: the backend (`cpu` or `wgpu`).
+    device: String,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -36,6 +38,7 @@ fn parse() -> std::result::Result<Args, String> {
         width: 1024,
         batch: 256,
         ops: vec![],
+        device: "cpu".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -58,6 +61,7 @@ fn parse() -> std::result::Result<Args, String> {
                     .ok_or("--sizes needs a list like 256,1024")?
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
+            "--device" => a.device = it.next().ok_or("--device needs cpu or wgpu")?,
             "--ops" => {
                 a.ops = it
                     .next()
@@ -69,7 +73,7 @@ fn parse() -> std::result::Result<Args, String> {
             "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu] [--out FILE]"
                 ));
             }
         }
@@ -151,6 +155,9 @@ fn boxing(a: &Args) -> Result<()> {
 }
 
 fn matmul(a: &Args) -> Result<()> {
+    if a.device == "wgpu" {
+        return matmul_wgpu(a);
+    }
     for &n in &a.sizes {
         let x = Tensor::randn(&[n, n], Device::Cpu)?;
         let w = Tensor::randn(&[n, n], Device::Cpu)?;
@@ -166,6 +173,59 @@ fn matmul(a: &Args) -> Result<()> {
         println!(
             "{{\"system\": \"gflow-cpu\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
             2.0 * (n as f64).powi(3) / med / 1e9
+        );
+    }
+    Ok(())
+}
+
+/// f32 matmul GFLOP/s and elementwise add GB/s of the wgpu backend's kernels on device-resident
+/// buffers (no staging), with a device-to-device copy's GB/s as the bandwidth peer.
+fn matmul_wgpu(a: &Args) -> Result<()> {
+    use gflow::backend::{Backend, BinaryOp, MatmulDims};
+    let b = gflow_wgpu::WgpuBackend::new()?;
+    let system = "gflow-wgpu";
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut t = vec![];
+        for i in 0..a.runs + 2 {
+            let s = Instant::now();
+            f()?;
+            b.sync()?;
+            if i >= 2 {
+                t.push(s.elapsed().as_secs_f64());
+            }
+        }
+        Ok(median(t))
+    };
+    for &n in &a.sizes {
+        let data: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
+        let x = b.upload(&gflow::HostData::F32(data))?;
+        let dims = MatmulDims {
+            batch: 1,
+            m: n,
+            k: n,
+            n,
+            b_batched: false,
+            a_trans: false,
+            b_trans: false,
+        };
+        let med = time(&mut || b.matmul(&x, &x, dims).map(drop))?;
+        println!(
+            "{{\"system\": \"{system}\", \"adapter\": \"{}\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
+            b.adapter(),
+            2.0 * (n as f64).powi(3) / med / 1e9
+        );
+        let bytes = (n * n * 4) as f64;
+        let add = time(&mut || {
+            b.binary(BinaryOp::Add, &x, &[n * n], &x, &[n * n], &[n * n])
+                .map(drop)
+        })?;
+        let copy = time(&mut || b.copy(&x).map(drop))?;
+        println!(
+            "{{\"system\": \"{system}\", \"op\": \"add_f32\", \"bytes\": {}, \"median_s\": {add:.6}, \"gbs\": {:.2}, \"copy_gbs\": {:.2}, \"ratio\": {:.2}}}",
+            n * n * 4,
+            3.0 * bytes / add / 1e9,
+            2.0 * bytes / copy / 1e9,
+            (3.0 * bytes / add) / (2.0 * bytes / copy)
         );
     }
     Ok(())

@@ -1,12 +1,13 @@
 //! Twin of the seed "Data Parallelism": x split(0) times w broadcast gives y split(0), (4, 8).
 //!
-//! Run: `cargo run --example data_parallelism`
+//! Run: `cargo run --example data_parallelism [-- --device wgpu]`
 
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
+    let device = gflow::device_arg()?;
     let out = gflow::run(2, |_| {
-        let placement = Placement::new("cpu", [0, 1])?;
+        let placement = Placement::new(device.as_str(), [0, 1])?;
         let x = Tensor::randn(&[4, 5], (&placement, Sbp::split(0)))?;
         let w = Tensor::randn(&[5, 8], (&placement, Sbp::broadcast()))?;
         let y = x.matmul(&w)?;

@@ -3,13 +3,14 @@
 //! turned global with (broadcast, split(0)). Each rank prints its local input: ranks 2 and 3
 //! hold the data of ranks 0 and 1.
 //!
-//! Run: `cargo run --example two_d_sbp`
+//! Run: `cargo run --example two_d_sbp [-- --device wgpu]`
 
 use gflow::prelude::*;
 
 fn main() -> Result<()> {
+    let device = gflow::device_arg()?;
     let out = gflow::run(4, |env| {
-        let placement = Placement::new("cpu", [[0, 1], [2, 3]])?;
+        let placement = Placement::new(device.as_str(), [[0, 1], [2, 3]])?;
         let broadcast = [Sbp::broadcast(), Sbp::broadcast()];
         let bs0 = [Sbp::broadcast(), Sbp::split(0)];
 
@@ -25,7 +26,8 @@ fn main() -> Result<()> {
 
         let local_x = global_x.to_local()?;
         Ok(vec![format!(
-            "cpu:{}, {:?}, \n{}\npred: shape {:?}, sbp {}",
+            "{}:{}, {:?}, \n{}\npred: shape {:?}, sbp {}",
+            global_x.device(),
             env.rank(),
             local_x.shape(),
             local_x,

@@ -15,7 +15,7 @@
 pub use gflow_core::{
     CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData,
     IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor,
-    boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
+    backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
@@ -37,6 +37,21 @@ pub fn register_backends() {
         )))
     }
     gflow_core::backend::register_backend(DeviceType::Wgpu, make_wgpu);
+}
+
+/// The device type named by a `--device TYPE` (or `--device=TYPE`) program argument, `"cpu"`
+/// without one: lets one example run on every backend (`--device wgpu`, `--device gpu`).
+///
+/// # Errors
+/// `UnknownDeviceType` for a name other than `cpu`, `cuda`, `wgpu`, `gpu`.
+pub fn device_arg() -> Result<DeviceType> {
+    let args: Vec<String> = std::env::args().collect();
+    let named = args.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix("--device=")
+            .map(String::from)
+            .or_else(|| (a == "--device").then(|| args.get(i + 1).cloned().unwrap_or_default()))
+    });
+    named.map_or(Ok(DeviceType::Cpu), |n| n.parse())
 }
 
 /// `n` ranks as threads of one process (see `gflow_core::simulate`), with the GPU backends

@@ -327,3 +327,47 @@ fn two_hosts_in_network_namespaces_link_over_quic() {
     assert!(one_host.status.success());
     assert_eq!(lines, sorted_lines(&one_host));
 }
+
+/// The 2D SBP and data-parallel seed examples with `--device wgpu` as 4 and 2 processes print
+/// what they print as threads (skipped loudly without a wgpu adapter, unless
+/// `GFLOW_REQUIRE_BACKEND=1`).
+#[test]
+fn seed_examples_on_wgpu_as_processes() {
+    for (name, n) in [("two_d_sbp", 4), ("data_parallelism", 2)] {
+        let prog = example(name);
+        let threads = Command::new(&prog)
+            .args(["--device", "wgpu"])
+            .env_remove("WORLD_SIZE")
+            .output()
+            .expect("run example");
+        let err = String::from_utf8_lossy(&threads.stderr);
+        if !threads.status.success()
+            && err.contains("BackendUnavailable")
+            && !std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1")
+        {
+            eprintln!(
+                "\n!!! SKIPPED seed_examples_on_wgpu_as_processes: no wgpu adapter: {err} !!!\n"
+            );
+            return;
+        }
+        assert!(threads.status.success(), "{name} on wgpu as threads: {err}");
+        let procs = Command::new(launcher())
+            .args(["--nproc_per_node", &n.to_string()])
+            .arg(&prog)
+            .args(["--device", "wgpu"])
+            .env("GFLOW_TIMEOUT_SECS", "60")
+            .output()
+            .expect("run launcher");
+        assert!(
+            procs.status.success(),
+            "{name} on wgpu as processes: {}",
+            String::from_utf8_lossy(&procs.stderr)
+        );
+        assert_eq!(
+            sorted_lines(&procs),
+            sorted_lines(&threads),
+            "{name} on wgpu"
+        );
+        assert!(String::from_utf8_lossy(&procs.stdout).contains("wgpu") || name != "two_d_sbp");
+    }
+}

@@ -108,6 +108,36 @@ impl WgpuBackend {
         &self.adapter
     }
 
+    /// Waits until the device has finished all submitted work (for timing).
+    ///
+    /// # Errors
+    /// `Device` when the device is lost.
+    pub fn sync(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(drop)
+            .map_err(device_error)
+    }
+
+    /// A device-to-device copy of `x`: the bandwidth peer of elementwise kernels.
+    ///
+    /// # Errors
+    /// `Device` for allocation or validation failures.
+    pub fn copy(&self, x: &WgpuStorage) -> Result<WgpuStorage> {
+        let out = self.new_storage(x.len, x.dtype)?;
+        let bytes = (x.len * x.dtype.size()) as u64;
+        if bytes > 0 {
+            self.scoped(|| {
+                let mut enc = self
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                enc.copy_buffer_to_buffer(&x.buf, 0, &out.buf, 0, bytes.div_ceil(4) * 4);
+                self.queue.submit([enc.finish()]);
+            })?;
+        }
+        Ok(out)
+    }
+
     /// The largest buffer one binding may hold, in bytes (larger tensors are refused).
     pub fn max_binding(&self) -> u64 {
         self.max_binding
