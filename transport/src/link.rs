@@ -32,6 +32,7 @@ pub trait LinkTx: Send {
     fn write_shared(&mut self, data: Arc<[u8]>, deadline: Instant) -> Result<(), LinkError> {
         self.write_all(&data, deadline)
     }
+
     /// Tells the peer no more bytes will come.
     fn close(&mut self);
 
@@ -50,27 +51,20 @@ pub trait LinkTx: Send {
 
 /// The receiving half of a link.
 pub trait LinkRx: Send {
-    /// Fills `buf` before `deadline`.
-    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError>;
-
     /// Consumes the next `len` bytes before `deadline`, handing them to `f` in order as
-    /// (offset, bytes) pieces. A link with a receive buffer passes views of it (no copy); the
-    /// default reads through a bounded scratch buffer.
+    /// (offset, bytes) pieces; links pass views of their receive buffers (no copy).
     fn read_with(
         &mut self,
         len: usize,
         deadline: Instant,
         f: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<(), LinkError> {
-        let mut scratch = vec![0u8; len.min(1 << 18)];
-        let mut done = 0;
-        while done < len {
-            let n = scratch.len().min(len - done);
-            self.read_exact(&mut scratch[..n], deadline)?;
-            f(done, &scratch[..n]);
-            done += n;
-        }
-        Ok(())
+    ) -> Result<(), LinkError>;
+
+    /// Fills `buf` before `deadline`.
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
+        self.read_with(buf.len(), deadline, &mut |at, piece| {
+            buf[at..at + piece.len()].copy_from_slice(piece);
+        })
     }
 
     /// Consumes what has arrived, at most `max` bytes, without waiting, handing it to `f` in

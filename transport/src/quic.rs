@@ -539,12 +539,6 @@ struct QuicRx {
 }
 
 impl LinkRx for QuicRx {
-    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
-        self.read_with(buf.len(), deadline, &mut |at, piece| {
-            buf[at..at + piece.len()].copy_from_slice(piece);
-        })
-    }
-
     fn read_with(
         &mut self,
         len: usize,

@@ -219,12 +219,6 @@ impl LinkTx for ShmTx {
 }
 
 impl LinkRx for ShmRx {
-    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), LinkError> {
-        self.read_with(buf.len(), deadline, &mut |at, piece| {
-            buf[at..at + piece.len()].copy_from_slice(piece);
-        })
-    }
-
     fn read_with(
         &mut self,
         len: usize,
