@@ -387,7 +387,8 @@ pub fn kernels(device: DeviceType) -> Result<Arc<dyn HostKernels>> {
     r.map_err(unavailable)
 }
 
-impl HostKernels for CpuBackend {
+/// A backend whose storage *is* host data (the CPU backend) computes on it directly.
+impl<B: Backend<Storage = HostData>> HostKernels for B {
     fn name(&self) -> &'static str {
         Backend::name(self)
     }
