@@ -23,6 +23,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     var acc: f32;
+    var comp = 0.0;
     if params[1] == 0u {
         acc = 0.0;
     } else {
@@ -41,7 +42,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         let v = x[off];
         if params[1] == 0u {
-            acc += v;
+            // Kahan summation: one thread may add millions of elements
+            let y = v - comp;
+            let t = acc + y;
+            comp = (t - acc) - y;
+            acc = t;
         } else {
             acc = max(acc, v);
         }

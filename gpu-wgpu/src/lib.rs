@@ -31,6 +31,8 @@ const GROUP: u32 = 256;
 /// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
 const MAX_GROUPS: u32 = 65535;
 const NEG_INF: u32 = 0xff80_0000;
+/// The unary kernel's code for `a * x + b`.
+const AFFINE: u32 = 99;
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -65,6 +67,9 @@ pub struct WgpuBackend {
     adapter: String,
     pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
     max_binding: u64,
+    max_buffer: u64,
+    /// Alignment of a binding's offset into a buffer.
+    align: u64,
 }
 
 impl WgpuBackend {
@@ -100,6 +105,8 @@ impl WgpuBackend {
             adapter: format!("{} ({:?})", info.name, info.backend),
             pipelines: Mutex::new(HashMap::new()),
             max_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            align: u64::from(limits.min_storage_buffer_offset_alignment),
         })
     }
 
@@ -138,7 +145,8 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// The largest buffer one binding may hold, in bytes (larger tensors are refused).
+    /// The largest buffer one binding may hold, in bytes (elementwise kernels and full
+    /// reductions work on larger tensors in pieces; other kernels refuse them).
     pub fn max_binding(&self) -> u64 {
         self.max_binding
     }
@@ -194,10 +202,10 @@ impl WgpuBackend {
     /// A storage buffer of `bytes` (at least 4: WebGPU has no empty bindings).
     fn buffer(&self, bytes: usize) -> Result<wgpu::Buffer> {
         let size = (bytes.max(4) as u64).div_ceil(4) * 4;
-        if size > self.max_binding {
+        if size > self.max_buffer {
             return Err(device_error(format!(
-                "a tensor of {size} bytes exceeds this adapter's storage binding limit of {} bytes",
-                self.max_binding
+                "a tensor of {size} bytes exceeds this adapter's buffer limit of {} bytes",
+                self.max_buffer
             )));
         }
         self.scoped(|| {
@@ -220,14 +228,72 @@ impl WgpuBackend {
         })
     }
 
-    /// Dispatches kernel `name` over `threads` threads with `params` and the buffers bound in
-    /// order after the parameters.
+    /// Dispatches kernel `name` over `threads` threads with `params` and the buffers bound
+    /// whole, in order after the parameters. A buffer past the binding limit is an error here:
+    /// only the elementwise kernels bind in pieces ([`WgpuBackend::run_pieces`]).
     fn run(
         &self,
         name: &'static str,
         threads: usize,
         params: &[u32],
         buffers: &[&wgpu::Buffer],
+    ) -> Result<()> {
+        if let Some(b) = buffers.iter().find(|b| b.size() > self.max_binding) {
+            return Err(device_error(format!(
+                "{name}: a tensor of {} bytes exceeds this adapter's storage binding limit of {} \
+                 bytes (only elementwise kernels bind larger tensors in pieces)",
+                b.size(),
+                self.max_binding
+            )));
+        }
+        let whole: Vec<wgpu::BufferBinding<'_>> = buffers
+            .iter()
+            .map(|b| wgpu::BufferBinding {
+                buffer: b,
+                offset: 0,
+                size: None,
+            })
+            .collect();
+        self.dispatch(name, threads, params, &whole)
+    }
+
+    /// An elementwise kernel over `n` elements of `elem` bytes, in pieces that each binding
+    /// can hold: `params(piece_len)` gives each piece's parameters.
+    fn run_pieces(
+        &self,
+        name: &'static str,
+        n: usize,
+        elem: usize,
+        params: &dyn Fn(usize) -> Vec<u32>,
+        buffers: &[&wgpu::Buffer],
+    ) -> Result<()> {
+        // the largest multiple of the offset alignment that fits a binding, in elements
+        let piece_bytes = self.max_binding / self.align * self.align;
+        let piece = (piece_bytes / elem as u64).max(1) as usize;
+        let mut at = 0;
+        while at < n {
+            let len = piece.min(n - at);
+            let bindings: Vec<wgpu::BufferBinding<'_>> = buffers
+                .iter()
+                .map(|b| wgpu::BufferBinding {
+                    buffer: b,
+                    offset: (at * elem) as u64,
+                    size: std::num::NonZeroU64::new((len * elem).div_ceil(4) as u64 * 4),
+                })
+                .collect();
+            self.dispatch(name, len, &params(len), &bindings)?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Dispatches kernel `name` over `threads` threads with `params` and `bindings`.
+    fn dispatch(
+        &self,
+        name: &'static str,
+        threads: usize,
+        params: &[u32],
+        bindings: &[wgpu::BufferBinding<'_>],
     ) -> Result<()> {
         if threads == 0 {
             return Ok(());
@@ -257,10 +323,10 @@ impl WgpuBackend {
                 binding: 0,
                 resource: params.as_entire_binding(),
             }];
-            for (i, b) in buffers.iter().enumerate() {
+            for (i, b) in bindings.iter().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32 + 1,
-                    resource: b.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(b.clone()),
                 });
             }
             let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -282,6 +348,61 @@ impl WgpuBackend {
             }
             self.queue.submit([enc.finish()]);
         })
+    }
+
+    /// `a * x + b` elementwise (the unary kernel's affine case).
+    fn affine(&self, x: &WgpuStorage, a: f32, b: f32) -> Result<WgpuStorage> {
+        let out = self.new_storage(x.len, x.dtype)?;
+        let (a, b) = (a.to_bits(), b.to_bits());
+        self.run_pieces(
+            "unary",
+            x.len,
+            4,
+            &|n| vec![n as u32, AFFINE, a, b],
+            &[&x.buf, &out.buf],
+        )?;
+        Ok(out)
+    }
+
+    /// A full reduction of a tensor past the binding limit: each piece reduced on the device,
+    /// the pieces' results combined.
+    fn reduce_all_in_pieces(&self, op: ReduceKind, x: &WgpuStorage) -> Result<WgpuStorage> {
+        let piece = (self.max_binding / self.align * self.align / 4) as usize;
+        let mut partial = vec![];
+        let mut at = 0;
+        while at < x.len {
+            let len = piece.min(x.len - at);
+            let part = self.new_storage(1, DType::F32)?;
+            let code = u32::from(op == ReduceKind::Max);
+            let p = [1, code, 1, len as u32, len as u32, 1, 1, NEG_INF];
+            let bindings = [
+                wgpu::BufferBinding {
+                    buffer: &x.buf,
+                    offset: (at * 4) as u64,
+                    size: std::num::NonZeroU64::new(len as u64 * 4),
+                },
+                wgpu::BufferBinding {
+                    buffer: &part.buf,
+                    offset: 0,
+                    size: None,
+                },
+            ];
+            self.dispatch("reduce", 1, &p, &bindings)?;
+            partial.push(part);
+            at += len;
+        }
+        let parts: Vec<f32> = partial
+            .iter()
+            .map(|p| {
+                let b = self.read_bytes(&p.buf, 4)?;
+                Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            })
+            .collect::<Result<_>>()?;
+        let all = match op {
+            ReduceKind::Sum => parts.iter().sum(),
+            ReduceKind::Max => parts.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        };
+        self.upload(&HostData::F32(vec![all]))
     }
 
     fn need_f32(&self, s: &WgpuStorage, op: &str) -> Result<()> {
@@ -433,10 +554,12 @@ impl Backend for WgpuBackend {
     fn unary(&self, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
         self.need_f32(x, "unary")?;
         let out = self.new_storage(x.len, x.dtype)?;
-        self.run(
+        let code = unary_code(op);
+        self.run_pieces(
             "unary",
             x.len,
-            &[x.len as u32, unary_code(op), 0, 0],
+            4,
+            &|n| vec![n as u32, code, 0, 0],
             &[&x.buf, &out.buf],
         )?;
         Ok(out)
@@ -476,6 +599,17 @@ impl Backend for WgpuBackend {
             BinaryOp::Mul => 2,
             BinaryOp::Div => 3,
         };
+        if a_shape == out_shape && b_shape == out_shape {
+            // no broadcasting: a flat elementwise op, which binds in pieces
+            self.run_pieces(
+                "binary",
+                n,
+                4,
+                &|len| vec![len as u32, code, 1, len as u32, 1, 1],
+                &[&a.buf, &b.buf, &out.buf],
+            )?;
+            return Ok(out);
+        }
         let mut p = vec![n as u32, code, nd as u32];
         p.extend(out_shape.iter().map(|&d| d as u32));
         p.extend(aligned(a_shape));
@@ -486,18 +620,12 @@ impl Backend for WgpuBackend {
 
     fn scale(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
         self.need_f32(x, "scale")?;
-        let out = self.new_storage(x.len, x.dtype)?;
-        let p = [x.len as u32, 99, (s as f32).to_bits(), 0f32.to_bits()];
-        self.run("unary", x.len, &p, &[&x.buf, &out.buf])?;
-        Ok(out)
+        self.affine(x, s as f32, 0.0)
     }
 
     fn add_scalar(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
         self.need_f32(x, "add_scalar")?;
-        let out = self.new_storage(x.len, x.dtype)?;
-        let p = [x.len as u32, 99, 1f32.to_bits(), (s as f32).to_bits()];
-        self.run("unary", x.len, &p, &[&x.buf, &out.buf])?;
-        Ok(out)
+        self.affine(x, 1.0, s as f32)
     }
 
     fn gather_rows(
@@ -548,6 +676,9 @@ impl Backend for WgpuBackend {
         dims: &[usize],
     ) -> Result<WgpuStorage> {
         self.need_f32(x, "reduce")?;
+        if x.buf.size() > self.max_binding && dims.len() == shape.len() {
+            return self.reduce_all_in_pieces(op, x);
+        }
         let n_out: usize = (0..shape.len())
             .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
             .product();
