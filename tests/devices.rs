@@ -79,6 +79,12 @@ fn wgpu_and_mixed_placements_match_the_cpu() {
             .to_string())
     })
     .unwrap();
-    unsafe { std::env::remove_var("GFLOW_DEVICE_OVERRIDE") };
     assert_eq!(devices, vec!["wgpu", "cpu"]);
+    // A malformed override is a clear error, not a silent default.
+    unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0=wgpu") };
+    let bad = gflow::simulate(1, |_| {
+        Tensor::zeros(&[2], (&Placement::new("gpu", [0])?, Sbp::broadcast())).map(drop)
+    });
+    unsafe { std::env::remove_var("GFLOW_DEVICE_OVERRIDE") };
+    assert!(matches!(bad, Err(Error::Environment { .. })), "{bad:?}");
 }
