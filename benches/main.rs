@@ -256,15 +256,24 @@ fn dispatch(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The `system` label of a launched run: its transport (`GFLOW_TRANSPORT=quic`, else shared
+/// memory on one host) and, when forced, its collective schedule.
+fn system_name() -> &'static str {
+    let quic = std::env::var("GFLOW_TRANSPORT").is_ok_and(|t| t == "quic");
+    let ring = std::env::var("GFLOW_COLLECTIVES").is_ok_and(|t| t == "ring");
+    match (quic, ring) {
+        (true, false) => "gflow-quic",
+        (true, true) => "gflow-quic-ring",
+        (false, false) => "gflow-shm",
+        (false, true) => "gflow-shm-ring",
+    }
+}
+
 fn collectives(a: &Args) -> Result<()> {
     let env = gflow::init()?;
     let (n, me) = (env.world_size(), env.rank());
     let world: Vec<usize> = (0..n).collect();
-    let transport = if std::env::var("GFLOW_TRANSPORT").is_ok_and(|t| t == "quic") {
-        "gflow-quic"
-    } else {
-        "gflow-shm"
-    };
+    let transport = system_name();
     let mut lines = vec![];
     for &mib in &a.sizes {
         let bytes = mib << 20;
@@ -377,7 +386,7 @@ fn train(a: &Args) -> Result<()> {
             Ok(())
         })?;
         let system = if gflow::launched() {
-            "gflow-shm"
+            system_name()
         } else {
             "gflow-inproc"
         };
