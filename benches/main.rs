@@ -323,7 +323,12 @@ fn collectives(a: &Args) -> Result<()> {
                             .map(bytemuck::cast_slice)
                             .take(n)
                             .collect();
-                        std::hint::black_box(c.all_to_all(&world, &sends, &vec![part * 4; n])?);
+                        c.all_to_all_into(
+                            &world,
+                            &sends,
+                            &vec![part * 4; n],
+                            bytemuck::cast_slice_mut(&mut dst[..part * n]),
+                        )?;
                     }
                 }
                 Ok(())

@@ -174,10 +174,15 @@ impl Group<'_> {
         let counts: Vec<usize> = (0..self.n())
             .map(|q| numel(&block_shape(q)) * self.elem)
             .collect();
-        let got = self.comm.all_to_all(&self.ranks, &send_refs, &counts)?;
+        let mut got = vec![0u8; counts.iter().sum()];
+        self.comm
+            .all_to_all_into(&self.ranks, &send_refs, &counts, &mut got)?;
         let out_shape = self.part_shape(j, self.me);
         let mut out = HostData::filled(mine.dtype(), numel(&out_shape), 0.0);
-        for (q, block) in got.iter().enumerate() {
+        let mut rest = &got[..];
+        for (q, &count) in counts.iter().enumerate() {
+            let (block, tail) = rest.split_at(count);
+            rest = tail;
             let bs = block_shape(q);
             let mut at = vec![0; bs.len()];
             at[i] = self.part(i, q).start;

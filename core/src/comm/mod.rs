@@ -471,6 +471,29 @@ pub trait Communicator: Send + Sync {
         sends: &[&[u8]],
         recv_counts: &[usize],
     ) -> Result<Vec<Vec<u8>>, CommError> {
+        let mut out = vec![0; recv_counts.iter().sum()];
+        self.all_to_all_into(group, sends, recv_counts, &mut out)?;
+        let mut rest = &out[..];
+        Ok(recv_counts
+            .iter()
+            .map(|&n| {
+                let (head, tail) = rest.split_at(n);
+                rest = tail;
+                head.to_vec()
+            })
+            .collect())
+    }
+
+    /// [`Communicator::all_to_all`] into one buffer: member i's bytes at offset
+    /// `recv_counts[..i].sum()` of `out` (which holds the sum of `recv_counts`), as MPI's
+    /// `Alltoallv` into a preallocated buffer.
+    fn all_to_all_into(
+        &self,
+        group: &[usize],
+        sends: &[&[u8]],
+        recv_counts: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
         let me = position(self.rank(), group, recv_counts)?;
         check_len(
             self.rank(),
@@ -484,13 +507,18 @@ pub trait Communicator: Send + Sync {
             recv_counts[me],
             "all_to_all self part",
         )?;
+        check_len(
+            self.rank(),
+            out.len(),
+            recv_counts.iter().sum(),
+            "all_to_all output",
+        )?;
         let tag = Tag::new(CommOp::AllToAll, group);
-        let mut got: Vec<Vec<u8>> = recv_counts.iter().map(|&n| vec![0; n]).collect();
-        got[me].copy_from_slice(sends[me]);
+        let mut slots = split_mut(out, recv_counts);
+        slots[me].copy_from_slice(sends[me]);
         let outbound = to_others(group, me, tag, |i| sends[i]);
-        let mut copies = from_others(group, me, tag, got.iter_mut().map(|v| &mut v[..]).collect());
-        self.exchange(&outbound, &mut copies, None)?;
-        Ok(got)
+        let mut copies = from_others(group, me, tag, slots);
+        self.exchange(&outbound, &mut copies, None)
     }
 
     /// Copies `len` bytes from the member at group position `root` to every member.
