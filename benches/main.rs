@@ -174,6 +174,29 @@ fn matmul(a: &Args) -> Result<()> {
             "{{\"system\": \"gflow-cpu\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
             2.0 * (n as f64).powi(3) / med / 1e9
         );
+        // elementwise add against a memcpy of one operand (the bandwidth peer)
+        let src: Vec<f32> = x.to_vec()?;
+        let mut dst = vec![0f32; src.len()];
+        let (mut add, mut copy) = (vec![], vec![]);
+        for i in 0..a.runs + 2 {
+            let s = Instant::now();
+            std::hint::black_box((&x + &w)?);
+            let mid = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            if i >= 2 {
+                add.push((mid - s).as_secs_f64());
+                copy.push(mid.elapsed().as_secs_f64());
+            }
+        }
+        let (add, copy) = (median(add), median(copy));
+        let bytes = (n * n * 4) as f64;
+        println!(
+            "{{\"system\": \"gflow-cpu\", \"op\": \"add_f32\", \"bytes\": {}, \"median_s\": {add:.6}, \"gbs\": {:.2}, \"copy_gbs\": {:.2}, \"ratio\": {:.2}}}",
+            n * n * 4,
+            3.0 * bytes / add / 1e9,
+            2.0 * bytes / copy / 1e9,
+            (3.0 * bytes / add) / (2.0 * bytes / copy)
+        );
     }
     Ok(())
 }
