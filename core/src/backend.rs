@@ -361,7 +361,8 @@ pub fn register_backend(device: DeviceType, make: BackendMaker) {
 /// `BackendUnavailable` when no backend is registered for it or it has no device here.
 pub fn kernels(device: DeviceType) -> Result<Arc<dyn HostKernels>> {
     if device == DeviceType::Cpu {
-        return Ok(Arc::new(CpuBackend));
+        static CPU: std::sync::OnceLock<Arc<dyn HostKernels>> = std::sync::OnceLock::new();
+        return Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone());
     }
     let unavailable = |reason: String| Error::BackendUnavailable {
         device: device.to_string(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::comm::{Communicator, InProcComm};
 use crate::error::{Error, Result};
+use crate::placement::DeviceType;
 
 /// Default deadline of a blocking receive in `simulate` (override with `GFLOW_TIMEOUT_SECS`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,6 +26,9 @@ struct EnvInner {
     local_rank: usize,
     comm: Arc<dyn Communicator>,
     rng: Mutex<RngState>,
+    /// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, read once when the env is made
+    /// (operators resolve devices on every call), or why the variable is malformed.
+    device_override: std::result::Result<Option<DeviceType>, String>,
 }
 
 /// One rank's view of the job: rank, world size, local rank and the communicator.
@@ -46,6 +50,7 @@ impl Env {
     /// An env over `comm`, which decides rank and world size.
     pub fn new(local_rank: usize, comm: Arc<dyn Communicator>) -> Env {
         Env(Arc::new(EnvInner {
+            device_override: device_override_from_env(comm.rank()),
             rank: comm.rank(),
             world_size: comm.world_size(),
             local_rank,
@@ -75,6 +80,17 @@ impl Env {
     /// This process's index among the ranks of its node.
     pub fn local_rank(&self) -> usize {
         self.0.local_rank
+    }
+
+    /// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, if the variable names it.
+    ///
+    /// # Errors
+    /// `Environment` for a malformed value (every item must be `RANK:TYPE`).
+    pub fn device_override(&self) -> Result<Option<DeviceType>> {
+        self.0
+            .device_override
+            .clone()
+            .map_err(|reason| Error::Environment { reason })
     }
 
     /// The communicator that boxing uses.
@@ -240,4 +256,30 @@ where
     let mut errs: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
     let root = errs.iter().position(|e| !e.is_consequence()).unwrap_or(0);
     Err(errs.swap_remove(root))
+}
+
+/// Parses `GFLOW_DEVICE_OVERRIDE` (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) for `rank`.
+fn device_override_from_env(rank: usize) -> std::result::Result<Option<DeviceType>, String> {
+    let Ok(spec) = std::env::var("GFLOW_DEVICE_OVERRIDE") else {
+        return Ok(None);
+    };
+    let mut found = None;
+    for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
+        let parsed = item.split_once(':').and_then(|(r, t)| {
+            Some((
+                r.trim().parse::<usize>().ok()?,
+                t.trim().parse::<DeviceType>().ok()?,
+            ))
+        });
+        match parsed {
+            Some((r, t)) if r == rank => found = Some(t),
+            Some(_) => {}
+            None => {
+                return Err(format!(
+                    "GFLOW_DEVICE_OVERRIDE={spec:?}: {item:?} is not RANK:TYPE (TYPE one of cpu, cuda, wgpu, gpu)"
+                ));
+            }
+        }
+    }
+    Ok(found)
 }

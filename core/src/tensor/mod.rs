@@ -43,7 +43,7 @@ impl Device {
     /// `BackendUnavailable` when the device type has no backend or no device on this rank;
     /// `Environment` for a malformed override.
     pub fn for_placement(t: DeviceType) -> Result<Device> {
-        let t = override_for(crate::env::current().rank())?.unwrap_or(t);
+        let t = crate::env::current().device_override()?.unwrap_or(t);
         match t {
             DeviceType::Cpu => Ok(Device::Cpu),
             DeviceType::Wgpu | DeviceType::Gpu => {
@@ -64,37 +64,6 @@ impl Device {
             Device::Wgpu => DeviceType::Wgpu,
         }
     }
-}
-
-/// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, if it names the rank.
-///
-/// # Errors
-/// `Environment` for a malformed value (every item must be `RANK:TYPE`).
-fn override_for(rank: usize) -> Result<Option<DeviceType>> {
-    let Ok(spec) = std::env::var("GFLOW_DEVICE_OVERRIDE") else {
-        return Ok(None);
-    };
-    let mut found = None;
-    for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
-        let parsed = item.split_once(':').and_then(|(r, t)| {
-            Some((
-                r.trim().parse::<usize>().ok()?,
-                t.trim().parse::<DeviceType>().ok()?,
-            ))
-        });
-        match parsed {
-            Some((r, t)) if r == rank => found = Some(t),
-            Some(_) => {}
-            None => {
-                return Err(Error::Environment {
-                    reason: format!(
-                        "GFLOW_DEVICE_OVERRIDE={spec:?}: {item:?} is not RANK:TYPE (TYPE one of cpu, cuda, wgpu, gpu)"
-                    ),
-                });
-            }
-        }
-    }
-    Ok(found)
 }
 
 impl std::fmt::Display for Device {
