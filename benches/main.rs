@@ -154,6 +154,38 @@ fn boxing(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// Median seconds of `runs` calls of `f` after two warm-up calls.
+fn timed(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = vec![];
+    for i in 0..runs + 2 {
+        let s = Instant::now();
+        f()?;
+        if i >= 2 {
+            t.push(s.elapsed().as_secs_f64());
+        }
+    }
+    Ok(median(t))
+}
+
+fn print_matmul(system: &str, n: usize, med: f64) {
+    println!(
+        "{{\"system\": \"{system}\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
+        2.0 * (n as f64).powi(3) / med / 1e9
+    );
+}
+
+/// Elementwise add of `bytes`-sized f32 operands (3 buffers moved) against a copy (2 moved).
+fn print_add(system: &str, bytes: usize, add: f64, copy: f64) {
+    let (add_gbs, copy_gbs) = (
+        3.0 * bytes as f64 / add / 1e9,
+        2.0 * bytes as f64 / copy / 1e9,
+    );
+    println!(
+        "{{\"system\": \"{system}\", \"op\": \"add_f32\", \"bytes\": {bytes}, \"median_s\": {add:.6}, \"gbs\": {add_gbs:.2}, \"copy_gbs\": {copy_gbs:.2}, \"ratio\": {:.2}}}",
+        add_gbs / copy_gbs
+    );
+}
+
 fn matmul(a: &Args) -> Result<()> {
     if a.device == "wgpu" {
         return matmul_wgpu(a);
@@ -161,42 +193,16 @@ fn matmul(a: &Args) -> Result<()> {
     for &n in &a.sizes {
         let x = Tensor::randn(&[n, n], Device::Cpu)?;
         let w = Tensor::randn(&[n, n], Device::Cpu)?;
-        let mut t = vec![];
-        for i in 0..a.runs + 2 {
-            let s = Instant::now();
-            std::hint::black_box(x.matmul(&w)?);
-            if i >= 2 {
-                t.push(s.elapsed().as_secs_f64());
-            }
-        }
-        let med = median(t);
-        println!(
-            "{{\"system\": \"gflow-cpu\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
-            2.0 * (n as f64).powi(3) / med / 1e9
-        );
+        print_matmul("gflow-cpu", n, timed(a.runs, || x.matmul(&w).map(drop))?);
         // elementwise add against a memcpy of one operand (the bandwidth peer)
         let src: Vec<f32> = x.to_vec()?;
         let mut dst = vec![0f32; src.len()];
-        let (mut add, mut copy) = (vec![], vec![]);
-        for i in 0..a.runs + 2 {
-            let s = Instant::now();
-            std::hint::black_box((&x + &w)?);
-            let mid = Instant::now();
+        let add = timed(a.runs, || (&x + &w).map(drop))?;
+        let copy = timed(a.runs, || {
             dst.copy_from_slice(std::hint::black_box(&src));
-            if i >= 2 {
-                add.push((mid - s).as_secs_f64());
-                copy.push(mid.elapsed().as_secs_f64());
-            }
-        }
-        let (add, copy) = (median(add), median(copy));
-        let bytes = (n * n * 4) as f64;
-        println!(
-            "{{\"system\": \"gflow-cpu\", \"op\": \"add_f32\", \"bytes\": {}, \"median_s\": {add:.6}, \"gbs\": {:.2}, \"copy_gbs\": {:.2}, \"ratio\": {:.2}}}",
-            n * n * 4,
-            3.0 * bytes / add / 1e9,
-            2.0 * bytes / copy / 1e9,
-            (3.0 * bytes / add) / (2.0 * bytes / copy)
-        );
+            Ok(())
+        })?;
+        print_add("gflow-cpu", n * n * 4, add, copy);
     }
     Ok(())
 }
@@ -206,19 +212,9 @@ fn matmul(a: &Args) -> Result<()> {
 fn matmul_wgpu(a: &Args) -> Result<()> {
     use gflow::backend::{Backend, BinaryOp, MatmulDims};
     let b = gflow_wgpu::WgpuBackend::new()?;
-    let system = "gflow-wgpu";
-    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        let mut t = vec![];
-        for i in 0..a.runs + 2 {
-            let s = Instant::now();
-            f()?;
-            b.sync()?;
-            if i >= 2 {
-                t.push(s.elapsed().as_secs_f64());
-            }
-        }
-        Ok(median(t))
-    };
+    eprintln!("wgpu adapter: {}", b.adapter());
+    // each timed call waits for the device to finish
+    let time = |f: &mut dyn FnMut() -> Result<()>| timed(a.runs, || f().and_then(|()| b.sync()));
     for &n in &a.sizes {
         let data: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
         let x = b.upload(&gflow::HostData::F32(data))?;
@@ -231,25 +227,17 @@ fn matmul_wgpu(a: &Args) -> Result<()> {
             a_trans: false,
             b_trans: false,
         };
-        let med = time(&mut || b.matmul(&x, &x, dims).map(drop))?;
-        println!(
-            "{{\"system\": \"{system}\", \"adapter\": \"{}\", \"op\": \"matmul_f32\", \"m\": {n}, \"k\": {n}, \"n\": {n}, \"median_s\": {med:.6}, \"gflops\": {:.1}}}",
-            b.adapter(),
-            2.0 * (n as f64).powi(3) / med / 1e9
+        print_matmul(
+            "gflow-wgpu",
+            n,
+            time(&mut || b.matmul(&x, &x, dims).map(drop))?,
         );
-        let bytes = (n * n * 4) as f64;
         let add = time(&mut || {
             b.binary(BinaryOp::Add, &x, &[n * n], &x, &[n * n], &[n * n])
                 .map(drop)
         })?;
         let copy = time(&mut || b.copy(&x).map(drop))?;
-        println!(
-            "{{\"system\": \"{system}\", \"op\": \"add_f32\", \"bytes\": {}, \"median_s\": {add:.6}, \"gbs\": {:.2}, \"copy_gbs\": {:.2}, \"ratio\": {:.2}}}",
-            n * n * 4,
-            3.0 * bytes / add / 1e9,
-            2.0 * bytes / copy / 1e9,
-            (3.0 * bytes / add) / (2.0 * bytes / copy)
-        );
+        print_add("gflow-wgpu", n * n * 4, add, copy);
     }
     Ok(())
 }

@@ -269,10 +269,8 @@ impl Communicator for NetComm {
     }
 
     fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
-        match self.pinned {
-            Some(s) if n >= 3 => s,
-            _ => gflow_core::schedule(op, n, bytes),
-        }
+        self.pinned
+            .unwrap_or_else(|| gflow_core::schedule(op, n, bytes))
     }
 
     fn exchange(
