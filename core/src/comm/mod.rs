@@ -433,32 +433,18 @@ pub trait Communicator: Send + Sync {
         }
         // In place: each member reduces its own segment (its value, then the others' in group
         // order) and shares it, so every member ends with bit-identical data.
-        let offsets = prefix(&counts);
-        let (before, rest) = data.split_at_mut(offsets[me]);
-        let (own, after) = rest.split_at_mut(counts[me]);
-        {
-            let tag = Tag::new(CommOp::ReduceScatter, group);
-            let (before, after) = (&*before, &*after);
-            let segment = |i: usize| {
-                if i < me {
-                    &before[offsets[i]..offsets[i + 1]]
-                } else {
-                    &after[offsets[i] - offsets[me + 1]..offsets[i + 1] - offsets[me + 1]]
-                }
-            };
-            let sends = to_others(group, me, tag, segment);
-            self.exchange(
-                &sends,
-                &mut [],
-                Some(reduction(group, me, tag, own, dtype, op)),
-            )?;
-        }
+        let mut slots = split_mut(data, &counts);
+        let own = std::mem::take(&mut slots[me]);
+        let tag = Tag::new(CommOp::ReduceScatter, group);
+        let sends = to_others(group, me, tag, |i| &*slots[i]);
+        self.exchange(
+            &sends,
+            &mut [],
+            Some(reduction(group, me, tag, &mut *own, dtype, op)),
+        )?;
         let tag = Tag::new(CommOp::AllGather, group);
         let own = &*own;
         let sends = to_others(group, me, tag, |_| own);
-        let mut slots = split_mut(before, &counts[..me]);
-        slots.push(&mut []);
-        slots.extend(split_mut(after, &counts[me + 1..]));
         let mut copies = from_others(group, me, tag, slots);
         self.exchange(&sends, &mut copies, None)
     }
