@@ -23,7 +23,7 @@ struct Args {
     batch: usize,
     /// `collectives` only: the operations to time (all when empty).
     ops: Vec<String>,
-    /// `matmul` only: the backend (`cpu` or `wgpu`).
+    /// `matmul` only: the backend (`cpu`, `wgpu` or `cuda`).
     device: String,
 }
 
@@ -61,7 +61,7 @@ fn parse() -> std::result::Result<Args, String> {
                     .ok_or("--sizes needs a list like 256,1024")?
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
-            "--device" => a.device = it.next().ok_or("--device needs cpu or wgpu")?,
+            "--device" => a.device = it.next().ok_or("--device needs cpu, wgpu or cuda")?,
             "--ops" => {
                 a.ops = it
                     .next()
@@ -73,7 +73,7 @@ fn parse() -> std::result::Result<Args, String> {
             "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--out FILE]"
                 ));
             }
         }
@@ -187,8 +187,18 @@ fn print_add(system: &str, bytes: usize, add: f64, copy: f64) {
 }
 
 fn matmul(a: &Args) -> Result<()> {
-    if a.device == "wgpu" {
-        return matmul_wgpu(a);
+    match a.device.as_str() {
+        "wgpu" => {
+            let b = gflow_wgpu::WgpuBackend::new()?;
+            eprintln!("wgpu adapter: {}", b.adapter());
+            return matmul_on(a, "gflow-wgpu", &b, |b| b.sync(), |b, x| b.copy(x));
+        }
+        "cuda" => {
+            let b = gflow_cuda::CudaBackend::new()?;
+            eprintln!("cuda device: {}", b.device_name());
+            return matmul_on(a, "gflow-cuda", &b, |b| b.sync(), |b, x| b.copy(x));
+        }
+        _ => {}
     }
     for &n in &a.sizes {
         let x = Tensor::randn(&[n, n], Device::Cpu)?;
@@ -207,14 +217,19 @@ fn matmul(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// f32 matmul GFLOP/s and elementwise add GB/s of the wgpu backend's kernels on device-resident
-/// buffers (no staging), with a device-to-device copy's GB/s as the bandwidth peer.
-fn matmul_wgpu(a: &Args) -> Result<()> {
-    use gflow::backend::{Backend, BinaryOp, MatmulDims};
-    let b = gflow_wgpu::WgpuBackend::new()?;
-    eprintln!("wgpu adapter: {}", b.adapter());
+/// f32 matmul GFLOP/s and elementwise add GB/s of a device backend's kernels on
+/// device-resident buffers (no staging), with a device-to-device copy's GB/s as the bandwidth
+/// peer. `sync` waits for the device; `copy` is its device-to-device copy.
+fn matmul_on<B: gflow::backend::Backend>(
+    a: &Args,
+    system: &str,
+    b: &B,
+    sync: impl Fn(&B) -> Result<()>,
+    copy: impl Fn(&B, &B::Storage) -> Result<B::Storage>,
+) -> Result<()> {
+    use gflow::backend::{BinaryOp, MatmulDims};
     // each timed call waits for the device to finish
-    let time = |f: &mut dyn FnMut() -> Result<()>| timed(a.runs, || f().and_then(|()| b.sync()));
+    let time = |f: &mut dyn FnMut() -> Result<()>| timed(a.runs, || f().and_then(|()| sync(b)));
     for &n in &a.sizes {
         let data: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
         let x = b.upload(&gflow::HostData::F32(data))?;
@@ -227,17 +242,13 @@ fn matmul_wgpu(a: &Args) -> Result<()> {
             a_trans: false,
             b_trans: false,
         };
-        print_matmul(
-            "gflow-wgpu",
-            n,
-            time(&mut || b.matmul(&x, &x, dims).map(drop))?,
-        );
+        print_matmul(system, n, time(&mut || b.matmul(&x, &x, dims).map(drop))?);
         let add = time(&mut || {
             b.binary(BinaryOp::Add, &x, &[n * n], &x, &[n * n], &[n * n])
                 .map(drop)
         })?;
-        let copy = time(&mut || b.copy(&x).map(drop))?;
-        print_add("gflow-wgpu", n * n * 4, add, copy);
+        let copy = time(&mut || copy(b, &x).map(drop))?;
+        print_add(system, n * n * 4, add, copy);
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
     echo "installing mesa-vulkan-drivers (lavapipe) for the wgpu tests"
     apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1 ||
       { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; } ||
-      echo "!!! could not install mesa-vulkan-drivers: the wgpu tests will skip (or fail under GFLOW_REQUIRE_BACKEND=1) !!!"
+      echo "!!! could not install mesa-vulkan-drivers: the wgpu tests will skip (or fail under GFLOW_REQUIRE_BACKEND=wgpu) !!!"
   else
     echo "!!! no Vulkan driver and cannot install one: the wgpu tests will skip !!!"
   fi

@@ -28,15 +28,19 @@ pub mod prelude {
     };
 }
 
-/// Registers the GPU backends this build holds (wgpu), so placements on `"wgpu"` and `"gpu"`
-/// resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent.
+/// Registers the GPU backends this build holds (wgpu, CUDA), so placements on `"wgpu"`,
+/// `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
+/// backend is opened on first use; where it has no device that use is `BackendUnavailable`.
 pub fn register_backends() {
-    fn make_wgpu() -> Result<std::sync::Arc<dyn gflow_core::backend::HostKernels>> {
-        Ok(std::sync::Arc::new(gflow_core::backend::Staged(
-            gflow_wgpu::WgpuBackend::new()?,
-        )))
+    use gflow_core::backend::{HostKernels, Staged, register_backend};
+    fn make_wgpu() -> Result<std::sync::Arc<dyn HostKernels>> {
+        Ok(std::sync::Arc::new(Staged(gflow_wgpu::WgpuBackend::new()?)))
     }
-    gflow_core::backend::register_backend(DeviceType::Wgpu, make_wgpu);
+    fn make_cuda() -> Result<std::sync::Arc<dyn HostKernels>> {
+        Ok(std::sync::Arc::new(Staged(gflow_cuda::CudaBackend::new()?)))
+    }
+    register_backend(DeviceType::Wgpu, make_wgpu);
+    register_backend(DeviceType::Cuda, make_cuda);
 }
 
 /// The device type named by a `--device TYPE` (or `--device=TYPE`) program argument, `"cpu"`

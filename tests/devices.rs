@@ -1,7 +1,8 @@
 //! Device placements: the same global program on `"wgpu"` (and `"gpu"`) placements gives what it
 //! gives on `"cpu"` (the kernels run on wgpu: lavapipe in CI), and a mixed cluster (rank 0 on
 //! wgpu, rank 1 on the CPU, through `GFLOW_DEVICE_OVERRIDE`) holds shards of one tensor with the
-//! same results. Skips loudly without an adapter, unless `GFLOW_REQUIRE_BACKEND=1`.
+//! same results; the same on `"cuda"` where a driver is. Skips loudly without an adapter or
+//! driver, unless `GFLOW_REQUIRE_BACKEND` names the backend.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use gflow::Error;
@@ -14,8 +15,10 @@ fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
         let p = Placement::new(device, [0, 1])?;
         gflow::manual_seed(11);
         let x = Tensor::randn(&[7, 5], (&p, Sbp::split(0)))?;
-        if device == "wgpu" {
-            assert_eq!(x.device(), Device::Wgpu);
+        match device {
+            "wgpu" => assert_eq!(x.device(), Device::Wgpu),
+            "cuda" => assert_eq!(x.device(), Device::Cuda),
+            _ => {}
         }
         let w = Tensor::randn(&[5, 4], (&p, Sbp::broadcast()))?.set_requires_grad(true);
         let b = Tensor::randn(&[4], (&p, Sbp::broadcast()))?;
@@ -53,14 +56,15 @@ fn close(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
 }
 
 #[test]
-fn wgpu_and_mixed_placements_match_the_cpu() {
+fn device_and_mixed_placements_match_the_cpu() {
     let cpu = program("cpu").unwrap();
     let wgpu = match program("wgpu") {
         Ok(v) => v,
-        Err(Error::BackendUnavailable { reason, .. })
-            if !std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1") =>
-        {
-            return eprintln!("\n!!! SKIPPED: no wgpu adapter here: {reason} !!!\n");
+        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
+            return gflow::backend::say_skipped(
+                "device placements",
+                &format!("no wgpu adapter: {reason}"),
+            );
         }
         Err(e) => panic!("wgpu: {e}"),
     };
@@ -87,4 +91,31 @@ fn wgpu_and_mixed_placements_match_the_cpu() {
     });
     unsafe { std::env::remove_var("GFLOW_DEVICE_OVERRIDE") };
     assert!(matches!(bad, Err(Error::Environment { .. })), "{bad:?}");
+
+    // CUDA: the same program, "gpu" resolving to it, and a CUDA + wgpu cluster.
+    let cuda = match program("cuda") {
+        Ok(v) => v,
+        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("cuda") => {
+            return gflow::backend::say_skipped(
+                "cuda placements",
+                &format!("no CUDA here: {reason}"),
+            );
+        }
+        Err(e) => panic!("cuda: {e}"),
+    };
+    close(&cuda, &cpu, "cuda placement");
+    let devices = gflow::simulate(1, |_| {
+        let p = Placement::new("gpu", [0])?;
+        Ok(Tensor::zeros(&[2], (&p, Sbp::broadcast()))?.device())
+    })
+    .unwrap();
+    assert_eq!(
+        devices,
+        vec![Device::Cuda],
+        "\"gpu\" is CUDA where a driver is"
+    );
+    unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0:cuda,1:wgpu") };
+    let mixed = program("gpu");
+    unsafe { std::env::remove_var("GFLOW_DEVICE_OVERRIDE") };
+    close(&mixed.unwrap(), &cpu, "cuda + wgpu placement");
 }

@@ -281,12 +281,11 @@ fn two_hosts_in_network_namespaces_link_over_quic() {
                 && ip(&["-n", &ns[k], "link", "set", "lo", "up"])
         });
     if !setup {
-        eprintln!(
-            "\n*** SKIPPED two_hosts_in_network_namespaces_link_over_quic: this machine does not \
-             permit network namespaces (needs root and `ip`); the cross-host QUIC path is NOT \
-             tested here ***\n"
+        return gflow::backend::say_skipped(
+            "two_hosts_in_network_namespaces_link_over_quic",
+            &"this machine does not permit network namespaces (needs root and `ip`); the \
+              cross-host QUIC path is NOT tested here",
         );
-        return;
     }
     let prog = example("demo");
     let master = format!("10.231.{}.1", id % 250);
@@ -330,7 +329,7 @@ fn two_hosts_in_network_namespaces_link_over_quic() {
 
 /// The 2D SBP and data-parallel seed examples with `--device wgpu` as 4 and 2 processes print
 /// what they print as threads (skipped loudly without a wgpu adapter, unless
-/// `GFLOW_REQUIRE_BACKEND=1`).
+/// `GFLOW_REQUIRE_BACKEND` names wgpu).
 #[test]
 fn seed_examples_on_wgpu_as_processes() {
     for (name, n) in [("two_d_sbp", 4), ("data_parallelism", 2)] {
@@ -343,12 +342,12 @@ fn seed_examples_on_wgpu_as_processes() {
         let err = String::from_utf8_lossy(&threads.stderr);
         if !threads.status.success()
             && err.contains("BackendUnavailable")
-            && !std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1")
+            && !gflow::backend::required("wgpu")
         {
-            eprintln!(
-                "\n!!! SKIPPED seed_examples_on_wgpu_as_processes: no wgpu adapter: {err} !!!\n"
+            return gflow::backend::say_skipped(
+                "seed_examples_on_wgpu_as_processes",
+                &format!("no wgpu adapter: {err}"),
             );
-            return;
         }
         assert!(threads.status.success(), "{name} on wgpu as threads: {err}");
         let procs = Command::new(launcher())

@@ -336,6 +336,21 @@ impl<B: Backend> HostKernels for Staged<B> {
     }
 }
 
+/// Whether the backend named `name` (`wgpu`, `cuda`) must be present: `GFLOW_REQUIRE_BACKEND`
+/// lists such names, comma-separated (CI sets `wgpu`, a GPU machine `wgpu,cuda`), so tests fail
+/// instead of skipping where the backend belongs.
+pub fn required(name: &str) -> bool {
+    std::env::var("GFLOW_REQUIRE_BACKEND")
+        .is_ok_and(|v| v.split(',').any(|n| n.trim().eq_ignore_ascii_case(name)))
+}
+
+/// Says that `test` skipped and why, on the process's real standard error: the test harness
+/// captures `eprintln!` of passing tests, and a skip must be seen in every log.
+pub fn say_skipped(test: &str, why: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n!!! SKIPPED {test}: {why} !!!\n");
+}
+
 /// Makes a device's kernels (called once per process, on first use).
 pub type BackendMaker = fn() -> Result<Arc<dyn HostKernels>>;
 

@@ -2,8 +2,8 @@
 //! reference computed here by naive loops (independent of every backend's kernels), with a
 //! tolerance by dtype. A backend crate stamps one `#[test]` per case with
 //! [`conformance_tests!`](crate::conformance_tests); a backend that is not present on the machine
-//! is skipped with a loud message, or fails when `GFLOW_REQUIRE_BACKEND=1` (CI sets it where the
-//! backend must exist).
+//! is skipped with a loud message, or fails when `GFLOW_REQUIRE_BACKEND` names it (CI names the
+//! backends that must exist there; see [`crate::backend::required`]).
 
 use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::DType;
@@ -14,21 +14,19 @@ use crate::storage::HostData;
 /// A conformance case.
 pub type Case<B> = fn(&B) -> Result<()>;
 
-/// Runs `case` on the backend `make` returns, or reports it skipped (`None`: no device here).
+/// Runs `case` on the backend `make` returns, or reports it skipped (`Err`: no device here).
 ///
 /// # Panics
-/// When the case fails, or when no backend is available and `GFLOW_REQUIRE_BACKEND=1` (this is
-/// test-harness code, called only from `#[test]` functions).
+/// When the case fails, or when the backend is absent and required (this is test-harness code,
+/// called only from `#[test]` functions).
 #[allow(clippy::panic)]
-pub fn run<B: Backend>(name: &str, make: impl FnOnce() -> Option<B>, case: Case<B>) {
+pub fn run<B: Backend>(backend: &str, name: &str, make: impl FnOnce() -> Result<B>, case: Case<B>) {
     match make() {
-        None if std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1") => {
-            panic!("{name}: the backend is required (GFLOW_REQUIRE_BACKEND=1) but not available")
+        Err(e) if crate::backend::required(backend) => {
+            panic!("{name}: {backend} is required (GFLOW_REQUIRE_BACKEND) but not available: {e}")
         }
-        None => {
-            eprintln!("!!! {name}: SKIPPED: no adapter/driver for this backend on this machine !!!")
-        }
-        Some(b) => {
+        Err(e) => crate::backend::say_skipped(name, &format!("no {backend} on this machine: {e}")),
+        Ok(b) => {
             if let Err(e) = case(&b) {
                 panic!("{name} on {}: {e}", b.name());
             }
@@ -36,20 +34,25 @@ pub fn run<B: Backend>(name: &str, make: impl FnOnce() -> Option<B>, case: Case<
     }
 }
 
-/// Stamps one `#[test]` per conformance case for the backend built by `$make` (an expression
-/// of type `Option<B>`).
+/// Stamps one `#[test]` per conformance case for the backend named `$backend`, built by `$make`
+/// (an expression of type `Result<B>`).
 #[macro_export]
 macro_rules! conformance_tests {
-    ($make:expr) => {
-        $crate::conformance_tests!(@cases $make;
+    ($backend:literal, $make:expr) => {
+        $crate::conformance_tests!(@cases $backend, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, gather_scatter, empty_tensors, large_elementwise);
     };
-    (@cases $make:expr; $($case:ident),*) => {
+    (@cases $backend:literal, $make:expr; $($case:ident),*) => {
         $(
             #[test]
             fn $case() {
-                $crate::conformance::run(stringify!($case), || $make, $crate::conformance::$case);
+                $crate::conformance::run(
+                    $backend,
+                    stringify!($case),
+                    || $make,
+                    $crate::conformance::$case,
+                );
             }
         )*
     };
@@ -616,5 +619,5 @@ pub fn large_elementwise<B: Backend>(b: &B) -> Result<()> {
 
 #[cfg(test)]
 mod cpu {
-    crate::conformance_tests!(Some(crate::cpu::CpuBackend));
+    crate::conformance_tests!("cpu", Ok::<_, crate::Error>(crate::cpu::CpuBackend));
 }

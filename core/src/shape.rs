@@ -32,6 +32,22 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// Strides of `shape` right-aligned to `out_shape`'s dims, 0 where the input broadcasts (size 1
+/// or absent): how a broadcasting kernel addresses an input (every backend uses these).
+pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    let st = strides(shape);
+    let pad = out_shape.len() - shape.len();
+    (0..out_shape.len())
+        .map(|i| {
+            if i < pad || shape[i - pad] == 1 {
+                0
+            } else {
+                st[i - pad]
+            }
+        })
+        .collect()
+}
+
 /// The extents of a region.
 pub fn region_shape(region: &[Range<usize>]) -> Vec<usize> {
     region.iter().map(|r| r.len()).collect()

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::shape::{broadcast_strides, strides};
 use gflow_core::{DType, Error, HostData, Result};
 use wgpu::util::DeviceExt;
 
@@ -501,15 +502,6 @@ impl WgpuBackend {
     }
 }
 
-/// Row-major element strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
 fn unary_code(op: UnaryOp) -> u32 {
     match op {
         UnaryOp::Neg => 0,
@@ -579,18 +571,10 @@ impl Backend for WgpuBackend {
         let n: usize = out_shape.iter().product();
         let out = self.new_storage(n, DType::F32)?;
         let nd = out_shape.len();
-        // right-aligned input strides, 0 where the input broadcasts
         let aligned = |shape: &[usize]| -> Vec<u32> {
-            let st = strides(shape);
-            (0..nd)
-                .map(|d| {
-                    let pad = nd - shape.len();
-                    if d < pad || shape[d - pad] == 1 {
-                        0
-                    } else {
-                        st[d - pad] as u32
-                    }
-                })
+            broadcast_strides(shape, out_shape)
+                .iter()
+                .map(|&s| s as u32)
                 .collect()
         };
         let code = match op {

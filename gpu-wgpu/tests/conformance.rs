@@ -1,12 +1,12 @@
 //! core's conformance suite on the wgpu backend (lavapipe in CI, which sets
-//! `GFLOW_REQUIRE_BACKEND=1` so a missing adapter fails instead of skipping), and the backend's
-//! own errors.
+//! `GFLOW_REQUIRE_BACKEND=wgpu` so a missing adapter fails instead of skipping), and the
+//! backend's own errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use gflow_core::backend::{Backend, BinaryOp, ReduceKind, UnaryOp};
 use gflow_core::{Error, HostData};
 
-gflow_core::conformance_tests!(gflow_wgpu::WgpuBackend::new().ok());
+gflow_core::conformance_tests!("wgpu", gflow_wgpu::WgpuBackend::new());
 
 /// Prints the adapter (so a CI log shows what ran); arithmetic outside f32 and a tensor past
 /// the storage-binding limit are typed errors, not panics.
@@ -14,10 +14,15 @@ gflow_core::conformance_tests!(gflow_wgpu::WgpuBackend::new().ok());
 fn adapter_and_typed_errors() {
     let b = match gflow_wgpu::WgpuBackend::new() {
         Ok(b) => b,
-        Err(e) if std::env::var("GFLOW_REQUIRE_BACKEND").is_ok_and(|v| v == "1") => {
+        Err(e) if gflow_core::backend::required("wgpu") => {
             panic!("wgpu required: {e}")
         }
-        Err(e) => return eprintln!("!!! SKIPPED: no wgpu adapter: {e} !!!"),
+        Err(e) => {
+            return gflow_core::backend::say_skipped(
+                "adapter_and_typed_errors",
+                &format!("no wgpu adapter: {e}"),
+            );
+        }
     };
     eprintln!("wgpu adapter: {}", b.adapter());
     let x = b.upload(&HostData::F64(vec![1.0, 2.0])).unwrap();
@@ -32,7 +37,10 @@ fn adapter_and_typed_errors() {
 #[test]
 fn tensors_past_the_binding_limit() {
     let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return eprintln!("!!! SKIPPED: no wgpu adapter !!!");
+        return gflow_core::backend::say_skipped(
+            "tensors_past_the_binding_limit",
+            &"no wgpu adapter",
+        );
     };
     let n = (b.max_binding() / 4) as usize + 1027;
     let v: Vec<f32> = (0..n).map(|i| (i % 17) as f32 - 8.0).collect();

@@ -4,7 +4,7 @@ use num_traits::Float as NumFloat;
 
 use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::Element;
-use crate::shape::strides;
+use crate::shape::{broadcast_strides, strides};
 
 /// Float element types the CPU kernels run on.
 pub trait Float: Element + NumFloat + Default + 'static {
@@ -115,21 +115,6 @@ fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
     }
-}
-
-/// Strides of `shape` right-aligned to `out_rank` dims, 0 where the input broadcasts.
-fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
-    let st = strides(shape);
-    let pad = out_shape.len() - shape.len();
-    (0..out_shape.len())
-        .map(|i| {
-            if i < pad || shape[i - pad] == 1 {
-                0
-            } else {
-                st[i - pad]
-            }
-        })
-        .collect()
 }
 
 pub(super) fn binary<T: Float>(

@@ -31,11 +31,13 @@ pub enum Device {
     Cpu,
     /// Computed by the wgpu backend (data staged through host memory for now).
     Wgpu,
+    /// Computed by the CUDA backend (data staged through host memory for now).
+    Cuda,
 }
 
 impl Device {
-    /// The device a rank uses for a placement's device type: `cpu` and `wgpu` as named, `gpu`
-    /// the best GPU backend present (CUDA is not built yet, so wgpu). `GFLOW_DEVICE_OVERRIDE`
+    /// The device a rank uses for a placement's device type: `cpu`, `wgpu` and `cuda` as named,
+    /// `gpu` CUDA where a driver and device are present, else wgpu. `GFLOW_DEVICE_OVERRIDE`
     /// (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) replaces the type for the ranks it names, so one
     /// machine can host a mixed cluster.
     ///
@@ -46,14 +48,17 @@ impl Device {
         let t = crate::env::current().device_override()?.unwrap_or(t);
         match t {
             DeviceType::Cpu => Ok(Device::Cpu),
-            DeviceType::Wgpu | DeviceType::Gpu => {
-                crate::backend::kernels(DeviceType::Wgpu).map(|_| Device::Wgpu)
-            }
-            DeviceType::Cuda => Err(Error::BackendUnavailable {
-                device: "cuda".into(),
-                reason: "the CUDA backend is not part of this gflow yet; use \"gpu\" or \"wgpu\""
-                    .into(),
-            }),
+            DeviceType::Wgpu => crate::backend::kernels(DeviceType::Wgpu).map(|_| Device::Wgpu),
+            DeviceType::Cuda => crate::backend::kernels(DeviceType::Cuda).map(|_| Device::Cuda),
+            DeviceType::Gpu => match crate::backend::kernels(DeviceType::Cuda) {
+                Ok(_) => Ok(Device::Cuda),
+                Err(cuda) => crate::backend::kernels(DeviceType::Wgpu)
+                    .map(|_| Device::Wgpu)
+                    .map_err(|wgpu| Error::BackendUnavailable {
+                        device: "gpu".into(),
+                        reason: format!("neither CUDA ({cuda}) nor wgpu ({wgpu}) is usable here"),
+                    }),
+            },
         }
     }
 
@@ -62,6 +67,7 @@ impl Device {
         match self {
             Device::Cpu => DeviceType::Cpu,
             Device::Wgpu => DeviceType::Wgpu,
+            Device::Cuda => DeviceType::Cuda,
         }
     }
 }

@@ -1,0 +1,245 @@
+// gflow's CUDA kernels, compiled at run time by NVRTC for the device's architecture.
+// Every kernel loops grid-stride over its work, so any launch size covers any tensor.
+// Float kernels exist for f32 and f64 (suffix _f32, _f64); data movement works on 4- and
+// 8-byte words (suffix _w4, _w8), so it serves every dtype.
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define FOR_EACH(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (u64)(n); \
+         i += (u64)blockDim.x * gridDim.x)
+
+// Threads per block of the block-wide kernels (the launch uses exactly this many).
+#define BLOCK 256
+
+__device__ __forceinline__ float g_exp(float x) { return expf(x); }
+__device__ __forceinline__ double g_exp(double x) { return exp(x); }
+__device__ __forceinline__ float g_log(float x) { return logf(x); }
+__device__ __forceinline__ double g_log(double x) { return log(x); }
+__device__ __forceinline__ float g_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double g_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float g_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double g_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float neg_inf(float) { return __int_as_float(0xff800000); }
+__device__ __forceinline__ double neg_inf(double) {
+    return __longlong_as_double(0xfff0000000000000ULL);
+}
+
+// gflow's UnaryOp order; 99 is the affine a * x + b.
+template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
+    const T c = T(0.7978845608028654);
+    const T k = T(0.044715);
+    switch (op) {
+    case 0: return -x;
+    case 1: return g_exp(x);
+    case 2: return g_log(x);
+    case 3: return g_sqrt(x);
+    case 4: return x * x;
+    case 5: return x > T(0) ? x : T(0);
+    case 6: return T(0.5) * x * (T(1) + g_tanh(c * (x + k * x * x * x)));
+    case 7: return T(1) / (T(1) + g_exp(-x));
+    case 8: return g_tanh(x);
+    case 9: return x > T(0) ? T(1) : T(0);
+    case 10: {
+        T t = g_tanh(c * (x + k * x * x * x));
+        return T(0.5) * (T(1) + t) +
+               T(0.5) * x * c * (T(1) + T(3) * k * x * x) * (T(1) - t * t);
+    }
+    default: return a * x + b;
+    }
+}
+
+// gflow's BinaryOp order.
+template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    default: return a / b;
+    }
+}
+
+// op 0: sum, 1: max.
+template <typename T> __device__ __forceinline__ T combine(int op, T a, T b) {
+    return op ? (b > a ? b : a) : a + b;
+}
+
+template <typename T> __device__ __forceinline__ T identity(int op) {
+    return op ? neg_inf(T(0)) : T(0);
+}
+
+// The reduction of every thread's `v` over the block, returned to all threads (`sh` holds
+// BLOCK values).
+template <typename T> __device__ T block_reduce(int op, T v, T *sh) {
+    unsigned t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
+        if (t < s) sh[t] = combine(op, sh[t], sh[t + s]);
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+template <typename T>
+__device__ void unary_k(const T *x, T *out, u64 n, int op, T a, T b) {
+    FOR_EACH(i, n) out[i] = unary_value(op, x[i], a, b);
+}
+
+template <typename T> __device__ void binary_flat_k(const T *a, const T *b, T *out, u64 n, int op) {
+    FOR_EACH(i, n) out[i] = binary_value(op, a[i], b[i]);
+}
+
+// meta: out shape, a's strides, b's strides (nd each; a stride is 0 where the input broadcasts).
+template <typename T>
+__device__ void binary_bcast_k(const T *a, const T *b, T *out, u64 n, int op, int nd,
+                               const i64 *meta) {
+    FOR_EACH(i, n) {
+        u64 rem = i, ai = 0, bi = 0;
+        for (int d = nd - 1; d >= 0; --d) {
+            u64 c = rem % (u64)meta[d];
+            rem /= (u64)meta[d];
+            ai += c * (u64)meta[nd + d];
+            bi += c * (u64)meta[2 * nd + d];
+        }
+        out[i] = binary_value(op, a[ai], b[bi]);
+    }
+}
+
+// x viewed as (rows, count), each row cut into `parts` pieces: block b reduces piece b % parts
+// of row b / parts into out[b] (a second pass over (rows, parts) finishes rows cut in pieces).
+template <typename T>
+__device__ void reduce_rows_k(const T *x, T *out, u64 rows, u64 count, u64 parts, int op) {
+    __shared__ T sh[BLOCK];
+    u64 per = (count + parts - 1) / parts;
+    for (u64 b = blockIdx.x; b < rows * parts; b += gridDim.x) {
+        u64 r = b / parts, lo = b % parts * per;
+        u64 hi = lo + per < count ? lo + per : count;
+        T acc = identity<T>(op);
+        for (u64 j = lo + threadIdx.x; j < hi; j += BLOCK) acc = combine(op, acc, x[r * count + j]);
+        acc = block_reduce(op, acc, sh);
+        if (threadIdx.x == 0) out[b] = acc;
+    }
+}
+
+// x viewed as (outer, count, inner), reduced over count: one thread per output.
+template <typename T>
+__device__ void reduce_strided_k(const T *x, T *out, u64 outer, u64 count, u64 inner, int op) {
+    FOR_EACH(o, outer * inner) {
+        u64 base = o / inner * count * inner + o % inner;
+        T acc = identity<T>(op);
+        for (u64 j = 0; j < count; ++j) acc = combine(op, acc, x[base + j * inner]);
+        out[o] = acc;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T softmax_value(T x, T m, T s, int log_) {
+    return log_ ? x - m - g_log(s) : g_exp(x - m) / s;
+}
+
+// x viewed as (lines, len): one block per line.
+template <typename T> __device__ void softmax_rows_k(const T *x, T *out, u64 lines, u64 len, int log_) {
+    __shared__ T sh[BLOCK];
+    for (u64 r = blockIdx.x; r < lines; r += gridDim.x) {
+        const T *row = x + r * len;
+        T m = neg_inf(T(0));
+        for (u64 j = threadIdx.x; j < len; j += BLOCK) m = combine(1, m, row[j]);
+        m = block_reduce(1, m, sh);
+        T s = T(0);
+        for (u64 j = threadIdx.x; j < len; j += BLOCK) s += g_exp(row[j] - m);
+        s = block_reduce(0, s, sh);
+        for (u64 j = threadIdx.x; j < len; j += BLOCK)
+            out[r * len + j] = softmax_value(row[j], m, s, log_);
+    }
+}
+
+// x viewed as (outer, len, inner), softmax over len: one thread per line.
+template <typename T>
+__device__ void softmax_strided_k(const T *x, T *out, u64 outer, u64 len, u64 inner, int log_) {
+    FOR_EACH(o, outer * inner) {
+        u64 base = o / inner * len * inner + o % inner;
+        T m = neg_inf(T(0));
+        for (u64 j = 0; j < len; ++j) m = combine(1, m, x[base + j * inner]);
+        T s = T(0);
+        for (u64 j = 0; j < len; ++j) s += g_exp(x[base + j * inner] - m);
+        for (u64 j = 0; j < len; ++j)
+            out[base + j * inner] = softmax_value(x[base + j * inner], m, s, log_);
+    }
+}
+
+// out (rows, len) += src rows at the rows `idx` names (checked in range by the host).
+template <typename T>
+__device__ void scatter_add_rows_k(const T *src, const i64 *idx, T *out, u64 n_idx, u64 len) {
+    FOR_EACH(i, n_idx * len) atomicAdd(&out[(u64)idx[i / len] * len + i % len], src[i]);
+}
+
+// The elements addressed by (shape, strides) from `base` (meta: shape, strides; nd each),
+// gathered contiguously (put 0), or the contiguous x written to them (put 1).
+template <typename W>
+__device__ void strided_k(const W *x, W *out, u64 n, int nd, const i64 *meta, u64 base, int put) {
+    FOR_EACH(i, n) {
+        u64 rem = i, off = base;
+        for (int d = nd - 1; d >= 0; --d) {
+            off += rem % (u64)meta[d] * (u64)meta[nd + d];
+            rem /= (u64)meta[d];
+        }
+        if (put) out[off] = x[i];
+        else out[i] = x[off];
+    }
+}
+
+// out[r, :] = table[idx[r], :] (indices checked in range by the host).
+template <typename W>
+__device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx, u64 len) {
+    FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
+}
+
+#define FLOAT_KERNELS(T, S)                                                                      \
+    extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
+        unary_k<T>(x, out, n, op, a, b);                                                         \
+    }                                                                                            \
+    extern "C" __global__ void binary_flat_##S(const T *a, const T *b, T *out, u64 n, int op) {  \
+        binary_flat_k<T>(a, b, out, n, op);                                                      \
+    }                                                                                            \
+    extern "C" __global__ void binary_bcast_##S(const T *a, const T *b, T *out, u64 n, int op,   \
+                                                int nd, const i64 *meta) {                       \
+        binary_bcast_k<T>(a, b, out, n, op, nd, meta);                                           \
+    }                                                                                            \
+    extern "C" __global__ void reduce_rows_##S(const T *x, T *out, u64 rows, u64 count,          \
+                                               u64 parts, int op) {                              \
+        reduce_rows_k<T>(x, out, rows, count, parts, op);                                        \
+    }                                                                                            \
+    extern "C" __global__ void reduce_strided_##S(const T *x, T *out, u64 outer, u64 count,      \
+                                                  u64 inner, int op) {                           \
+        reduce_strided_k<T>(x, out, outer, count, inner, op);                                    \
+    }                                                                                            \
+    extern "C" __global__ void softmax_rows_##S(const T *x, T *out, u64 lines, u64 len,          \
+                                                int log_) {                                      \
+        softmax_rows_k<T>(x, out, lines, len, log_);                                             \
+    }                                                                                            \
+    extern "C" __global__ void softmax_strided_##S(const T *x, T *out, u64 outer, u64 len,       \
+                                                   u64 inner, int log_) {                        \
+        softmax_strided_k<T>(x, out, outer, len, inner, log_);                                   \
+    }                                                                                            \
+    extern "C" __global__ void scatter_add_rows_##S(const T *src, const i64 *idx, T *out,        \
+                                                    u64 n_idx, u64 len) {                        \
+        scatter_add_rows_k<T>(src, idx, out, n_idx, len);                                        \
+    }
+
+#define WORD_KERNELS(W, S)                                                                       \
+    extern "C" __global__ void strided_##S(const W *x, W *out, u64 n, int nd, const i64 *meta,  \
+                                           u64 base, int put) {                                  \
+        strided_k<W>(x, out, n, nd, meta, base, put);                                            \
+    }                                                                                            \
+    extern "C" __global__ void gather_rows_##S(const W *table, const i64 *idx, W *out,          \
+                                               u64 n_idx, u64 len) {                             \
+        gather_rows_k<W>(table, idx, out, n_idx, len);                                           \
+    }
+
+FLOAT_KERNELS(float, f32)
+FLOAT_KERNELS(double, f64)
+WORD_KERNELS(unsigned int, w4)
+WORD_KERNELS(unsigned long long, w8)

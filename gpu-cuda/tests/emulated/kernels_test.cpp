@@ -1,0 +1,90 @@
+// The CUDA kernels (kernels/gflow.cu) run on the CPU: blocks one after another, the threads of
+// a block as real threads meeting at a barrier for __syncthreads (prelude.h), each kernel
+// checked against a plain loop. The Rust test emulated_kernels.rs builds and runs this.
+#include "prelude.h"
+#include "../../kernels/gflow.cu"
+int fails = 0;
+#define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+bool close(double a, double b, double t = 1e-5) { return std::fabs(a - b) <= t * (1 + std::fabs(b)); }
+int main() {
+  // unary, affine, grid-stride over 1000 elements with 2 blocks
+  { std::vector<float> x(1000), o(1000); for (int i = 0; i < 1000; ++i) x[i] = (i % 37) / 9.0f - 2;
+    launch(2, [&] { unary_f32(x.data(), o.data(), 1000, 99, 2.0f, 0.5f); });
+    for (int i = 0; i < 1000; ++i) CHECK(o[i] == 2 * x[i] + 0.5f, "affine %d", i);
+    std::vector<double> xd{1.0}, od(1); launch(1, [&] { unary_f64(xd.data(), od.data(), 1, 6, 0, 0); });
+    CHECK(std::fabs(od[0] - 0.84119199060777) < 1e-9, "gelu %f", od[0]); }
+  // every unary op against its definition, in f64
+  { std::vector<double> x{-2.5, -0.5, 0.25, 1.0, 3.0}, o(5);
+    auto gelu = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+    for (int op = 0; op <= 10; ++op) {
+      launch(1, [&] { unary_f64(x.data(), o.data(), 5, op, 0, 0); });
+      for (int i = 0; i < 5; ++i) {
+        double v = x[i], w;
+        switch (op) {
+        case 0: w = -v; break; case 1: w = std::exp(v); break; case 2: w = std::log(v); break;
+        case 3: w = std::sqrt(v); break; case 4: w = v * v; break; case 5: w = v > 0 ? v : 0; break;
+        case 6: w = gelu(v); break; case 7: w = 1 / (1 + std::exp(-v)); break;
+        case 8: w = std::tanh(v); break; case 9: w = v > 0; break;
+        default: w = (gelu(v + 1e-6) - gelu(v - 1e-6)) / 2e-6;
+        }
+        CHECK(close(o[i], w, op == 10 ? 1e-6 : 1e-12) || (std::isnan(o[i]) && std::isnan(w)), "unary op %d at %f: %f vs %f", op, v, o[i], w);
+      } } }
+  // binary broadcast: a (3,1,4) + b (5,1) -> (3,5,4)
+  { std::vector<double> a(12), b(5), o(60); for (int i = 0; i < 12; ++i) a[i] = i; for (int i = 0; i < 5; ++i) b[i] = 100 * i;
+    std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
+    launch(1, [&] { binary_bcast_f64(a.data(), b.data(), o.data(), 60, 1, 3, meta.data()); });
+    for (int i = 0; i < 3; ++i) for (int j = 0; j < 5; ++j) for (int k = 0; k < 4; ++k)
+      CHECK(o[(i * 5 + j) * 4 + k] == a[i * 4 + k] - b[j], "bcast %d %d %d", i, j, k); }
+  // reduce rows (block per row) with rows > grid, and count > BLOCK
+  { int rows = 5, count = 700; std::vector<double> x(rows * count), o(rows);
+    for (int i = 0; i < rows * count; ++i) x[i] = std::sin(i);
+    for (int op = 0; op < 2; ++op) {
+      launch(2, [&] { reduce_rows_f64(x.data(), o.data(), rows, count, 1, op); });
+      for (int r = 0; r < rows; ++r) { double w = op ? -INFINITY : 0; for (int j = 0; j < count; ++j) w = op ? std::max(w, x[r * count + j]) : w + x[r * count + j];
+        CHECK(close(o[r], w, 1e-12), "rows op %d r %d %f %f", op, r, o[r], w); } } }
+  // a row cut in 7 parts, then the parts reduced
+  { int count = 5000; std::vector<float> x(count), part(7), o(1); for (int i = 0; i < count; ++i) x[i] = std::sin(i * 0.3f);
+    for (int op = 0; op < 2; ++op) {
+      launch(3, [&] { reduce_rows_f32(x.data(), part.data(), 1, count, 7, op); });
+      launch(1, [&] { reduce_rows_f32(part.data(), o.data(), 1, 7, 1, op); });
+      double w = op ? -INFINITY : 0; for (int j = 0; j < count; ++j) w = op ? std::max(w, (double)x[j]) : w + x[j];
+      CHECK(close(o[0], w, 1e-4), "parts op %d %f %f", op, o[0], w); } }
+  // reduce strided (outer 3, count 4, inner 5)
+  { std::vector<float> x(60), o(15); for (int i = 0; i < 60; ++i) x[i] = std::cos(i);
+    for (int op = 0; op < 2; ++op) {
+      launch(1, [&] { reduce_strided_f32(x.data(), o.data(), 3, 4, 5, op); });
+      for (int a = 0; a < 3; ++a) for (int c = 0; c < 5; ++c) { float w = op ? -INFINITY : 0; for (int j = 0; j < 4; ++j) { float v = x[(a * 4 + j) * 5 + c]; w = op ? std::max(w, v) : w + v; }
+        CHECK(close(o[a * 5 + c], w), "strided op %d", op); } } }
+  // softmax rows and strided, log and not
+  { int lines = 3, len = 300; std::vector<double> x(lines * len), o(lines * len);
+    for (int i = 0; i < lines * len; ++i) x[i] = 40 * std::sin(i * 0.7);
+    for (int lg = 0; lg < 2; ++lg) {
+      launch(2, [&] { softmax_rows_f64(x.data(), o.data(), lines, len, lg); });
+      for (int r = 0; r < lines; ++r) { double m = -INFINITY, s = 0; for (int j = 0; j < len; ++j) m = std::max(m, x[r * len + j]); for (int j = 0; j < len; ++j) s += std::exp(x[r * len + j] - m);
+        for (int j = 0; j < len; ++j) { double w = lg ? x[r * len + j] - m - std::log(s) : std::exp(x[r * len + j] - m) / s; CHECK(close(o[r * len + j], w, 1e-12), "softmax rows"); } }
+      // as (outer 1, len 3, inner 300): softmax over the first dim
+      launch(1, [&] { softmax_strided_f64(x.data(), o.data(), 1, 3, 300, lg); });
+      for (int c = 0; c < 300; ++c) { double m = -INFINITY, s = 0; for (int j = 0; j < 3; ++j) m = std::max(m, x[j * 300 + c]); for (int j = 0; j < 3; ++j) s += std::exp(x[j * 300 + c] - m);
+        for (int j = 0; j < 3; ++j) { double w = lg ? x[j * 300 + c] - m - std::log(s) : std::exp(x[j * 300 + c] - m) / s; CHECK(close(o[j * 300 + c], w, 1e-12), "softmax strided"); } } } }
+  // strided gather (permute 2x3x4 -> [2,0,1]) and put (cat)
+  { std::vector<unsigned> x(24), o(24); for (int i = 0; i < 24; ++i) x[i] = i;
+    std::vector<long long> meta{4, 2, 3, /*strides*/ 1, 12, 4};
+    launch(1, [&] { strided_w4(x.data(), o.data(), 24, 3, meta.data(), 0, 0); });
+    for (int c = 0; c < 4; ++c) for (int a = 0; a < 2; ++a) for (int b = 0; b < 3; ++b) CHECK(o[(c * 2 + a) * 3 + b] == x[a * 12 + b * 4 + c], "permute");
+    std::vector<unsigned long long> y{7, 8}, z(6, 0); std::vector<long long> m2{2, 1, 3, 1};
+    launch(1, [&] { strided_w8(y.data(), z.data(), 2, 2, m2.data(), 2, 1); });
+    CHECK(z[2] == 7 && z[5] == 8 && z[0] == 0, "put"); }
+  // gather / scatter-add rows with repeated indices
+  { std::vector<long long> idx{4, 0, 2, 4, 1, 4}; std::vector<double> src(18), out(15, 0);
+    for (int i = 0; i < 18; ++i) src[i] = i + 1;
+    launch(1, [&] { scatter_add_rows_f64(src.data(), idx.data(), out.data(), 6, 3); });
+    for (int c = 0; c < 3; ++c) CHECK(out[4 * 3 + c] == src[c] + src[9 + c] + src[15 + c], "scatter");
+    std::vector<unsigned> t(15), g(18); for (int i = 0; i < 15; ++i) t[i] = 10 * i;
+    launch(1, [&] { gather_rows_w4(t.data(), idx.data(), g.data(), 6, 3); });
+    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) CHECK(g[r * 3 + c] == t[idx[r] * 3 + c], "gather"); }
+  // binary flat f32
+  { std::vector<float> a{1, 2, 3}, b{4, 5, 6}, o(3); launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 3, 3); });
+    CHECK(o[0] == 0.25f && o[2] == 0.5f, "div"); }
+  printf("fails: %d\n", fails);
+  return fails != 0;
+}
