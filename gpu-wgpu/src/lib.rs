@@ -7,7 +7,8 @@
 //! never wgpu's default panic; no adapter is `BackendUnavailable`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use gflow_core::shape::{broadcast_strides, strides};
@@ -17,16 +18,19 @@ use wgpu::util::DeviceExt;
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 7] = [
+const KERNELS: [(&str, &str); 8] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
     ("softmax", include_str!("../shaders/softmax.wgsl")),
     ("matmul", include_str!("../shaders/matmul.wgsl")),
+    ("matmul_tiled", include_str!("../shaders/matmul_tiled.wgsl")),
     ("strided", include_str!("../shaders/strided.wgsl")),
     ("rows", include_str!("../shaders/rows.wgsl")),
 ];
 
+/// Bytes of freed buffers the pool keeps at most.
+const POOL_BYTES: u64 = 512 << 20;
 /// Threads per workgroup (every kernel's `@workgroup_size`).
 const GROUP: u32 = 256;
 /// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
@@ -42,11 +46,57 @@ fn device_error(reason: impl std::fmt::Display) -> Error {
     }
 }
 
-/// A tensor's buffer on the device.
+/// A tensor's buffer on the device (back to the pool when dropped).
 pub struct WgpuStorage {
     buf: wgpu::Buffer,
     len: usize,
     dtype: DType,
+    pool: Arc<Pool>,
+}
+
+impl Drop for WgpuStorage {
+    fn drop(&mut self) {
+        self.pool.put(self.buf.clone());
+    }
+}
+
+/// Freed device buffers kept for reuse, by size class: creating a buffer is a driver
+/// allocation plus wgpu's zero-fill, reusing one is a lookup. At most `limit` bytes are kept.
+struct Pool {
+    free: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    kept: AtomicU64,
+    limit: u64,
+}
+
+impl Pool {
+    fn take(&self, size: u64) -> Option<wgpu::Buffer> {
+        let buf = self.free.lock().ok()?.get_mut(&size)?.pop()?;
+        self.kept.fetch_sub(size, Ordering::Relaxed);
+        Some(buf)
+    }
+
+    fn put(&self, buf: wgpu::Buffer) {
+        let size = buf.size();
+        if self.kept.load(Ordering::Relaxed) + size > self.limit {
+            return;
+        }
+        if let Ok(mut free) = self.free.lock() {
+            free.entry(size).or_default().push(buf);
+            self.kept.fetch_add(size, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The size class of a buffer of `bytes`: a power of two up to 4 KiB, above that the next
+/// multiple of a quarter of the largest power of two below (at most 25 % unused), so freed
+/// buffers fit later tensors of similar sizes.
+fn size_class(bytes: u64) -> u64 {
+    let b = bytes.max(4).div_ceil(4) * 4;
+    if b <= 4096 {
+        return b.next_power_of_two();
+    }
+    let step = 1u64 << (63 - b.leading_zeros() - 2);
+    b.div_ceil(step) * step
 }
 
 impl WgpuStorage {
@@ -71,6 +121,11 @@ pub struct WgpuBackend {
     max_buffer: u64,
     /// Alignment of a binding's offset into a buffer.
     align: u64,
+    /// Whether matmul uses the workgroup-tiled kernel (real GPUs) rather than the
+    /// register-blocked one without barriers (software adapters, where barriers are slow).
+    tiled_matmul: bool,
+    /// Freed buffers for reuse.
+    pool: Arc<Pool>,
 }
 
 impl WgpuBackend {
@@ -108,7 +163,24 @@ impl WgpuBackend {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             align: u64::from(limits.min_storage_buffer_offset_alignment),
+            tiled_matmul: info.device_type != wgpu::DeviceType::Cpu,
+            pool: Arc::new(Pool {
+                free: Mutex::new(HashMap::new()),
+                kept: AtomicU64::new(0),
+                limit: POOL_BYTES,
+            }),
         })
+    }
+
+    /// Chooses the matmul kernel: workgroup-tiled (the default on hardware adapters) or
+    /// register-blocked without workgroup memory (the default on software ones).
+    pub fn set_tiled_matmul(&mut self, tiled: bool) {
+        self.tiled_matmul = tiled;
+    }
+
+    /// Whether matmul uses the workgroup-tiled kernel.
+    pub fn tiled_matmul(&self) -> bool {
+        self.tiled_matmul
     }
 
     /// The adapter's name and API, for reports.
@@ -200,14 +272,26 @@ impl WgpuBackend {
         Ok(p)
     }
 
-    /// A storage buffer of `bytes` (at least 4: WebGPU has no empty bindings).
+    /// A storage buffer of at least `bytes` (at least 4: WebGPU has no empty bindings), from
+    /// the pool when one of its size class is free. Kernels address only the elements they
+    /// are told of, so a larger buffer is fine; one that must fit a binding still does.
     fn buffer(&self, bytes: usize) -> Result<wgpu::Buffer> {
-        let size = (bytes.max(4) as u64).div_ceil(4) * 4;
-        if size > self.max_buffer {
+        let exact = (bytes.max(4) as u64).div_ceil(4) * 4;
+        if exact > self.max_buffer {
             return Err(device_error(format!(
-                "a tensor of {size} bytes exceeds this adapter's buffer limit of {} bytes",
+                "a tensor of {exact} bytes exceeds this adapter's buffer limit of {} bytes",
                 self.max_buffer
             )));
+        }
+        let class = size_class(exact);
+        let size =
+            if class > self.max_buffer || (class > self.max_binding && exact <= self.max_binding) {
+                exact
+            } else {
+                class
+            };
+        if let Some(buf) = self.pool.take(size) {
+            return Ok(buf);
         }
         self.scoped(|| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -221,11 +305,17 @@ impl WgpuBackend {
         })
     }
 
+    /// Bytes of freed buffers the pool holds for reuse (for tests and reports).
+    pub fn pooled_bytes(&self) -> u64 {
+        self.pool.kept.load(Ordering::Relaxed)
+    }
+
     fn new_storage(&self, len: usize, dtype: DType) -> Result<WgpuStorage> {
         Ok(WgpuStorage {
             buf: self.buffer(len * dtype.size())?,
             len,
             dtype,
+            pool: self.pool.clone(),
         })
     }
 
@@ -708,7 +798,13 @@ impl Backend for WgpuBackend {
         self.need_f32(a, "matmul")?;
         self.need_f32(b, "matmul")?;
         let out = self.new_storage(d.batch * d.m * d.n, DType::F32)?;
-        let threads = d.batch * d.m.div_ceil(4) * d.n.div_ceil(4);
+        let (name, threads) = if self.tiled_matmul {
+            // one workgroup per 64x64 tile of each product
+            let tiles = d.batch * d.m.div_ceil(64) * d.n.div_ceil(64);
+            ("matmul_tiled", tiles * GROUP as usize)
+        } else {
+            ("matmul", d.batch * d.m.div_ceil(4) * d.n.div_ceil(4))
+        };
         let p = [
             d.batch as u32,
             d.m as u32,
@@ -718,7 +814,7 @@ impl Backend for WgpuBackend {
             u32::from(d.a_trans),
             u32::from(d.b_trans),
         ];
-        self.run("matmul", threads, &p, &[&a.buf, &b.buf, &out.buf])?;
+        self.run(name, threads, &p, &[&a.buf, &b.buf, &out.buf])?;
         Ok(out)
     }
 

@@ -74,3 +74,37 @@ fn tensors_past_the_binding_limit() {
         refused.err()
     );
 }
+
+/// The other matmul kernel than the adapter's default (the tiled one on lavapipe), through the
+/// same conformance cases, so both kernels are checked on every machine.
+#[test]
+fn the_other_matmul_kernel() {
+    let Ok(mut b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped("the_other_matmul_kernel", &"no wgpu adapter");
+    };
+    let tiled = b.tiled_matmul();
+    b.set_tiled_matmul(!tiled);
+    if let Err(e) = gflow_core::conformance::matmul_shapes(&b) {
+        panic!("matmul with tiled = {}: {e}", !tiled);
+    }
+}
+
+/// A dropped tensor's buffer goes to the pool and the next tensor of its size class reuses it
+/// (with the new tensor's values, not the old ones).
+#[test]
+fn freed_buffers_are_reused() {
+    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped("freed_buffers_are_reused", &"no wgpu adapter");
+    };
+    let before = b.pooled_bytes();
+    let x = b.upload(&HostData::F32(vec![1.0; 10_000])).unwrap();
+    drop(x);
+    assert!(b.pooled_bytes() > before, "the freed buffer is kept");
+    let y = b.upload(&HostData::F32(vec![2.0; 9_000])).unwrap();
+    assert_eq!(
+        b.pooled_bytes(),
+        before,
+        "and reused for a tensor of its class"
+    );
+    assert_eq!(b.download(&y).unwrap(), HostData::F32(vec![2.0; 9_000]));
+}
