@@ -25,6 +25,8 @@ struct Args {
     ops: Vec<String>,
     /// `matmul` only: the backend (`cpu`, `wgpu` or `cuda`).
     device: String,
+    /// `collectives` only: `--sizes` in KiB rather than MiB (latency-bound messages).
+    kib: bool,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -39,6 +41,7 @@ fn parse() -> std::result::Result<Args, String> {
         batch: 256,
         ops: vec![],
         device: "cpu".into(),
+        kib: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -61,6 +64,7 @@ fn parse() -> std::result::Result<Args, String> {
                     .ok_or("--sizes needs a list like 256,1024")?
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
+            "--kib" => a.kib = true,
             "--device" => a.device = it.next().ok_or("--device needs cpu, wgpu or cuda")?,
             "--ops" => {
                 a.ops = it
@@ -73,7 +77,7 @@ fn parse() -> std::result::Result<Args, String> {
             "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--out FILE]"
                 ));
             }
         }
@@ -280,14 +284,14 @@ fn dispatch(a: &Args) -> Result<()> {
 
 /// The `system` label of a launched run: its transport (`GFLOW_TRANSPORT=quic`, else shared
 /// memory on one host) and, when forced, its collective schedule.
-fn system_name() -> &'static str {
+/// `gflow-shm` or `gflow-quic`, with `-ring`, `-direct` or `-doubling` when
+/// `GFLOW_COLLECTIVES` forces a schedule.
+fn system_name() -> String {
     let quic = std::env::var("GFLOW_TRANSPORT").is_ok_and(|t| t == "quic");
-    let ring = std::env::var("GFLOW_COLLECTIVES").is_ok_and(|t| t == "ring");
-    match (quic, ring) {
-        (true, false) => "gflow-quic",
-        (true, true) => "gflow-quic-ring",
-        (false, false) => "gflow-shm",
-        (false, true) => "gflow-shm-ring",
+    let base = if quic { "gflow-quic" } else { "gflow-shm" };
+    match std::env::var("GFLOW_COLLECTIVES").ok().as_deref() {
+        Some(s @ ("ring" | "direct" | "doubling")) => format!("{base}-{s}"),
+        _ => base.into(),
     }
 }
 
@@ -297,8 +301,8 @@ fn collectives(a: &Args) -> Result<()> {
     let world: Vec<usize> = (0..n).collect();
     let transport = system_name();
     let mut lines = vec![];
-    for &mib in &a.sizes {
-        let bytes = mib << 20;
+    for &size in &a.sizes {
+        let bytes = if a.kib { size << 10 } else { size << 20 };
         let count = bytes / 4;
         let src: Vec<f32> = (0..count).map(|i| (i % 97) as f32).collect();
         let part = count / n;
@@ -415,7 +419,7 @@ fn train(a: &Args) -> Result<()> {
         let system = if gflow::launched() {
             system_name()
         } else {
-            "gflow-inproc"
+            "gflow-inproc".to_string()
         };
         Ok((env.rank() == 0).then(|| {
             format!(

@@ -15,7 +15,7 @@ use gflow_core::{
 };
 
 use crate::frame::{HEADER_LEN, Header};
-use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
+use crate::link::{Idle, LinkError, LinkPair, LinkRx, LinkTx};
 
 struct Outgoing {
     header: [u8; HEADER_LEN],
@@ -613,39 +613,38 @@ impl<'a> In<'a> {
     }
 }
 
-/// How a direct exchange waits when nothing moves: spin, then yield, then sleep briefly;
-/// links are checked (deadline, peer alive) every few milliseconds.
-#[derive(Default)]
+/// How a direct exchange waits when nothing moves ([`Idle`]); links are checked (deadline,
+/// peer alive: a read of `/proc`, ~10 µs) after every 2 ms of idling, never on a short wait.
 struct Backoff {
-    idle: u32,
-    last_check: Option<Instant>,
+    idle: Idle,
+    last_check: Instant,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            idle: Idle::new(),
+            last_check: Instant::now(),
+        }
+    }
 }
 
 impl Backoff {
     /// Waits a little; `Err(Timeout)` past `deadline`.
     fn idle(&mut self, deadline: Instant) -> Result<(), LinkError> {
-        self.idle += 1;
-        if self.idle < 64 {
-            std::hint::spin_loop();
-        } else if self.idle < 256 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        self.idle.snooze();
         if Instant::now() > deadline {
             return Err(LinkError::Timeout);
         }
         Ok(())
     }
 
-    /// True every few milliseconds of idling.
+    /// True after every 2 ms of idling.
     fn should_check(&mut self) -> bool {
         let now = Instant::now();
-        let due = self
-            .last_check
-            .is_none_or(|t| now.duration_since(t) > Duration::from_millis(2));
+        let due = now.duration_since(self.last_check) > Duration::from_millis(2);
         if due {
-            self.last_check = Some(now);
+            self.last_check = now;
         }
         due
     }

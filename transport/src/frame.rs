@@ -48,6 +48,7 @@ fn op_code(op: CommOp) -> u8 {
         CommOp::ReduceScatter => 3,
         CommOp::AllToAll => 4,
         CommOp::Broadcast => 5,
+        CommOp::AllReduce => 6,
         _ => 0,
     }
 }
@@ -59,6 +60,7 @@ fn op_of(code: u8) -> Option<CommOp> {
         3 => CommOp::ReduceScatter,
         4 => CommOp::AllToAll,
         5 => CommOp::Broadcast,
+        6 => CommOp::AllReduce,
         _ => return None,
     })
 }

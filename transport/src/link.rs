@@ -3,7 +3,7 @@
 //! will implement the same halves.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why a link operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +108,42 @@ impl Liveness {
             Ok(s) => !s
                 .rsplit_once(')')
                 .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        }
+    }
+}
+
+/// How a polling wait passes time while nothing moves: it spins for the first [`SPIN_FOR`] (a
+/// peer on another core answers within microseconds, and a sleep would cost 50-100 µs of timer
+/// granularity), yields the core until [`YIELD_FOR`], then sleeps 50 µs at a time (a long
+/// wait, a peer still computing, costs no core).
+pub(crate) struct Idle {
+    since: Instant,
+}
+
+/// How long an idle wait spins.
+pub const SPIN_FOR: Duration = Duration::from_micros(30);
+/// How long an idle wait yields before it sleeps.
+pub const YIELD_FOR: Duration = Duration::from_millis(2);
+
+impl Idle {
+    /// Starts a wait.
+    pub(crate) fn new() -> Idle {
+        Idle {
+            since: Instant::now(),
+        }
+    }
+
+    /// Passes a little time.
+    pub(crate) fn snooze(&self) {
+        let waited = self.since.elapsed();
+        if waited < SPIN_FOR {
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+        } else if waited < YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 }

@@ -109,6 +109,7 @@ fn floats(b: &[u8]) -> Vec<f64> {
 /// `counts`, and checks each result.
 fn check_all(comms: Vec<NetComm>, counts: &[usize]) {
     let n = comms.len();
+    let rounded: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(vec![]);
     let group: Vec<usize> = (0..n).collect();
     let total: usize = counts.iter().sum();
     let byte_counts: Vec<usize> = counts.iter().map(|c| c * 8).collect();
@@ -117,8 +118,22 @@ fn check_all(comms: Vec<NetComm>, counts: &[usize]) {
         // Each thread owns (and at its end drops) its communicator: closing waits for the
         // peers to close too, so they must close concurrently, as processes do.
         for (r, c) in comms.into_iter().enumerate() {
-            let (group, byte_counts, starts) = (&group, &byte_counts, &starts);
+            let (group, byte_counts, starts, rounded) = (&group, &byte_counts, &starts, &rounded);
             s.spawn(move || {
+                // all_reduce of values whose sums round: every rank gets the same bits
+                let mut data = bytes(
+                    &(0..total)
+                        .map(|i| (value(r, i) / 3.0).sin())
+                        .collect::<Vec<_>>(),
+                );
+                c.all_reduce(group, &mut data, DType::F64, ReduceOp::Sum)
+                    .unwrap();
+                for (i, got) in floats(&data).iter().enumerate() {
+                    let want: f64 = (0..n).map(|k| (value(k, i) / 3.0).sin()).sum();
+                    assert!((got - want).abs() < 1e-12, "rounded all_reduce on rank {r}");
+                }
+                rounded.lock().unwrap().push(data);
+
                 // all_reduce of `total` elements: the sum over ranks
                 let mut data = bytes(&(0..total).map(|i| value(r, i)).collect::<Vec<_>>());
                 c.all_reduce(group, &mut data, DType::F64, ReduceOp::Sum)
@@ -183,6 +198,11 @@ fn check_all(comms: Vec<NetComm>, counts: &[usize]) {
             });
         }
     });
+    let rounded = rounded.into_inner().unwrap();
+    assert!(
+        rounded.windows(2).all(|w| w[0] == w[1]),
+        "all ranks hold identical bits"
+    );
 }
 
 fn pin(comms: Vec<NetComm>, schedule: Schedule) -> Vec<NetComm> {
@@ -195,23 +215,24 @@ fn pin(comms: Vec<NetComm>, schedule: Schedule) -> Vec<NetComm> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// Shared memory, direct exchanges and rings: uneven counts (zero included), messages
-    /// larger than a ring buffer.
+    /// Shared memory, direct exchanges, rings and recursive doubling: uneven counts (zero
+    /// included), messages larger than a ring buffer, group sizes that are and are not powers
+    /// of two.
     #[test]
     fn shared_memory_collectives(
         counts in proptest::collection::vec(
             prop_oneof![Just(0usize), 1usize..40, Just(700_000usize)], 2..=5),
-        ring in any::<bool>(),
+        schedule in prop_oneof![
+            Just(Schedule::Direct), Just(Schedule::Ring), Just(Schedule::Doubling)],
     ) {
-        let schedule = if ring { Schedule::Ring } else { Schedule::Direct };
         check_all(pin(shm_mesh(counts.len()), schedule), &counts);
     }
 }
 
-/// QUIC: the same checks over loopback connections, both schedules.
+/// QUIC: the same checks over loopback connections, every schedule.
 #[test]
 fn quic_collectives() {
-    for schedule in [Schedule::Direct, Schedule::Ring] {
+    for schedule in [Schedule::Direct, Schedule::Ring, Schedule::Doubling] {
         for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
             check_all(pin(quic_mesh(counts.len()), schedule), &counts);
         }

@@ -34,6 +34,9 @@ pub enum CommOp {
     AllToAll,
     /// Part of a broadcast.
     Broadcast,
+    /// Part of an all-reduce by recursive doubling (the other all-reduces are a reduce-scatter
+    /// and an all-gather).
+    AllReduce,
 }
 
 impl fmt::Display for CommOp {
@@ -44,6 +47,7 @@ impl fmt::Display for CommOp {
             CommOp::ReduceScatter => "reduce_scatter",
             CommOp::AllToAll => "all_to_all",
             CommOp::Broadcast => "broadcast",
+            CommOp::AllReduce => "all_reduce",
         })
     }
 }
@@ -119,37 +123,44 @@ pub enum Schedule {
     /// n-1 steps around a ring (each member talks to two neighbours), and a binomial tree for
     /// broadcasts: what a network between hosts wants.
     Ring,
+    /// All-reduces by recursive doubling: ceil(log2 n) steps (plus two when n is not a power of
+    /// two) in which partners swap whole buffers; the fewest steps, so the least latency for
+    /// small messages. Other collectives run direct under it.
+    Doubling,
 }
 
-/// The schedule of collective `op` over `n` members moving `bytes` in all (an all-reduce asks
-/// as an all-gather). `GFLOW_COLLECTIVES=direct` or `=ring` forces one (every rank of a job must
-/// see the same value, as the launcher ensures). Otherwise, measured on one host (4 processes,
-/// 2 cores): rings for all-gathers and all-reduces from 3 members and [`RING_MIN_BYTES`]
-/// (all_gather 1.3 -> 1.9 GB/s at 16 MiB), direct reduce-scatters (a ring needs a working copy
-/// of the input: 1.46 -> 1.03), trees for broadcasts from [`TREE_MIN_MEMBERS`].
+/// The schedule of collective `op` over `n` members moving `bytes` in all.
+/// `GFLOW_COLLECTIVES=direct`, `=ring` or `=doubling` forces one (every rank of a job must see
+/// the same value, as the launcher ensures). Otherwise, measured on one host (2 cores):
+/// recursive doubling for all-reduces up to [`DOUBLING_MAX_BYTES`], rings for all-gathers and
+/// all-reduces from 3 members and [`RING_MIN_BYTES`] (all_gather 1.3 -> 1.9 GB/s at 16 MiB),
+/// direct reduce-scatters (a ring needs a working copy of the input: 1.46 -> 1.03), trees for
+/// broadcasts from [`TREE_MIN_MEMBERS`].
 pub fn schedule(op: CommOp, n: usize, bytes: usize) -> Schedule {
     static FORCED: std::sync::OnceLock<Option<Schedule>> = std::sync::OnceLock::new();
     let forced = *FORCED.get_or_init(
         || match std::env::var("GFLOW_COLLECTIVES").ok().as_deref() {
             Some("ring") => Some(Schedule::Ring),
             Some("direct") => Some(Schedule::Direct),
+            Some("doubling") => Some(Schedule::Doubling),
             _ => None,
         },
     );
-    let ring = match op {
-        _ if n < 3 => false,
-        _ if forced.is_some() => forced == Some(Schedule::Ring),
-        CommOp::AllGather => bytes >= RING_MIN_BYTES,
-        CommOp::Broadcast => n >= TREE_MIN_MEMBERS,
-        _ => false,
-    };
-    if ring {
-        Schedule::Ring
-    } else {
-        Schedule::Direct
+    if let Some(f) = forced {
+        return f;
+    }
+    match op {
+        CommOp::AllReduce if bytes <= DOUBLING_MAX_BYTES => Schedule::Doubling,
+        CommOp::AllReduce | CommOp::AllGather if n >= 3 && bytes >= RING_MIN_BYTES => {
+            Schedule::Ring
+        }
+        CommOp::Broadcast if n >= TREE_MIN_MEMBERS => Schedule::Ring,
+        _ => Schedule::Direct,
     }
 }
 
+/// All-reduces up to this many bytes use recursive doubling unless forced.
+pub const DOUBLING_MAX_BYTES: usize = 64 << 10;
 /// All-gathers and all-reduces smaller than this use direct exchanges unless forced.
 pub const RING_MIN_BYTES: usize = 1 << 20;
 /// Broadcasts to fewer members than this use direct exchanges unless forced.
@@ -424,7 +435,12 @@ pub trait Communicator: Send + Sync {
             .map(|i| balanced_range(elems, group.len(), i).len() * dtype.size())
             .collect();
         let me = position(self.rank(), group, &counts)?;
-        if self.schedule(CommOp::AllGather, group.len(), data.len()) == Schedule::Ring {
+        let schedule = self.schedule(CommOp::AllReduce, group.len(), data.len());
+        if schedule == Schedule::Doubling {
+            let tag = Tag::new(CommOp::AllReduce, group);
+            return ring::all_reduce_doubling(self, group, me, tag, data, dtype, op);
+        }
+        if schedule == Schedule::Ring {
             let mut slots = split_mut(data, &counts);
             let tag = Tag::new(CommOp::ReduceScatter, group);
             ring::reduce_scatter(self, group, me, tag, &mut slots, dtype, op)?;

@@ -1,12 +1,14 @@
-//! Ring and tree schedules, written once as sequences of [`Communicator::exchange`] steps, so
-//! every transport runs them (threads, shared memory, QUIC). In a ring each step moves one block
-//! to the right neighbour and one from the left: a rank talks to two peers only, which is what
-//! a network between hosts wants. Each block is reduced in one fixed order (starting after its
-//! owner and going round), then shared, so every member still ends with identical bits.
+//! Ring, tree and recursive-doubling schedules, written once as sequences of
+//! [`Communicator::exchange`] steps, so every transport runs them (threads, shared memory,
+//! QUIC). In a ring each step moves one block to the right neighbour and one from the left: a
+//! rank talks to two peers only, which is what a network between hosts wants. Each block is
+//! reduced in one fixed order (starting after its owner and going round), then shared, so every
+//! member still ends with identical bits. Recursive doubling takes the fewest steps (small
+//! messages); its partners combine in one order too, the lower position's value first.
 
 use super::{CommError, Communicator, Inbound, Outbound, Reduction, Tag};
 use crate::dtype::DType;
-use crate::reduce::ReduceOp;
+use crate::reduce::{ReduceOp, combine_bytes};
 
 /// `slots[send]` to read and `slots[recv]` to write, two different blocks of one buffer.
 fn pair<'a>(slots: &'a mut [&mut [u8]], send: usize, recv: usize) -> (&'a [u8], &'a mut [u8]) {
@@ -133,4 +135,111 @@ pub(super) fn broadcast<C: Communicator + ?Sized>(
         mask *= 2;
     }
     Ok(())
+}
+
+/// Recursive-doubling all-reduce of the whole buffer. With p the largest power of two up to n
+/// and r = n - p, the first 2r positions pair up and the even one of each pair hands its data to
+/// the odd one; the p remaining members then take log2 p steps, swapping their partial results
+/// with the partner at distance 1, 2, 4, ... (in a numbering of the p); last, each odd one of
+/// the first pairs returns the result. Every combine is `lower op upper` by position, on both
+/// partners, so all members end with identical bits (even for NaNs and signed zeros).
+pub(super) fn all_reduce_doubling<C: Communicator + ?Sized>(
+    comm: &C,
+    group: &[usize],
+    me: usize,
+    tag: Tag,
+    data: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), CommError> {
+    let n = group.len();
+    let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    let r = n - p;
+    if me < 2 * r && me.is_multiple_of(2) {
+        // folded: hand the data over, get the result back
+        let partner = group[me + 1];
+        comm.exchange(
+            &[Outbound {
+                peer: partner,
+                tag,
+                data: &*data,
+            }],
+            &mut [],
+            None,
+        )?;
+        return comm.exchange(
+            &[],
+            &mut [Inbound {
+                peer: partner,
+                tag,
+                out: data,
+            }],
+            None,
+        );
+    }
+    let mut theirs = vec![0u8; data.len()];
+    if me < 2 * r {
+        let partner = group[me - 1];
+        comm.exchange(
+            &[],
+            &mut [Inbound {
+                peer: partner,
+                tag,
+                out: &mut theirs,
+            }],
+            None,
+        )?;
+        combine_in_order(data, &mut theirs, false, dtype, op);
+    }
+    // position among the p members that double, and back
+    let v = if me < 2 * r { me / 2 } else { me - r };
+    let position = |v: usize| if v < r { 2 * v + 1 } else { v + r };
+    let mut mask = 1;
+    while mask < p {
+        let partner = group[position(v ^ mask)];
+        comm.exchange(
+            &[Outbound {
+                peer: partner,
+                tag,
+                data: &*data,
+            }],
+            &mut [Inbound {
+                peer: partner,
+                tag,
+                out: &mut theirs,
+            }],
+            None,
+        )?;
+        combine_in_order(data, &mut theirs, v & mask == 0, dtype, op);
+        mask <<= 1;
+    }
+    if me < 2 * r {
+        comm.exchange(
+            &[Outbound {
+                peer: group[me - 1],
+                tag,
+                data: &*data,
+            }],
+            &mut [],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// `mine = lower op upper`, where `mine` is the lower value when `mine_is_lower`, else
+/// `theirs` is (which this may overwrite).
+fn combine_in_order(
+    mine: &mut [u8],
+    theirs: &mut [u8],
+    mine_is_lower: bool,
+    dtype: DType,
+    op: ReduceOp,
+) {
+    if mine_is_lower {
+        combine_bytes(dtype, op, mine, theirs);
+    } else {
+        combine_bytes(dtype, op, theirs, mine);
+        mine.copy_from_slice(theirs);
+    }
 }
