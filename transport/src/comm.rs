@@ -41,6 +41,10 @@ struct RxSide {
     seq: u64,
 }
 
+/// How long an error from a peer that closed its link waits for another peer to show itself
+/// dead (the root cause): more than QUIC's keep-alive interval.
+const CLOSED_GRACE: Duration = Duration::from_secs(2);
+
 /// The communicator of one process over its links to every peer.
 pub struct NetComm {
     rank: usize,
@@ -141,7 +145,11 @@ impl NetComm {
 
     fn link_error(&self, peer: usize, e: LinkError) -> CommError {
         match e {
-            LinkError::Closed | LinkError::PeerDead => CommError::PeerGone {
+            LinkError::Closed => CommError::PeerGone {
+                rank: self.rank,
+                peer: self.dead_peer(CLOSED_GRACE).unwrap_or(peer),
+            },
+            LinkError::PeerDead => CommError::PeerGone {
                 rank: self.rank,
                 peer,
             },
@@ -154,6 +162,40 @@ impl NetComm {
                 rank: self.rank,
                 reason: format!("link to rank {peer}: {reason}"),
             },
+        }
+    }
+
+    /// A peer whose link reports it dead, looked for during `grace`: a peer that closed its
+    /// link in order usually failed because another died, and every survivor should name the
+    /// dead one (a QUIC peer is known dead only at its idle timeout, which the ranks reach up to
+    /// a keep-alive interval apart). Links in use by another thread are skipped.
+    fn dead_peer(&self, grace: Duration) -> Option<usize> {
+        let deadline = Instant::now() + grace;
+        let far = deadline + self.timeout;
+        loop {
+            for (peer, side) in self.tx.iter().enumerate() {
+                let Some(side) = side else { continue };
+                let failed = side.failed.lock().ok().and_then(|f| f.clone());
+                let checked = side.link.try_lock().ok().map(|l| l.check(far));
+                if matches!(failed, Some(LinkError::PeerDead))
+                    || matches!(checked, Some(Err(LinkError::PeerDead)))
+                {
+                    return Some(peer);
+                }
+            }
+            for (peer, side) in self.rx.iter().enumerate() {
+                let checked = side
+                    .as_ref()
+                    .and_then(|s| s.try_lock().ok())
+                    .map(|s| s.link.check(far));
+                if matches!(checked, Some(Err(LinkError::PeerDead))) {
+                    return Some(peer);
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

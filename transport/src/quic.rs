@@ -515,6 +515,22 @@ impl LinkTx for QuicTx {
     fn close(&mut self) {
         let _ = self.stream.finish();
     }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        connection_status(&self._conn, deadline)
+    }
+}
+
+/// A connection's health for [`LinkTx::check`] and [`LinkRx::check`]: lost (a peer that died
+/// shows as the idle timeout, `PeerDead`), or past `deadline`.
+fn connection_status(conn: &quinn::Connection, deadline: Instant) -> Result<(), LinkError> {
+    if let Some(e) = conn.close_reason() {
+        return Err(lost(&e));
+    }
+    if Instant::now() > deadline {
+        return Err(LinkError::Timeout);
+    }
+    Ok(())
 }
 
 /// The receiving half of a QUIC link.
@@ -554,6 +570,13 @@ impl LinkRx for QuicRx {
             Ok(())
         });
         read.unwrap_or(Err(LinkError::Timeout))
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
+        connection_status(&self._conn, deadline)
     }
 
     fn drain(&mut self, deadline: Instant) {
