@@ -1,5 +1,7 @@
 // Batched C = A B, each thread a 4x4 block of C (register blocking). params: batch, m, k, n,
-// b_batched, a_trans, b_trans. A transposed operand is read with swapped strides.
+// b_batched, a_trans, b_trans, and the first element of a, b and c in their bindings (a
+// binding starts at an aligned offset, a piece of a large tensor anywhere). A transposed
+// operand is read with swapped strides.
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
@@ -18,8 +20,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let bi = t / (bm * bn);
     let i0 = (t / bn) % bm * 4u;
     let j0 = t % bn * 4u;
-    let a_off = bi * m * k;
-    let b_off = select(0u, bi * k * n, params[4] == 1u);
+    let a_off = params[7] + bi * m * k;
+    let b_off = params[8] + select(0u, bi * k * n, params[4] == 1u);
     // element (i, l) of A and (l, j) of B, as strides
     let a_si = select(k, 1u, params[5] == 1u);
     let a_sl = select(1u, m, params[5] == 1u);
@@ -44,7 +46,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var r = 0u; r < 4u; r++) {
         for (var s = 0u; s < 4u; s++) {
             if i0 + r < m && j0 + s < n {
-                c[(bi * m + i0 + r) * n + j0 + s] = acc[r][s];
+                c[params[9] + (bi * m + i0 + r) * n + j0 + s] = acc[r][s];
             }
         }
     }

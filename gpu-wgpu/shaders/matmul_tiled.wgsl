@@ -2,7 +2,8 @@
 // thread a 4x4 block of it in registers (vec4 rows). K advances 16 at a time through workgroup
 // memory: every thread loads 4 elements of the A tile and 4 of the B tile (consecutive threads
 // read consecutive addresses whether an operand is transposed or not), then multiplies vec4
-// columns of A by vec4 rows of B. params: batch, m, k, n, b_batched, a_trans, b_trans.
+// columns of A by vec4 rows of B. params: batch, m, k, n, b_batched, a_trans, b_trans, and the
+// first element of a, b and c in their bindings (pieces of large tensors start anywhere).
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
@@ -29,8 +30,8 @@ fn main(
     let bi = w / (tiles_m * tiles_n);
     let i_base = (w / tiles_n) % tiles_m * 64u;
     let j_base = w % tiles_n * 64u;
-    let a_off = bi * m * k;
-    let b_off = select(0u, bi * k * n, params[4] == 1u);
+    let a_off = params[7] + bi * m * k;
+    let b_off = params[8] + select(0u, bi * k * n, params[4] == 1u);
     let a_trans = params[5] == 1u;
     let b_trans = params[6] == 1u;
     let a_si = select(k, 1u, a_trans);
@@ -80,7 +81,7 @@ fn main(
         for (var s = 0u; s < 4u; s++) {
             let j = j_base + tx * 4u + s;
             if i < m && j < n {
-                c[(bi * m + i) * n + j] = acc[r][s];
+                c[params[9] + (bi * m + i) * n + j] = acc[r][s];
             }
         }
     }

@@ -570,6 +570,111 @@ impl WgpuBackend {
         self.run("strided", n, &p, &[&x.buf, &out.buf])
     }
 
+    /// `len` elements of `elem` bytes of `buf` from element `start`, bound at the aligned
+    /// offset at or below it: the binding and the element where the range starts in it.
+    fn window<'b>(
+        &self,
+        buf: &'b wgpu::Buffer,
+        start: usize,
+        len: usize,
+        elem: usize,
+    ) -> Result<(wgpu::BufferBinding<'b>, u32)> {
+        let from = (start * elem) as u64;
+        let offset = from / self.align * self.align;
+        let size = ((from - offset) + (len * elem) as u64).max(4).div_ceil(4) * 4;
+        if size > self.max_binding {
+            return Err(device_error(format!(
+                "a piece of {size} bytes exceeds this adapter's storage binding limit of {} bytes",
+                self.max_binding
+            )));
+        }
+        let binding = wgpu::BufferBinding {
+            buffer: buf,
+            offset,
+            size: std::num::NonZeroU64::new(size),
+        };
+        Ok((binding, ((from - offset) / elem as u64) as u32))
+    }
+
+    /// One matmul dispatch over bound (pieces of) a, b and c whose data start at `bases`.
+    fn matmul_piece(
+        &self,
+        d: MatmulDims,
+        bases: [u32; 3],
+        bindings: &[wgpu::BufferBinding<'_>; 3],
+    ) -> Result<()> {
+        let (name, threads) = if self.tiled_matmul {
+            // one workgroup per 64x64 tile of each product
+            let tiles = d.batch * d.m.div_ceil(64) * d.n.div_ceil(64);
+            ("matmul_tiled", tiles * GROUP as usize)
+        } else {
+            ("matmul", d.batch * d.m.div_ceil(4) * d.n.div_ceil(4))
+        };
+        let p = [
+            d.batch as u32,
+            d.m as u32,
+            d.k as u32,
+            d.n as u32,
+            u32::from(d.b_batched),
+            u32::from(d.a_trans),
+            u32::from(d.b_trans),
+            bases[0],
+            bases[1],
+            bases[2],
+        ];
+        self.dispatch(name, threads, &p, bindings)
+    }
+
+    /// A product whose operands or result exceed one binding: per batch, blocks of rows of a
+    /// and c (as many as a binding holds) against that batch's b, each bound at its own
+    /// offset. A transposed `a` (its rows strided) or a `b` larger than a binding is refused.
+    fn matmul_in_pieces(
+        &self,
+        a: &WgpuStorage,
+        b: &WgpuStorage,
+        out: &WgpuStorage,
+        d: MatmulDims,
+    ) -> Result<()> {
+        if d.a_trans {
+            return Err(device_error(
+                "matmul: a transposed left operand larger than a storage binding is not \
+                 supported by the wgpu backend",
+            ));
+        }
+        let room = (self.max_binding - self.align) as usize / 4;
+        let rows = (room / d.k.max(1)).min(room / d.n.max(1));
+        if rows == 0 {
+            return Err(device_error(
+                "matmul: one row of an operand exceeds this adapter's storage binding limit",
+            ));
+        }
+        let b_len = d.k * d.n;
+        for bi in 0..d.batch {
+            let b_start = if d.b_batched { bi * b_len } else { 0 };
+            let (b_bind, b_base) = self.window(&b.buf, b_start, b_len, 4)?;
+            let mut i0 = 0;
+            while i0 < d.m {
+                let r = rows.min(d.m - i0);
+                let first = bi * d.m + i0;
+                let (a_bind, a_base) = self.window(&a.buf, first * d.k, r * d.k, 4)?;
+                let (c_bind, c_base) = self.window(&out.buf, first * d.n, r * d.n, 4)?;
+                let piece = MatmulDims {
+                    batch: 1,
+                    m: r,
+                    b_batched: false,
+                    ..d
+                };
+                self.matmul_piece(
+                    piece,
+                    [a_base, b_base, c_base],
+                    &[a_bind, b_bind.clone(), c_bind],
+                )?;
+                i0 += r;
+            }
+        }
+        Ok(())
+    }
+
     /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
     fn check_indices(&self, indices: &WgpuStorage, rows: usize, op: &'static str) -> Result<()> {
         if indices.dtype != DType::I64 {
@@ -798,23 +903,20 @@ impl Backend for WgpuBackend {
         self.need_f32(a, "matmul")?;
         self.need_f32(b, "matmul")?;
         let out = self.new_storage(d.batch * d.m * d.n, DType::F32)?;
-        let (name, threads) = if self.tiled_matmul {
-            // one workgroup per 64x64 tile of each product
-            let tiles = d.batch * d.m.div_ceil(64) * d.n.div_ceil(64);
-            ("matmul_tiled", tiles * GROUP as usize)
+        let bytes = |s: &WgpuStorage| (s.len * 4) as u64;
+        if [bytes(a), bytes(b), bytes(&out)]
+            .iter()
+            .all(|&x| x <= self.max_binding)
+        {
+            let whole = [&a.buf, &b.buf, &out.buf].map(|buf| wgpu::BufferBinding {
+                buffer: buf,
+                offset: 0,
+                size: None,
+            });
+            self.matmul_piece(d, [0, 0, 0], &whole)?;
         } else {
-            ("matmul", d.batch * d.m.div_ceil(4) * d.n.div_ceil(4))
-        };
-        let p = [
-            d.batch as u32,
-            d.m as u32,
-            d.k as u32,
-            d.n as u32,
-            u32::from(d.b_batched),
-            u32::from(d.a_trans),
-            u32::from(d.b_trans),
-        ];
-        self.run(name, threads, &p, &[&a.buf, &b.buf, &out.buf])?;
+            self.matmul_in_pieces(a, b, &out, d)?;
+        }
         Ok(out)
     }
 

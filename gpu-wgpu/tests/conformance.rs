@@ -108,3 +108,61 @@ fn freed_buffers_are_reused() {
     );
     assert_eq!(b.download(&y).unwrap(), HostData::F32(vec![2.0; 9_000]));
 }
+
+/// A product whose left operand and result exceed one storage binding runs in row blocks
+/// bound at unaligned offsets (k = 257 puts every block boundary mid-alignment), with a shared
+/// and a transposed right operand, against f64 dot products on the host.
+#[test]
+fn matmul_past_the_binding_limit() {
+    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped(
+            "matmul_past_the_binding_limit",
+            &"no wgpu adapter",
+        );
+    };
+    let k = 257;
+    let n = 3;
+    let m = (b.max_binding() / 4) as usize / k + 37;
+    let av: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7) % 23) as f32 / 23.0 - 0.5)
+        .collect();
+    let bv: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
+        .collect();
+    let a = b.upload(&HostData::F32(av.clone())).unwrap();
+    let x = b.upload(&HostData::F32(bv.clone())).unwrap();
+    for b_trans in [false, true] {
+        let dims = gflow_core::backend::MatmulDims {
+            batch: 1,
+            m,
+            k,
+            n,
+            b_batched: false,
+            a_trans: false,
+            b_trans,
+        };
+        let c: Vec<f64> = b
+            .download(&b.matmul(&a, &x, dims).unwrap())
+            .unwrap()
+            .to_vec();
+        for i in 0..m {
+            for j in 0..n {
+                let w: f64 = (0..k)
+                    .map(|l| {
+                        let bl = if b_trans {
+                            bv[j * k + l]
+                        } else {
+                            bv[l * n + j]
+                        };
+                        f64::from(av[i * k + l]) * f64::from(bl)
+                    })
+                    .sum();
+                assert!(
+                    (c[i * n + j] - w).abs() < 1e-4,
+                    "b_trans {b_trans}: ({i}, {j}) is {}, want {w}",
+                    c[i * n + j]
+                );
+            }
+        }
+    }
+}
