@@ -1,6 +1,7 @@
 // out[o] = sum or max of x over the reduced dimensions. params: n_out, op (0 sum, 1 max), ndim,
 // count (elements reduced per output), then shape[ndim], reduced[ndim] (1 or 0), strides[ndim],
-// and the bits of -inf (the start of a max).
+// the bits of -inf (the start of a max), and the first element of x and of out in their
+// bindings (pieces of large tensors start anywhere).
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
@@ -13,7 +14,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let nd = params[2];
     // base offset from the kept coordinates (the output keeps reduced dims as size 1)
     var rest = o;
-    var base = 0u;
+    var base = params[5u + 3u * nd];
     for (var d = nd; d > 0u; d--) {
         let k = d - 1u;
         if params[4u + nd + k] == 0u {
@@ -51,5 +52,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             acc = max(acc, v);
         }
     }
-    out[o] = acc;
+    out[params[6u + 3u * nd] + o] = acc;
 }

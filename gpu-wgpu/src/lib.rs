@@ -465,7 +465,7 @@ impl WgpuBackend {
             let len = piece.min(x.len - at);
             let part = self.new_storage(1, DType::F32)?;
             let code = u32::from(op == ReduceKind::Max);
-            let p = [1, code, 1, len as u32, len as u32, 1, 1, NEG_INF];
+            let p = [1, code, 1, len as u32, len as u32, 1, 1, NEG_INF, 0, 0];
             let bindings = [
                 wgpu::BufferBinding {
                     buffer: &x.buf,
@@ -855,7 +855,8 @@ impl Backend for WgpuBackend {
         dims: &[usize],
     ) -> Result<WgpuStorage> {
         self.need_f32(x, "reduce")?;
-        if x.buf.size() > self.max_binding && dims.len() == shape.len() {
+        let large = (x.len * 4) as u64 > self.max_binding;
+        if large && dims.len() == shape.len() {
             return self.reduce_all_in_pieces(op, x);
         }
         let n_out: usize = (0..shape.len())
@@ -867,12 +868,51 @@ impl Backend for WgpuBackend {
             ReduceKind::Sum => 0,
             ReduceKind::Max => 1,
         };
-        let mut p = vec![n_out as u32, code, shape.len() as u32, count as u32];
-        p.extend(shape.iter().map(|&d| d as u32));
-        p.extend((0..shape.len()).map(|d| u32::from(dims.contains(&d))));
-        p.extend(strides(shape).iter().map(|&s| s as u32));
-        p.push(NEG_INF);
-        self.run("reduce", n_out, &p, &[&x.buf, &out.buf])?;
+        let params = |lead: usize, x_base: u32, out_base: u32| {
+            let mut p = vec![
+                (n_out / shape[0].max(1) * lead) as u32,
+                code,
+                shape.len() as u32,
+                count as u32,
+            ];
+            p.push(lead as u32);
+            p.extend(shape[1..].iter().map(|&d| d as u32));
+            p.extend((0..shape.len()).map(|d| u32::from(dims.contains(&d))));
+            p.extend(strides(shape).iter().map(|&s| s as u32));
+            p.extend([NEG_INF, x_base, out_base]);
+            p
+        };
+        if !large || shape.is_empty() {
+            let n = shape.first().copied().unwrap_or(1);
+            let mut p = params(n, 0, 0);
+            p[0] = n_out as u32;
+            self.run("reduce", n_out, &p, &[&x.buf, &out.buf])?;
+            return Ok(out);
+        }
+        // Past the binding limit with the first dim kept: blocks of it, each a contiguous
+        // piece of x and of out.
+        if dims.contains(&0) {
+            return Err(device_error(
+                "reduce: a tensor past the storage binding limit reduced over its first dim \
+                 but not all dims is not supported by the wgpu backend",
+            ));
+        }
+        let x_row = x.len / shape[0];
+        let out_row = n_out / shape[0];
+        let block = ((self.max_binding - self.align) as usize / 4 / x_row.max(1)).max(1);
+        let mut i0 = 0;
+        while i0 < shape[0] {
+            let r = block.min(shape[0] - i0);
+            let (xb, x_base) = self.window(&x.buf, i0 * x_row, r * x_row, 4)?;
+            let (ob, out_base) = self.window(&out.buf, i0 * out_row, r * out_row, 4)?;
+            self.dispatch(
+                "reduce",
+                r * out_row,
+                &params(r, x_base, out_base),
+                &[xb, ob],
+            )?;
+            i0 += r;
+        }
         Ok(out)
     }
 
@@ -888,14 +928,40 @@ impl Backend for WgpuBackend {
         let len = shape[dim];
         let inner: usize = shape[dim + 1..].iter().product();
         let lines = x.len.checked_div(len).unwrap_or(0);
-        let p = [
-            lines as u32,
-            len as u32,
-            inner.max(1) as u32,
-            u32::from(log),
-            NEG_INF,
-        ];
-        self.run("softmax", lines, &p, &[&x.buf, &out.buf])?;
+        let params = |lines: usize, x_base: u32, out_base: u32| {
+            [
+                lines as u32,
+                len as u32,
+                inner.max(1) as u32,
+                u32::from(log),
+                NEG_INF,
+                x_base,
+                out_base,
+            ]
+        };
+        if (x.len * 4) as u64 <= self.max_binding {
+            self.run("softmax", lines, &params(lines, 0, 0), &[&x.buf, &out.buf])?;
+            return Ok(out);
+        }
+        // Past the binding limit: blocks of the dims before `dim`, each a contiguous piece.
+        let block_len = len * inner;
+        let outer = x.len / block_len;
+        let block = (self.max_binding - self.align) as usize / 4 / block_len;
+        if dim == 0 || block == 0 {
+            return Err(device_error(
+                "softmax: one line block of a tensor past the storage binding limit exceeds a \
+                 binding (the wgpu backend splits only the dims before the softmax dim)",
+            ));
+        }
+        let mut o0 = 0;
+        while o0 < outer {
+            let r = block.min(outer - o0);
+            let (xb, x_base) = self.window(&x.buf, o0 * block_len, r * block_len, 4)?;
+            let (ob, out_base) = self.window(&out.buf, o0 * block_len, r * block_len, 4)?;
+            let n = r * inner;
+            self.dispatch("softmax", n, &params(n, x_base, out_base), &[xb, ob])?;
+            o0 += r;
+        }
         Ok(out)
     }
 

@@ -166,3 +166,47 @@ fn matmul_past_the_binding_limit() {
         }
     }
 }
+
+/// Row reductions and softmax of a (rows, 257) tensor past one storage binding run in blocks
+/// of rows bound at unaligned starts; every row is checked against f64 on the host. Reducing
+/// or normalising over the first dim of such a tensor is a typed error.
+#[test]
+fn rows_past_the_binding_limit() {
+    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped("rows_past_the_binding_limit", &"no wgpu adapter");
+    };
+    let cols = 257;
+    let rows = (b.max_binding() / 4) as usize / cols + 5;
+    let shape = [rows, cols];
+    let v: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 13) % 29) as f32 / 7.0 - 2.0)
+        .collect();
+    let x = b.upload(&HostData::F32(v.clone())).unwrap();
+    let got = |s: &gflow_wgpu::WgpuStorage| -> Vec<f64> { b.download(s).unwrap().to_vec() };
+    let sums = got(&b.reduce(ReduceKind::Sum, &x, &shape, &[1]).unwrap());
+    let maxes = got(&b.reduce(ReduceKind::Max, &x, &shape, &[1]).unwrap());
+    let soft = got(&b.softmax(&x, &shape, 1, false).unwrap());
+    for r in 0..rows {
+        let row: Vec<f64> = v[r * cols..(r + 1) * cols]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let s: f64 = row.iter().sum();
+        assert!((sums[r] - s).abs() < 1e-3, "row {r} sum {} vs {s}", sums[r]);
+        let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(maxes[r], m, "row {r} max");
+        let z: f64 = row.iter().map(|x| (x - m).exp()).sum();
+        for (c, x) in row.iter().enumerate() {
+            let w = (x - m).exp() / z;
+            assert!((soft[r * cols + c] - w).abs() < 1e-6, "softmax ({r}, {c})");
+        }
+    }
+    assert!(matches!(
+        b.reduce(ReduceKind::Sum, &x, &shape, &[0]),
+        Err(Error::Device { .. })
+    ));
+    assert!(matches!(
+        b.softmax(&x, &shape, 0, true),
+        Err(Error::Device { .. })
+    ));
+}
