@@ -61,6 +61,20 @@ pub enum ReduceKind {
     Max,
 }
 
+/// The number GPU kernels know an operation by (their `switch` cases): its position in its
+/// enum, so the WGSL and CUDA kernels and the backends agree by construction.
+macro_rules! kernel_code {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// The operation's number in GPU kernels (its position in the enum).
+            pub fn code(self) -> u32 {
+                self as u32
+            }
+        }
+    )*};
+}
+kernel_code!(UnaryOp, BinaryOp, ReduceKind);
+
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
 /// all batches when `b_batched` is false. A transposed operand is stored as its transpose
 /// ((k, m) for `a`, (n, k) for `b`) and read with swapped strides, so no copy is made.

@@ -48,6 +48,63 @@ pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// One strided copy: the `extent` box of elements addressed by `strides` from element `base`
+/// of a contiguous buffer. GPU backends express permute, slice and concatenation as such copies
+/// (a gather into a contiguous output, or a scatter of a contiguous input), one kernel for all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StridedCopy {
+    /// The box's shape (also the contiguous side's shape).
+    pub extent: Vec<usize>,
+    /// The strided side's element stride per dim.
+    pub strides: Vec<usize>,
+    /// The strided side's first element.
+    pub base: usize,
+}
+
+impl StridedCopy {
+    /// The gather making `shape` permuted by `perm` contiguous (`out.shape[i] = shape[perm[i]]`).
+    pub fn permute(shape: &[usize], perm: &[usize]) -> StridedCopy {
+        let st = strides(shape);
+        StridedCopy {
+            extent: perm.iter().map(|&p| shape[p]).collect(),
+            strides: perm.iter().map(|&p| st[p]).collect(),
+            base: 0,
+        }
+    }
+
+    /// The gather of the box at `start` with `extent` out of `shape`.
+    pub fn slice(shape: &[usize], start: &[usize], extent: &[usize]) -> StridedCopy {
+        let st = strides(shape);
+        StridedCopy {
+            extent: extent.to_vec(),
+            base: start.iter().zip(&st).map(|(a, b)| a * b).sum(),
+            strides: st,
+        }
+    }
+
+    /// The concatenation of `shapes` along `dim`: the output's shape and one scatter per input
+    /// into it. `shapes` is not empty.
+    pub fn cat(shapes: &[&[usize]], dim: usize) -> (Vec<usize>, Vec<StridedCopy>) {
+        let mut out_shape = shapes.first().map_or_else(Vec::new, |s| s.to_vec());
+        out_shape[dim] = shapes.iter().map(|s| s[dim]).sum();
+        let st = strides(&out_shape);
+        let mut at = 0;
+        let copies = shapes
+            .iter()
+            .map(|shape| {
+                let c = StridedCopy {
+                    extent: shape.to_vec(),
+                    strides: st.clone(),
+                    base: at * st[dim],
+                };
+                at += shape[dim];
+                c
+            })
+            .collect();
+        (out_shape, copies)
+    }
+}
+
 /// The extents of a region.
 pub fn region_shape(region: &[Range<usize>]) -> Vec<usize> {
     region.iter().map(|r| r.len()).collect()

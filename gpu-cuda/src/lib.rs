@@ -19,7 +19,7 @@ use cudarc::driver::{
     ValidAsZeroBits,
 };
 use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
-use gflow_core::shape::{broadcast_strides, strides};
+use gflow_core::shape::{StridedCopy, broadcast_strides};
 use gflow_core::{DType, Error, HostData, Result};
 
 /// The kernels' CUDA C++ source.
@@ -94,45 +94,32 @@ trait Float: DeviceRepr + ValidAsZeroBits + Copy + 'static {
     fn from_f64(v: f64) -> Self;
 }
 
-impl Float for f32 {
-    const SUFFIX: &'static str = "f32";
-    const DTYPE: DType = DType::F32;
-    fn of(s: &CudaStorage) -> Option<&CudaSlice<f32>> {
-        match &s.buf {
-            Buf::F32(b) => Some(b),
-            _ => None,
+/// `Float` for a type, its `Buf` variant and `DType`, and its kernels' suffix.
+macro_rules! float_impl {
+    ($t:ty, $variant:ident, $suffix:literal) => {
+        impl Float for $t {
+            const SUFFIX: &'static str = $suffix;
+            const DTYPE: DType = DType::$variant;
+            fn of(s: &CudaStorage) -> Option<&CudaSlice<$t>> {
+                match &s.buf {
+                    Buf::$variant(b) => Some(b),
+                    _ => None,
+                }
+            }
+            fn wrap(buf: CudaSlice<$t>, len: usize) -> CudaStorage {
+                CudaStorage {
+                    buf: Buf::$variant(buf),
+                    len,
+                }
+            }
+            fn from_f64(v: f64) -> $t {
+                v as $t
+            }
         }
-    }
-    fn wrap(buf: CudaSlice<f32>, len: usize) -> CudaStorage {
-        CudaStorage {
-            buf: Buf::F32(buf),
-            len,
-        }
-    }
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
+    };
 }
-
-impl Float for f64 {
-    const SUFFIX: &'static str = "f64";
-    const DTYPE: DType = DType::F64;
-    fn of(s: &CudaStorage) -> Option<&CudaSlice<f64>> {
-        match &s.buf {
-            Buf::F64(b) => Some(b),
-            _ => None,
-        }
-    }
-    fn wrap(buf: CudaSlice<f64>, len: usize) -> CudaStorage {
-        CudaStorage {
-            buf: Buf::F64(buf),
-            len,
-        }
-    }
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
+float_impl!(f32, F32, "f32");
+float_impl!(f64, F64, "f64");
 
 /// Runs `$body` with `$T` the float type of `$x`, or errs for a dtype without arithmetic.
 macro_rules! by_float {
@@ -578,22 +565,21 @@ impl CudaBackend {
         Ok(T::wrap(out, n_out))
     }
 
-    /// `x`'s elements addressed by (`shape`, `strides`) from `base`, gathered contiguously
-    /// (`put` false), or the contiguous `x` written to those positions of `out` (`put` true).
+    /// `copy` between `x` and `out`: `x`'s box gathered into the contiguous `out` (`put`
+    /// false), or the contiguous `x` scattered into `out`'s box (`put` true).
     fn strided(
         &self,
         x: &CudaStorage,
         out: &CudaStorage,
-        shape: &[usize],
-        strides: &[usize],
-        base: usize,
+        copy: &StridedCopy,
         put: bool,
     ) -> Result<()> {
+        let (shape, base) = (&copy.extent, copy.base);
         let n: usize = shape.iter().product();
         if n == 0 {
             return Ok(());
         }
-        let meta = self.meta(shape.iter().chain(strides).copied())?;
+        let meta = self.meta(shape.iter().chain(&copy.strides).copied())?;
         let name = if x.dtype().size() == 4 {
             "strided_w4"
         } else {
@@ -679,29 +665,6 @@ fn blocks(n: usize) -> LaunchConfig {
     }
 }
 
-fn unary_code(op: UnaryOp) -> i32 {
-    match op {
-        UnaryOp::Neg => 0,
-        UnaryOp::Exp => 1,
-        UnaryOp::Log => 2,
-        UnaryOp::Sqrt => 3,
-        UnaryOp::Square => 4,
-        UnaryOp::Relu => 5,
-        UnaryOp::Gelu => 6,
-        UnaryOp::Sigmoid => 7,
-        UnaryOp::Tanh => 8,
-        UnaryOp::Step => 9,
-        UnaryOp::GeluGrad => 10,
-    }
-}
-
-fn reduce_code(op: ReduceKind) -> i32 {
-    match op {
-        ReduceKind::Sum => 0,
-        ReduceKind::Max => 1,
-    }
-}
-
 impl Backend for CudaBackend {
     type Storage = CudaStorage;
 
@@ -746,7 +709,7 @@ impl Backend for CudaBackend {
     }
 
     fn unary(&self, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
-        by_float!(x, "unary", T => self.unary_t::<T>(unary_code(op), x, 0.0, 0.0))
+        by_float!(x, "unary", T => self.unary_t::<T>(op.code() as i32, x, 0.0, 0.0))
     }
 
     fn binary(
@@ -758,12 +721,7 @@ impl Backend for CudaBackend {
         b_shape: &[usize],
         out_shape: &[usize],
     ) -> Result<CudaStorage> {
-        let code = match op {
-            BinaryOp::Add => 0,
-            BinaryOp::Sub => 1,
-            BinaryOp::Mul => 2,
-            BinaryOp::Div => 3,
-        };
+        let code = op.code() as i32;
         by_float!(a, "binary", T => self.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
     }
 
@@ -820,7 +778,7 @@ impl Backend for CudaBackend {
         shape: &[usize],
         dims: &[usize],
     ) -> Result<CudaStorage> {
-        by_float!(x, "reduce", T => self.reduce_t::<T>(reduce_code(op), x, shape, dims))
+        by_float!(x, "reduce", T => self.reduce_t::<T>(op.code() as i32, x, shape, dims))
     }
 
     fn softmax(
@@ -845,10 +803,7 @@ impl Backend for CudaBackend {
 
     fn permute(&self, x: &CudaStorage, shape: &[usize], perm: &[usize]) -> Result<CudaStorage> {
         let out = self.alloc_like(x.dtype(), x.len)?;
-        let st = strides(shape);
-        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let in_strides: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-        self.strided(x, &out, &out_shape, &in_strides, 0, false)?;
+        self.strided(x, &out, &StridedCopy::permute(shape, perm), false)?;
         Ok(out)
     }
 
@@ -860,25 +815,19 @@ impl Backend for CudaBackend {
         extent: &[usize],
     ) -> Result<CudaStorage> {
         let out = self.alloc_like(x.dtype(), extent.iter().product())?;
-        let st = strides(shape);
-        let base: usize = start.iter().zip(&st).map(|(a, b)| a * b).sum();
-        self.strided(x, &out, extent, &st, base, false)?;
+        self.strided(x, &out, &StridedCopy::slice(shape, start, extent), false)?;
         Ok(out)
     }
 
     fn cat(&self, xs: &[&CudaStorage], shapes: &[&[usize]], dim: usize) -> Result<CudaStorage> {
-        let first = shapes
-            .first()
-            .ok_or_else(|| Error::Internal("cat of no tensors".into()))?;
-        let mut out_shape = first.to_vec();
-        out_shape[dim] = shapes.iter().map(|s| s[dim]).sum();
-        let dtype = xs.first().map_or(DType::F32, |x| x.dtype());
+        if xs.is_empty() {
+            return Err(Error::Internal("cat of no tensors".into()));
+        }
+        let (out_shape, copies) = StridedCopy::cat(shapes, dim);
+        let dtype = xs[0].dtype();
         let out = self.alloc_like(dtype, out_shape.iter().product())?;
-        let st = strides(&out_shape);
-        let mut at = 0;
-        for (x, shape) in xs.iter().zip(shapes) {
-            self.strided(x, &out, shape, &st, at * st[dim], true)?;
-            at += shape[dim];
+        for (x, copy) in xs.iter().zip(&copies) {
+            self.strided(x, &out, copy, true)?;
         }
         Ok(out)
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
-use gflow_core::shape::{broadcast_strides, strides};
+use gflow_core::shape::{StridedCopy, broadcast_strides, strides};
 use gflow_core::{DType, Error, HostData, Result};
 use wgpu::util::DeviceExt;
 
@@ -464,7 +464,7 @@ impl WgpuBackend {
         while at < x.len {
             let len = piece.min(x.len - at);
             let part = self.new_storage(1, DType::F32)?;
-            let code = u32::from(op == ReduceKind::Max);
+            let code = op.code();
             let p = [1, code, 1, len as u32, len as u32, 1, 1, NEG_INF, 0, 0];
             let bindings = [
                 wgpu::BufferBinding {
@@ -544,29 +544,26 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// `x` with its elements addressed by (`shape`, `strides`) from `base`, made contiguous
-    /// (`put` false), or the contiguous `x` written to those positions of `out` (`put` true).
-    #[allow(clippy::too_many_arguments)]
+    /// `copy` between `x` and `out`: `x`'s box gathered into the contiguous `out` (`put`
+    /// false), or the contiguous `x` scattered into `out`'s box (`put` true).
     fn strided(
         &self,
         x: &WgpuStorage,
         out: &WgpuStorage,
-        shape: &[usize],
-        strides: &[usize],
-        base: usize,
+        copy: &StridedCopy,
         put: bool,
     ) -> Result<()> {
-        let n: usize = shape.iter().product();
+        let n: usize = copy.extent.iter().product();
         let wpe = x.dtype.size() / 4;
         let mut p = vec![
             n as u32,
             wpe as u32,
-            shape.len() as u32,
-            base as u32,
+            copy.extent.len() as u32,
+            copy.base as u32,
             u32::from(put),
         ];
-        p.extend(shape.iter().map(|&d| d as u32));
-        p.extend(strides.iter().map(|&d| d as u32));
+        p.extend(copy.extent.iter().map(|&d| d as u32));
+        p.extend(copy.strides.iter().map(|&d| d as u32));
         self.run("strided", n, &p, &[&x.buf, &out.buf])
     }
 
@@ -697,22 +694,6 @@ impl WgpuBackend {
     }
 }
 
-fn unary_code(op: UnaryOp) -> u32 {
-    match op {
-        UnaryOp::Neg => 0,
-        UnaryOp::Exp => 1,
-        UnaryOp::Log => 2,
-        UnaryOp::Sqrt => 3,
-        UnaryOp::Square => 4,
-        UnaryOp::Relu => 5,
-        UnaryOp::Gelu => 6,
-        UnaryOp::Sigmoid => 7,
-        UnaryOp::Tanh => 8,
-        UnaryOp::Step => 9,
-        UnaryOp::GeluGrad => 10,
-    }
-}
-
 impl Backend for WgpuBackend {
     type Storage = WgpuStorage;
 
@@ -741,7 +722,7 @@ impl Backend for WgpuBackend {
     fn unary(&self, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
         self.need_f32(x, "unary")?;
         let out = self.new_storage(x.len, x.dtype)?;
-        let code = unary_code(op);
+        let code = op.code();
         self.run_pieces(
             "unary",
             x.len,
@@ -772,12 +753,7 @@ impl Backend for WgpuBackend {
                 .map(|&s| s as u32)
                 .collect()
         };
-        let code = match op {
-            BinaryOp::Add => 0,
-            BinaryOp::Sub => 1,
-            BinaryOp::Mul => 2,
-            BinaryOp::Div => 3,
-        };
+        let code = op.code();
         if a_shape == out_shape && b_shape == out_shape {
             // no broadcasting: a flat elementwise op, which binds in pieces
             self.run_pieces(
@@ -864,10 +840,7 @@ impl Backend for WgpuBackend {
             .product();
         let count: usize = dims.iter().map(|&d| shape[d]).product();
         let out = self.new_storage(n_out, DType::F32)?;
-        let code = match op {
-            ReduceKind::Sum => 0,
-            ReduceKind::Max => 1,
-        };
+        let code = op.code();
         let params = |lead: usize, x_base: u32, out_base: u32| {
             let mut p = vec![
                 (n_out / shape[0].max(1) * lead) as u32,
@@ -988,10 +961,7 @@ impl Backend for WgpuBackend {
 
     fn permute(&self, x: &WgpuStorage, shape: &[usize], perm: &[usize]) -> Result<WgpuStorage> {
         let out = self.new_storage(x.len, x.dtype)?;
-        let st = strides(shape);
-        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let in_strides: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-        self.strided(x, &out, &out_shape, &in_strides, 0, false)?;
+        self.strided(x, &out, &StridedCopy::permute(shape, perm), false)?;
         Ok(out)
     }
 
@@ -1003,25 +973,19 @@ impl Backend for WgpuBackend {
         extent: &[usize],
     ) -> Result<WgpuStorage> {
         let out = self.new_storage(extent.iter().product(), x.dtype)?;
-        let st = strides(shape);
-        let base: usize = start.iter().zip(&st).map(|(a, b)| a * b).sum();
-        self.strided(x, &out, extent, &st, base, false)?;
+        self.strided(x, &out, &StridedCopy::slice(shape, start, extent), false)?;
         Ok(out)
     }
 
     fn cat(&self, xs: &[&WgpuStorage], shapes: &[&[usize]], dim: usize) -> Result<WgpuStorage> {
-        let first = shapes
-            .first()
-            .ok_or_else(|| Error::Internal("cat of no tensors".into()))?;
-        let mut out_shape = first.to_vec();
-        out_shape[dim] = shapes.iter().map(|s| s[dim]).sum();
-        let dtype = xs.first().map_or(DType::F32, |x| x.dtype);
+        if xs.is_empty() {
+            return Err(Error::Internal("cat of no tensors".into()));
+        }
+        let (out_shape, copies) = StridedCopy::cat(shapes, dim);
+        let dtype = xs[0].dtype;
         let out = self.new_storage(out_shape.iter().product(), dtype)?;
-        let st = strides(&out_shape);
-        let mut at = 0;
-        for (x, shape) in xs.iter().zip(shapes) {
-            self.strided(x, &out, shape, &st, at * st[dim], true)?;
-            at += shape[dim];
+        for (x, copy) in xs.iter().zip(&copies) {
+            self.strided(x, &out, copy, true)?;
         }
         Ok(out)
     }
