@@ -546,6 +546,9 @@ impl WgpuBackend {
 
     /// `copy` between `x` and `out`: `x`'s box gathered into the contiguous `out` (`put`
     /// false), or the contiguous `x` scattered into `out`'s box (`put` true).
+    /// Past the binding limit the box is cut along its first dim into blocks whose strided
+    /// span and contiguous part each fit a binding (slices and concatenations along any dim;
+    /// a permutation that scatters every block over the whole tensor is refused).
     fn strided(
         &self,
         x: &WgpuStorage,
@@ -554,17 +557,65 @@ impl WgpuBackend {
         put: bool,
     ) -> Result<()> {
         let n: usize = copy.extent.iter().product();
-        let wpe = x.dtype.size() / 4;
-        let mut p = vec![
-            n as u32,
-            wpe as u32,
-            copy.extent.len() as u32,
-            copy.base as u32,
-            u32::from(put),
-        ];
-        p.extend(copy.extent.iter().map(|&d| d as u32));
-        p.extend(copy.strides.iter().map(|&d| d as u32));
-        self.run("strided", n, &p, &[&x.buf, &out.buf])
+        let elem = x.dtype.size();
+        let params = |c: &StridedCopy, base: u32, contig_base: u32| {
+            let mut p = vec![
+                c.extent.iter().product::<usize>() as u32,
+                (elem / 4) as u32,
+                c.extent.len() as u32,
+                base,
+                u32::from(put),
+                contig_base,
+            ];
+            p.extend(c.extent.iter().map(|&d| d as u32));
+            p.extend(c.strides.iter().map(|&d| d as u32));
+            p
+        };
+        let fits = |s: &WgpuStorage| (s.len * elem) as u64 <= self.max_binding;
+        if (fits(x) && fits(out)) || n == 0 {
+            let p = params(copy, copy.base as u32, 0);
+            return self.run("strided", n, &p, &[&x.buf, &out.buf]);
+        }
+        let (strided_buf, contig_buf) = if put {
+            (&out.buf, &x.buf)
+        } else {
+            (&x.buf, &out.buf)
+        };
+        // elements a block of r rows spans on each side, and the most rows that fit
+        let inner: usize = copy.extent[1..].iter().product();
+        let rest_span: usize = 1 + copy.extent[1..]
+            .iter()
+            .zip(&copy.strides[1..])
+            .map(|(e, s)| (e - 1) * s)
+            .sum::<usize>();
+        let room = (self.max_binding - self.align) as usize / elem;
+        let by_contig = room / inner;
+        let by_strided = match copy.strides[0] {
+            0 => usize::MAX,
+            s0 => room.checked_sub(rest_span).map_or(0, |r| r / s0 + 1),
+        };
+        let rows = by_contig.min(by_strided);
+        if rows == 0 {
+            return Err(device_error(
+                "a copy (permute, slice or cat) whose every block spans more than a storage \
+                 binding: not supported by the wgpu backend",
+            ));
+        }
+        let mut i0 = 0;
+        while i0 < copy.extent[0] {
+            let r = rows.min(copy.extent[0] - i0);
+            let mut block = copy.clone();
+            block.extent[0] = r;
+            let start = copy.base + i0 * copy.strides[0];
+            let span = (r - 1) * copy.strides[0] + rest_span;
+            let (sb, base) = self.window(strided_buf, start, span, elem)?;
+            let (cb, contig_base) = self.window(contig_buf, i0 * inner, r * inner, elem)?;
+            let p = params(&block, base, contig_base);
+            let bindings = if put { [cb, sb] } else { [sb, cb] };
+            self.dispatch("strided", r * inner, &p, &bindings)?;
+            i0 += r;
+        }
+        Ok(())
     }
 
     /// `len` elements of `elem` bytes of `buf` from element `start`, bound at the aligned

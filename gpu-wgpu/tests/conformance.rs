@@ -32,8 +32,8 @@ fn adapter_and_typed_errors() {
     ));
 }
 
-/// A tensor just past the storage-binding limit: elementwise kernels and a full reduction work
-/// on it in pieces (values checked everywhere), other kernels refuse it with a typed error.
+/// A tensor just past the storage-binding limit: elementwise kernels, a full reduction and a
+/// copy work on it in pieces (values checked everywhere).
 #[test]
 fn tensors_past_the_binding_limit() {
     let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
@@ -67,12 +67,8 @@ fn tensors_past_the_binding_limit() {
         "sum {} vs {want}",
         total[0]
     );
-    let refused = b.permute(&x, &[n], &[0]);
-    assert!(
-        matches!(refused, Err(Error::Device { .. })),
-        "{:?}",
-        refused.err()
-    );
+    let copied = got(&b.permute(&x, &[n], &[0]).unwrap());
+    assert!(copied == v, "a contiguous copy in pieces");
 }
 
 /// The other matmul kernel than the adapter's default (the tiled one on lavapipe), through the
@@ -207,6 +203,54 @@ fn rows_past_the_binding_limit() {
     ));
     assert!(matches!(
         b.softmax(&x, &shape, 0, true),
+        Err(Error::Device { .. })
+    ));
+}
+
+/// Slices and a concatenation of a (rows, 257) tensor past one storage binding run as blocks
+/// of rows (both sides bound at unaligned starts), checked element by element; a transpose,
+/// whose every block spans the whole tensor, is a typed error.
+#[test]
+fn copies_past_the_binding_limit() {
+    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped(
+            "copies_past_the_binding_limit",
+            &"no wgpu adapter",
+        );
+    };
+    let cols = 257;
+    let rows = (b.max_binding() / 4) as usize / cols + 5;
+    let shape = [rows, cols];
+    let v: Vec<f32> = (0..rows * cols).map(|i| (i % 1_000_003) as f32).collect();
+    let x = b.upload(&HostData::F32(v.clone())).unwrap();
+    let got = |s: &gflow_wgpu::WgpuStorage| -> Vec<f32> {
+        match b.download(s).unwrap() {
+            HostData::F32(v) => v,
+            other => panic!("{other:?}"),
+        }
+    };
+    // a narrow band of columns (small output) and most rows (large output)
+    for (start, extent) in [([3, 5], [rows - 7, 100]), ([2, 0], [rows - 2, cols])] {
+        let s = got(&b.slice(&x, &shape, &start, &extent).unwrap());
+        for r in 0..extent[0] {
+            for c in 0..extent[1] {
+                assert_eq!(
+                    s[r * extent[1] + c],
+                    v[(start[0] + r) * cols + start[1] + c],
+                    "slice {start:?} at ({r}, {c})"
+                );
+            }
+        }
+    }
+    let y: Vec<f32> = (0..rows).map(|i| -(i as f32)).collect();
+    let yd = b.upload(&HostData::F32(y.clone())).unwrap();
+    let cat = got(&b.cat(&[&x, &yd], &[&shape, &[rows, 1]], 1).unwrap());
+    for r in 0..rows {
+        assert!(cat[r * (cols + 1)..r * (cols + 1) + cols] == v[r * cols..(r + 1) * cols]);
+        assert_eq!(cat[r * (cols + 1) + cols], y[r], "cat row {r}");
+    }
+    assert!(matches!(
+        b.permute(&x, &shape, &[1, 0]),
         Err(Error::Device { .. })
     ));
 }
