@@ -1,7 +1,12 @@
-// Row gather (any dtype, as words) and row scatter-add (f32). params: mode, count (indices),
-// row_words, rows. Indices are i64, read as their low word (checked on the host beforehand).
-// mode 0: out[r, c] = table[idx[r], c], one thread per output word.
-// mode 1: out[row, c] = sum of src[i, c] over i with idx[i] == row, one thread per output word.
+// Row gather (any dtype, as words) and row scatter-add (f32), on a block of table rows
+// [first_row, first_row + block_rows) and a block of indices [first_idx, first_idx + count), so
+// tables and outputs past one binding work in pieces. params: mode, count, row_words,
+// block_rows, first_row, first_idx, src base, out base, accumulate. Indices are i64, read as
+// their low word (checked on the host beforehand).
+// mode 0: out[r, c] = table[idx[r], c] for the block's indices that fall in its rows, one
+//   thread per output word of the index block;
+// mode 1: out[row, c] (+)= sum of src[i, c] over the block's indices with idx[i] == row, one
+//   thread per output word of the row block (accumulate 1 adds to what is there).
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read> idx: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<u32>;
@@ -11,23 +16,32 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let w = flat(gid, nwg);
     let count = params[1];
     let rw = params[2];
+    let first_row = params[4];
+    let first_idx = params[5];
+    let src_base = params[6];
+    let out_base = params[7];
     if params[0] == 0u {
         if w >= count * rw {
             return;
         }
-        let r = w / rw;
-        out[w] = src[idx[2u * r] * rw + w % rw];
+        let i = idx[2u * (first_idx + w / rw)];
+        if i >= first_row && i < first_row + params[3] {
+            out[out_base + w] = src[src_base + (i - first_row) * rw + w % rw];
+        }
     } else {
         if w >= params[3] * rw {
             return;
         }
-        let row = w / rw;
+        let row = first_row + w / rw;
         var acc = 0.0;
         for (var i = 0u; i < count; i++) {
-            if idx[2u * i] == row {
-                acc += bitcast<f32>(src[i * rw + w % rw]);
+            if idx[2u * (first_idx + i)] == row {
+                acc += bitcast<f32>(src[src_base + i * rw + w % rw]);
             }
         }
-        out[w] = bitcast<u32>(acc);
+        if params[8] == 1u {
+            acc += bitcast<f32>(out[out_base + w]);
+        }
+        out[out_base + w] = bitcast<u32>(acc);
     }
 }

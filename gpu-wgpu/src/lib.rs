@@ -723,6 +723,75 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// The row gather (`scatter` false: `data` is the table) or scatter-add (`data` holds the
+    /// rows to add) over blocks of table rows and of indices that each fit a binding: every
+    /// (row block, index block) pair is one dispatch; a scatter adds each later index block to
+    /// what the earlier ones wrote.
+    fn rows_blocks(
+        &self,
+        scatter: bool,
+        data: &WgpuStorage,
+        rows: usize,
+        rw: usize,
+        indices: &WgpuStorage,
+        out: &WgpuStorage,
+    ) -> Result<()> {
+        let count = indices.len;
+        if count * rw == 0 && !scatter || rows * rw == 0 {
+            return Ok(());
+        }
+        let room = (self.max_binding - self.align) as usize / 4 / rw;
+        if room == 0 || (count * 8) as u64 > self.max_binding {
+            return Err(device_error(
+                "gather/scatter rows: a row or the index list exceeds a storage binding",
+            ));
+        }
+        let idx = wgpu::BufferBinding {
+            buffer: &indices.buf,
+            offset: 0,
+            size: None,
+        };
+        let (table, list) = if scatter { (out, data) } else { (data, out) };
+        let mut t0 = 0;
+        while t0 < rows {
+            let tb = room.min(rows - t0);
+            let (table_bind, table_base) = self.window(&table.buf, t0 * rw, tb * rw, 4)?;
+            let mut r0 = 0;
+            loop {
+                let ob = room.min(count - r0);
+                let (list_bind, list_base) = self.window(&list.buf, r0 * rw, ob * rw, 4)?;
+                let (src_base, out_base) = if scatter {
+                    (list_base, table_base)
+                } else {
+                    (table_base, list_base)
+                };
+                let p = [
+                    u32::from(scatter),
+                    ob as u32,
+                    rw as u32,
+                    tb as u32,
+                    t0 as u32,
+                    r0 as u32,
+                    src_base,
+                    out_base,
+                    u32::from(r0 > 0),
+                ];
+                let (threads, bindings) = if scatter {
+                    (tb * rw, [list_bind, idx.clone(), table_bind.clone()])
+                } else {
+                    (ob * rw, [table_bind.clone(), idx.clone(), list_bind])
+                };
+                self.dispatch("rows", threads, &p, &bindings)?;
+                r0 += ob;
+                if r0 >= count {
+                    break;
+                }
+            }
+            t0 += tb;
+        }
+        Ok(())
+    }
+
     /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
     fn check_indices(&self, indices: &WgpuStorage, rows: usize, op: &'static str) -> Result<()> {
         if indices.dtype != DType::I64 {
@@ -844,13 +913,7 @@ impl Backend for WgpuBackend {
         self.check_indices(indices, rows, "gather_rows")?;
         let out = self.new_storage(indices.len * row_len, table.dtype)?;
         let rw = row_len * table.dtype.size() / 4;
-        let p = [0, indices.len as u32, rw as u32, rows as u32];
-        self.run(
-            "rows",
-            indices.len * rw,
-            &p,
-            &[&table.buf, &indices.buf, &out.buf],
-        )?;
+        self.rows_blocks(false, table, rows, rw, indices, &out)?;
         Ok(out)
     }
 
@@ -864,13 +927,7 @@ impl Backend for WgpuBackend {
         self.need_f32(src, "scatter_add_rows")?;
         self.check_indices(indices, rows, "scatter_add_rows")?;
         let out = self.new_storage(rows * row_len, src.dtype)?;
-        let p = [1, indices.len as u32, row_len as u32, rows as u32];
-        self.run(
-            "rows",
-            rows * row_len,
-            &p,
-            &[&src.buf, &indices.buf, &out.buf],
-        )?;
+        self.rows_blocks(true, src, rows, row_len, indices, &out)?;
         Ok(out)
     }
 

@@ -254,3 +254,60 @@ fn copies_past_the_binding_limit() {
         Err(Error::Device { .. })
     ));
 }
+
+/// Row gathers and scatter-adds past one storage binding: a table larger than a binding
+/// (blocks of rows), an output larger than one (blocks of indices), repeated indices, checked
+/// element by element.
+#[test]
+fn rows_gather_scatter_past_the_binding_limit() {
+    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped(
+            "rows_gather_scatter_past_the_binding_limit",
+            &"no wgpu adapter",
+        );
+    };
+    let cols = 257;
+    let big = (b.max_binding() / 4) as usize / cols + 5;
+    let f32s = |s: &gflow_wgpu::WgpuStorage| -> Vec<f32> {
+        match b.download(s).unwrap() {
+            HostData::F32(v) => v,
+            other => panic!("{other:?}"),
+        }
+    };
+    // a large table, a few indices at both ends and in the middle (repeats included)
+    let table: Vec<f32> = (0..big * cols).map(|i| (i % 999_983) as f32).collect();
+    let t = b.upload(&HostData::F32(table.clone())).unwrap();
+    let idx: Vec<i64> = vec![0, big as i64 - 1, (big / 2) as i64, big as i64 - 1, 7];
+    let ix = b.upload(&HostData::I64(idx.clone())).unwrap();
+    let g = f32s(&b.gather_rows(&t, big, cols, &ix).unwrap());
+    for (r, &i) in idx.iter().enumerate() {
+        let i = i as usize;
+        assert!(
+            g[r * cols..(r + 1) * cols] == table[i * cols..(i + 1) * cols],
+            "gather {r}"
+        );
+    }
+    let src: Vec<f32> = (0..idx.len() * cols).map(|i| (i % 13) as f32).collect();
+    let s = b.upload(&HostData::F32(src.clone())).unwrap();
+    let sc = f32s(&b.scatter_add_rows(&s, big, cols, &ix).unwrap());
+    let mut want = vec![0f32; big * cols];
+    for (r, &i) in idx.iter().enumerate() {
+        for c in 0..cols {
+            want[i as usize * cols + c] += src[r * cols + c];
+        }
+    }
+    assert!(sc == want, "scatter-add into a large table");
+    // a small table gathered into an output larger than a binding
+    let small: Vec<f32> = (0..10 * cols).map(|i| i as f32).collect();
+    let st = b.upload(&HostData::F32(small.clone())).unwrap();
+    let many: Vec<i64> = (0..big).map(|r| ((r * 7) % 10) as i64).collect();
+    let mx = b.upload(&HostData::I64(many.clone())).unwrap();
+    let g = f32s(&b.gather_rows(&st, 10, cols, &mx).unwrap());
+    for (r, &i) in many.iter().enumerate() {
+        let i = i as usize;
+        assert!(
+            g[r * cols..(r + 1) * cols] == small[i * cols..(i + 1) * cols],
+            "row {r}"
+        );
+    }
+}
