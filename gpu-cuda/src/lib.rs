@@ -609,10 +609,13 @@ impl CudaBackend {
                 got: indices.dtype(),
             });
         };
-        let host = self
-            .stream
-            .clone_dtoh(&ix.slice(..indices.len))
-            .map_err(device_error)?;
+        let host = if indices.len == 0 {
+            vec![]
+        } else {
+            self.stream
+                .clone_dtoh(&ix.slice(..indices.len))
+                .map_err(device_error)?
+        };
         if let Some(i) = host.iter().find(|&&i| i < 0 || i as usize >= rows) {
             return Err(Error::InvalidArgument {
                 op,
@@ -698,6 +701,9 @@ impl Backend for CudaBackend {
     }
 
     fn download(&self, s: &CudaStorage) -> Result<HostData> {
+        if s.len == 0 {
+            return Ok(HostData::from_bytes(s.dtype(), &[]));
+        }
         let st = &self.stream;
         let data = match &s.buf {
             Buf::F32(b) => HostData::F32(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
