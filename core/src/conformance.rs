@@ -543,8 +543,16 @@ pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
     Ok(())
 }
 
-/// Tensors with no elements go through every kernel.
+/// Tensors with no elements go through every kernel; a 0-d tensor reduces to itself.
 pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
+    let scalar = b.upload(&HostData::F32(vec![2.5]))?;
+    expect(
+        b,
+        "reduce 0-d",
+        &b.reduce(ReduceKind::Sum, &scalar, &[], &[])?,
+        &[2.5],
+        DType::F32,
+    )?;
     let e = b.upload(&HostData::F32(vec![]))?;
     expect(
         b,

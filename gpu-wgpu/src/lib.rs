@@ -949,24 +949,21 @@ impl Backend for WgpuBackend {
         let count: usize = dims.iter().map(|&d| shape[d]).product();
         let out = self.new_storage(n_out, DType::F32)?;
         let code = op.code();
-        let params = |lead: usize, x_base: u32, out_base: u32| {
-            let mut p = vec![
-                (n_out / shape[0].max(1) * lead) as u32,
-                code,
-                shape.len() as u32,
-                count as u32,
-            ];
-            p.push(lead as u32);
-            p.extend(shape[1..].iter().map(|&d| d as u32));
-            p.extend((0..shape.len()).map(|d| u32::from(dims.contains(&d))));
+        // `n` outputs of `shape` with its first dim cut to `lead`, bound at element bases
+        let params = |lead: usize, n: usize, x_base: u32, out_base: u32| {
+            let mut sh = shape.to_vec();
+            if let Some(first) = sh.first_mut() {
+                *first = lead;
+            }
+            let mut p = vec![n as u32, code, sh.len() as u32, count as u32];
+            p.extend(sh.iter().map(|&d| d as u32));
+            p.extend((0..sh.len()).map(|d| u32::from(dims.contains(&d))));
             p.extend(strides(shape).iter().map(|&s| s as u32));
             p.extend([NEG_INF, x_base, out_base]);
             p
         };
-        if !large || shape.is_empty() {
-            let n = shape.first().copied().unwrap_or(1);
-            let mut p = params(n, 0, 0);
-            p[0] = n_out as u32;
+        if !large {
+            let p = params(shape.first().copied().unwrap_or(1), n_out, 0, 0);
             self.run("reduce", n_out, &p, &[&x.buf, &out.buf])?;
             return Ok(out);
         }
@@ -986,12 +983,8 @@ impl Backend for WgpuBackend {
             let r = block.min(shape[0] - i0);
             let (xb, x_base) = self.window(&x.buf, i0 * x_row, r * x_row, 4)?;
             let (ob, out_base) = self.window(&out.buf, i0 * out_row, r * out_row, 4)?;
-            self.dispatch(
-                "reduce",
-                r * out_row,
-                &params(r, x_base, out_base),
-                &[xb, ob],
-            )?;
+            let p = params(r, r * out_row, x_base, out_base);
+            self.dispatch("reduce", r * out_row, &p, &[xb, ob])?;
             i0 += r;
         }
         Ok(out)

@@ -28,6 +28,26 @@ fn neighbours(group: &[usize], me: usize) -> (usize, usize) {
     (group[(me + n - 1) % n], group[(me + 1) % n])
 }
 
+/// One step that only sends `data` to `peer`.
+fn send_step<C: Communicator + ?Sized>(
+    comm: &C,
+    peer: usize,
+    tag: Tag,
+    data: &[u8],
+) -> Result<(), CommError> {
+    comm.exchange(&[Outbound { peer, tag, data }], &mut [], None)
+}
+
+/// One step that only receives `out` from `peer`.
+fn recv_step<C: Communicator + ?Sized>(
+    comm: &C,
+    peer: usize,
+    tag: Tag,
+    out: &mut [u8],
+) -> Result<(), CommError> {
+    comm.exchange(&[], &mut [Inbound { peer, tag, out }], None)
+}
+
 /// Ring all-gather over `slots` (slot i is member i's block, `slots[me]` already filled):
 /// n-1 steps, step s passes block (me - s) right and takes block (me - s - 1) from the left.
 pub(super) fn all_gather<C: Communicator + ?Sized>(
@@ -111,26 +131,9 @@ pub(super) fn broadcast<C: Communicator + ?Sized>(
     let mut mask = 1;
     while mask < n {
         if v < mask && v + mask < n {
-            let data = &*buf;
-            comm.exchange(
-                &[Outbound {
-                    peer: at(v + mask),
-                    tag,
-                    data,
-                }],
-                &mut [],
-                None,
-            )?;
+            send_step(comm, at(v + mask), tag, buf)?;
         } else if (mask..2 * mask).contains(&v) {
-            comm.exchange(
-                &[],
-                &mut [Inbound {
-                    peer: at(v - mask),
-                    tag,
-                    out: buf,
-                }],
-                None,
-            )?;
+            recv_step(comm, at(v - mask), tag, buf)?;
         }
         mask *= 2;
     }
@@ -157,38 +160,12 @@ pub(super) fn all_reduce_doubling<C: Communicator + ?Sized>(
     let r = n - p;
     if me < 2 * r && me.is_multiple_of(2) {
         // folded: hand the data over, get the result back
-        let partner = group[me + 1];
-        comm.exchange(
-            &[Outbound {
-                peer: partner,
-                tag,
-                data: &*data,
-            }],
-            &mut [],
-            None,
-        )?;
-        return comm.exchange(
-            &[],
-            &mut [Inbound {
-                peer: partner,
-                tag,
-                out: data,
-            }],
-            None,
-        );
+        send_step(comm, group[me + 1], tag, data)?;
+        return recv_step(comm, group[me + 1], tag, data);
     }
     let mut theirs = vec![0u8; data.len()];
     if me < 2 * r {
-        let partner = group[me - 1];
-        comm.exchange(
-            &[],
-            &mut [Inbound {
-                peer: partner,
-                tag,
-                out: &mut theirs,
-            }],
-            None,
-        )?;
+        recv_step(comm, group[me - 1], tag, &mut theirs)?;
         combine_in_order(data, &mut theirs, false, dtype, op);
     }
     // position among the p members that double, and back
@@ -214,15 +191,7 @@ pub(super) fn all_reduce_doubling<C: Communicator + ?Sized>(
         mask <<= 1;
     }
     if me < 2 * r {
-        comm.exchange(
-            &[Outbound {
-                peer: group[me - 1],
-                tag,
-                data: &*data,
-            }],
-            &mut [],
-            None,
-        )?;
+        send_step(comm, group[me - 1], tag, data)?;
     }
     Ok(())
 }
