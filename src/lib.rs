@@ -32,12 +32,16 @@ pub mod prelude {
 /// `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
 /// backend is opened on first use; where it has no device that use is `BackendUnavailable`.
 pub fn register_backends() {
-    use gflow_core::backend::{HostKernels, Staged, register_backend};
-    fn make_wgpu() -> Result<std::sync::Arc<dyn HostKernels>> {
-        Ok(std::sync::Arc::new(Staged(gflow_wgpu::WgpuBackend::new()?)))
+    use gflow_core::backend::{Kernels, Resident, register_backend};
+    fn make_wgpu() -> Result<std::sync::Arc<dyn Kernels>> {
+        Ok(std::sync::Arc::new(Resident::new(
+            gflow_wgpu::WgpuBackend::new()?,
+        )))
     }
-    fn make_cuda() -> Result<std::sync::Arc<dyn HostKernels>> {
-        Ok(std::sync::Arc::new(Staged(gflow_cuda::CudaBackend::new()?)))
+    fn make_cuda() -> Result<std::sync::Arc<dyn Kernels>> {
+        Ok(std::sync::Arc::new(Resident::new(
+            gflow_cuda::CudaBackend::new()?,
+        )))
     }
     register_backend(DeviceType::Wgpu, make_wgpu);
     register_backend(DeviceType::Cuda, make_cuda);

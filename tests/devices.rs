@@ -2,7 +2,8 @@
 //! gives on `"cpu"` (the kernels run on wgpu: lavapipe in CI), and a mixed cluster (rank 0 on
 //! wgpu, rank 1 on the CPU, through `GFLOW_DEVICE_OVERRIDE`) holds shards of one tensor with the
 //! same results; the same on `"cuda"` where a driver is. Skips loudly without an adapter or
-//! driver, unless `GFLOW_REQUIRE_BACKEND` names the backend.
+//! driver, unless `GFLOW_REQUIRE_BACKEND` names the backend. GPU results stay in device memory
+//! until the host reads them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use gflow::Error;
@@ -24,6 +25,24 @@ fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
         let b = Tensor::randn(&[4], (&p, Sbp::broadcast()))?;
         let h = (&x.matmul(&w)? + &b)?.relu()?;
         let s = h.softmax(1)?;
+        // GPU results stay on the device through the chain; host inputs keep their upload.
+        let on = match x.device() {
+            Device::Cpu => None,
+            d => Some(d.to_string()),
+        };
+        for t in [&h, &s] {
+            assert_eq!(t.resident_on().map(str::to_string), on, "a result's home");
+            assert_eq!(
+                t.has_host_copy(),
+                on.is_none(),
+                "a GPU result was downloaded"
+            );
+        }
+        assert_eq!(
+            w.resident_on().map(str::to_string),
+            on,
+            "an input's upload is kept"
+        );
         let c = Tensor::cat(&[&s, &x.narrow(1, 0, 2)?], 1)?;
         let loss = (&c * &c)?.sum([0, 1], false)?;
         loss.backward()?;

@@ -10,7 +10,7 @@ use crate::cpu::CpuBackend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
-use crate::storage::HostData;
+use crate::storage::{Buffer, DeviceBuffer, HostData};
 
 /// Elementwise functions of one tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -184,169 +184,225 @@ pub trait Backend: Send + Sync {
     fn cat(&self, xs: &[&Self::Storage], shapes: &[&[usize]], dim: usize) -> Result<Self::Storage>;
     /// The element type of a buffer.
     fn dtype(&self, s: &Self::Storage) -> DType;
+    /// The number of elements of a buffer.
+    fn len(&self, s: &Self::Storage) -> usize;
 }
 
-/// A backend's kernels on host data, object-safe: what operators call. The CPU backend computes
-/// on the host data itself; a device backend is wrapped in [`Staged`], which uploads the inputs,
-/// runs the device kernel and downloads the result for every call (correct first: tensors that
-/// stay resident on the device are the next step).
-pub trait HostKernels: Send + Sync {
+/// A backend's kernels on [`Buffer`]s, object-safe: what operators call. The CPU backend
+/// computes on host data; a device backend is wrapped in [`Resident`], which keeps inputs and
+/// results on the device so that a chain of operators never leaves it.
+pub trait Kernels: Send + Sync {
     /// The backend's short name.
     fn name(&self) -> &'static str;
     /// See [`Backend::computes`].
     fn computes(&self, dtype: DType) -> bool;
     /// See [`Backend::unary`].
-    fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData>;
+    fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer>;
     /// See [`Backend::binary`].
     fn binary(
         &self,
         op: BinaryOp,
-        a: &HostData,
+        a: &Buffer,
         a_shape: &[usize],
-        b: &HostData,
+        b: &Buffer,
         b_shape: &[usize],
         out_shape: &[usize],
-    ) -> Result<HostData>;
+    ) -> Result<Buffer>;
     /// See [`Backend::scale`].
-    fn scale(&self, x: &HostData, s: f64) -> Result<HostData>;
+    fn scale(&self, x: &Buffer, s: f64) -> Result<Buffer>;
     /// See [`Backend::add_scalar`].
-    fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData>;
+    fn add_scalar(&self, x: &Buffer, s: f64) -> Result<Buffer>;
     /// See [`Backend::gather_rows`].
     fn gather_rows(
         &self,
-        table: &HostData,
+        table: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData>;
+        indices: &Buffer,
+    ) -> Result<Buffer>;
     /// See [`Backend::scatter_add_rows`].
     fn scatter_add_rows(
         &self,
-        src: &HostData,
+        src: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData>;
+        indices: &Buffer,
+    ) -> Result<Buffer>;
     /// See [`Backend::reduce`].
-    fn reduce(
-        &self,
-        op: ReduceKind,
-        x: &HostData,
-        shape: &[usize],
-        dims: &[usize],
-    ) -> Result<HostData>;
+    fn reduce(&self, op: ReduceKind, x: &Buffer, shape: &[usize], dims: &[usize])
+    -> Result<Buffer>;
     /// See [`Backend::softmax`].
-    fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData>;
+    fn softmax(&self, x: &Buffer, shape: &[usize], dim: usize, log: bool) -> Result<Buffer>;
     /// See [`Backend::matmul`].
-    fn matmul(&self, a: &HostData, b: &HostData, dims: MatmulDims) -> Result<HostData>;
+    fn matmul(&self, a: &Buffer, b: &Buffer, dims: MatmulDims) -> Result<Buffer>;
     /// See [`Backend::permute`].
-    fn permute(&self, x: &HostData, shape: &[usize], perm: &[usize]) -> Result<HostData>;
+    fn permute(&self, x: &Buffer, shape: &[usize], perm: &[usize]) -> Result<Buffer>;
     /// See [`Backend::slice`].
     fn slice(
         &self,
-        x: &HostData,
+        x: &Buffer,
         shape: &[usize],
         start: &[usize],
         extent: &[usize],
-    ) -> Result<HostData>;
+    ) -> Result<Buffer>;
     /// See [`Backend::cat`].
-    fn cat(&self, xs: &[&HostData], shapes: &[&[usize]], dim: usize) -> Result<HostData>;
+    fn cat(&self, xs: &[&Buffer], shapes: &[&[usize]], dim: usize) -> Result<Buffer>;
 }
 
-/// A device [`Backend`] seen as [`HostKernels`]: each call uploads, computes and downloads.
-pub struct Staged<B>(pub B);
+/// A device [`Backend`] seen as [`Kernels`]: an input already on this device is used where it
+/// is; a host input is uploaded and the upload kept in its buffer for the next kernel; results
+/// stay on the device until the host reads them.
+pub struct Resident<B>(Arc<B>);
 
-impl<B: Backend> Staged<B> {
-    fn up(&self, x: &HostData) -> Result<B::Storage> {
-        self.0.upload(x)
+impl<B: Backend + 'static> Resident<B> {
+    /// Wraps a device backend.
+    pub fn new(backend: B) -> Resident<B> {
+        Resident(Arc::new(backend))
+    }
+
+    /// `x` on this device.
+    fn input(&self, x: &Buffer) -> Result<Arc<dyn DeviceBuffer>> {
+        if let Some(d) = x.device_copy()
+            && d.as_any().is::<Held<B>>()
+        {
+            return Ok(d.clone());
+        }
+        let held: Arc<dyn DeviceBuffer> = Arc::new(Held {
+            backend: self.0.clone(),
+            storage: self.0.upload(x.host()?)?,
+        });
+        x.keep_device_copy(held.clone());
+        Ok(held)
+    }
+
+    /// The backend's storage inside a buffer made by [`Resident::input`].
+    fn storage(d: &Arc<dyn DeviceBuffer>) -> Result<&B::Storage> {
+        d.as_any()
+            .downcast_ref::<Held<B>>()
+            .map(|h| &h.storage)
+            .ok_or_else(|| Error::Internal("a device buffer of another backend".into()))
+    }
+
+    /// Runs `f` on the device copies of `xs` and keeps its result on the device.
+    fn run(
+        &self,
+        xs: &[&Buffer],
+        f: impl FnOnce(&B, &[&B::Storage]) -> Result<B::Storage>,
+    ) -> Result<Buffer> {
+        let held: Vec<Arc<dyn DeviceBuffer>> =
+            xs.iter().map(|x| self.input(x)).collect::<Result<_>>()?;
+        let storages: Vec<&B::Storage> = held.iter().map(Self::storage).collect::<Result<_>>()?;
+        let out = f(&self.0, &storages)?;
+        let (dtype, len) = (self.0.dtype(&out), self.0.len(&out));
+        Ok(Buffer::on_device(
+            dtype,
+            len,
+            Arc::new(Held {
+                backend: self.0.clone(),
+                storage: out,
+            }),
+        ))
     }
 }
 
-impl<B: Backend> HostKernels for Staged<B> {
+/// A buffer of backend `B`, with the backend that downloads it.
+struct Held<B: Backend> {
+    backend: Arc<B>,
+    storage: B::Storage,
+}
+
+impl<B: Backend + 'static> DeviceBuffer for Held<B> {
+    fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+    fn download(&self) -> Result<HostData> {
+        self.backend.download(&self.storage)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl<B: Backend + 'static> Kernels for Resident<B> {
     fn name(&self) -> &'static str {
         self.0.name()
     }
     fn computes(&self, dtype: DType) -> bool {
         self.0.computes(dtype)
     }
-    fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData> {
-        self.0.download(&self.0.unary(op, &self.up(x)?)?)
+    fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.unary(op, s[0]))
     }
     fn binary(
         &self,
         op: BinaryOp,
-        a: &HostData,
+        a: &Buffer,
         a_shape: &[usize],
-        b: &HostData,
+        b: &Buffer,
         b_shape: &[usize],
         out_shape: &[usize],
-    ) -> Result<HostData> {
-        let (a, b) = (self.up(a)?, self.up(b)?);
-        self.0
-            .download(&self.0.binary(op, &a, a_shape, &b, b_shape, out_shape)?)
+    ) -> Result<Buffer> {
+        self.run(&[a, b], |k, s| {
+            k.binary(op, s[0], a_shape, s[1], b_shape, out_shape)
+        })
     }
-    fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
-        self.0.download(&self.0.scale(&self.up(x)?, s)?)
+    fn scale(&self, x: &Buffer, f: f64) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.scale(s[0], f))
     }
-    fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData> {
-        self.0.download(&self.0.add_scalar(&self.up(x)?, s)?)
+    fn add_scalar(&self, x: &Buffer, v: f64) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.add_scalar(s[0], v))
     }
     fn gather_rows(
         &self,
-        table: &HostData,
+        table: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData> {
-        let (t, i) = (self.up(table)?, self.up(indices)?);
-        self.0.download(&self.0.gather_rows(&t, rows, row_len, &i)?)
+        indices: &Buffer,
+    ) -> Result<Buffer> {
+        self.run(&[table, indices], |b, s| {
+            b.gather_rows(s[0], rows, row_len, s[1])
+        })
     }
     fn scatter_add_rows(
         &self,
-        src: &HostData,
+        src: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData> {
-        let (s, i) = (self.up(src)?, self.up(indices)?);
-        self.0
-            .download(&self.0.scatter_add_rows(&s, rows, row_len, &i)?)
+        indices: &Buffer,
+    ) -> Result<Buffer> {
+        self.run(&[src, indices], |b, s| {
+            b.scatter_add_rows(s[0], rows, row_len, s[1])
+        })
     }
     fn reduce(
         &self,
         op: ReduceKind,
-        x: &HostData,
+        x: &Buffer,
         shape: &[usize],
         dims: &[usize],
-    ) -> Result<HostData> {
-        self.0
-            .download(&self.0.reduce(op, &self.up(x)?, shape, dims)?)
+    ) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.reduce(op, s[0], shape, dims))
     }
-    fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData> {
-        self.0
-            .download(&self.0.softmax(&self.up(x)?, shape, dim, log)?)
+    fn softmax(&self, x: &Buffer, shape: &[usize], dim: usize, log: bool) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.softmax(s[0], shape, dim, log))
     }
-    fn matmul(&self, a: &HostData, b: &HostData, dims: MatmulDims) -> Result<HostData> {
-        let (a, b) = (self.up(a)?, self.up(b)?);
-        self.0.download(&self.0.matmul(&a, &b, dims)?)
+    fn matmul(&self, a: &Buffer, b: &Buffer, dims: MatmulDims) -> Result<Buffer> {
+        self.run(&[a, b], |k, s| k.matmul(s[0], s[1], dims))
     }
-    fn permute(&self, x: &HostData, shape: &[usize], perm: &[usize]) -> Result<HostData> {
-        self.0.download(&self.0.permute(&self.up(x)?, shape, perm)?)
+    fn permute(&self, x: &Buffer, shape: &[usize], perm: &[usize]) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.permute(s[0], shape, perm))
     }
     fn slice(
         &self,
-        x: &HostData,
+        x: &Buffer,
         shape: &[usize],
         start: &[usize],
         extent: &[usize],
-    ) -> Result<HostData> {
-        self.0
-            .download(&self.0.slice(&self.up(x)?, shape, start, extent)?)
+    ) -> Result<Buffer> {
+        self.run(&[x], |b, s| b.slice(s[0], shape, start, extent))
     }
-    fn cat(&self, xs: &[&HostData], shapes: &[&[usize]], dim: usize) -> Result<HostData> {
-        let up: Vec<B::Storage> = xs.iter().map(|x| self.up(x)).collect::<Result<_>>()?;
-        let refs: Vec<&B::Storage> = up.iter().collect();
-        self.0.download(&self.0.cat(&refs, shapes, dim)?)
+    fn cat(&self, xs: &[&Buffer], shapes: &[&[usize]], dim: usize) -> Result<Buffer> {
+        self.run(xs, |b, s| b.cat(s, shapes, dim))
     }
 }
 
@@ -366,11 +422,11 @@ pub fn say_skipped(test: &str, why: &dyn std::fmt::Display) {
 }
 
 /// Makes a device's kernels (called once per process, on first use).
-pub type BackendMaker = fn() -> Result<Arc<dyn HostKernels>>;
+pub type BackendMaker = fn() -> Result<Arc<dyn Kernels>>;
 
 static MAKERS: Mutex<Vec<(DeviceType, BackendMaker)>> = Mutex::new(Vec::new());
 /// A device's kernels once made, or why they could not be.
-type Made = std::result::Result<Arc<dyn HostKernels>, String>;
+type Made = std::result::Result<Arc<dyn Kernels>, String>;
 
 static MADE: Mutex<Vec<(DeviceType, Made)>> = Mutex::new(Vec::new());
 
@@ -388,9 +444,9 @@ pub fn register_backend(device: DeviceType, make: BackendMaker) {
 ///
 /// # Errors
 /// `BackendUnavailable` when no backend is registered for it or it has no device here.
-pub fn kernels(device: DeviceType) -> Result<Arc<dyn HostKernels>> {
+pub fn kernels(device: DeviceType) -> Result<Arc<dyn Kernels>> {
     if device == DeviceType::Cpu {
-        static CPU: std::sync::OnceLock<Arc<dyn HostKernels>> = std::sync::OnceLock::new();
+        static CPU: std::sync::OnceLock<Arc<dyn Kernels>> = std::sync::OnceLock::new();
         return Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone());
     }
     let unavailable = |reason: String| Error::BackendUnavailable {
@@ -417,80 +473,83 @@ pub fn kernels(device: DeviceType) -> Result<Arc<dyn HostKernels>> {
     r.map_err(unavailable)
 }
 
-/// A backend whose storage *is* host data (the CPU backend) computes on it directly.
-impl<B: Backend<Storage = HostData>> HostKernels for B {
+/// A backend whose storage *is* host data (the CPU backend) computes on buffers' host copies.
+impl<B: Backend<Storage = HostData>> Kernels for B {
     fn name(&self) -> &'static str {
         Backend::name(self)
     }
     fn computes(&self, dtype: DType) -> bool {
         Backend::computes(self, dtype)
     }
-    fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData> {
-        Backend::unary(self, op, x)
+    fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer> {
+        Backend::unary(self, op, x.host()?).map(Buffer::from)
     }
     fn binary(
         &self,
         op: BinaryOp,
-        a: &HostData,
+        a: &Buffer,
         a_shape: &[usize],
-        b: &HostData,
+        b: &Buffer,
         b_shape: &[usize],
         out_shape: &[usize],
-    ) -> Result<HostData> {
-        Backend::binary(self, op, a, a_shape, b, b_shape, out_shape)
+    ) -> Result<Buffer> {
+        Backend::binary(self, op, a.host()?, a_shape, b.host()?, b_shape, out_shape)
+            .map(Buffer::from)
     }
-    fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
-        Backend::scale(self, x, s)
+    fn scale(&self, x: &Buffer, s: f64) -> Result<Buffer> {
+        Backend::scale(self, x.host()?, s).map(Buffer::from)
     }
-    fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData> {
-        Backend::add_scalar(self, x, s)
+    fn add_scalar(&self, x: &Buffer, s: f64) -> Result<Buffer> {
+        Backend::add_scalar(self, x.host()?, s).map(Buffer::from)
     }
     fn gather_rows(
         &self,
-        table: &HostData,
+        table: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData> {
-        Backend::gather_rows(self, table, rows, row_len, indices)
+        indices: &Buffer,
+    ) -> Result<Buffer> {
+        Backend::gather_rows(self, table.host()?, rows, row_len, indices.host()?).map(Buffer::from)
     }
     fn scatter_add_rows(
         &self,
-        src: &HostData,
+        src: &Buffer,
         rows: usize,
         row_len: usize,
-        indices: &HostData,
-    ) -> Result<HostData> {
-        Backend::scatter_add_rows(self, src, rows, row_len, indices)
+        indices: &Buffer,
+    ) -> Result<Buffer> {
+        Backend::scatter_add_rows(self, src.host()?, rows, row_len, indices.host()?)
+            .map(Buffer::from)
     }
     fn reduce(
         &self,
         op: ReduceKind,
-        x: &HostData,
+        x: &Buffer,
         shape: &[usize],
         dims: &[usize],
-    ) -> Result<HostData> {
-        Backend::reduce(self, op, x, shape, dims)
+    ) -> Result<Buffer> {
+        Backend::reduce(self, op, x.host()?, shape, dims).map(Buffer::from)
     }
-    fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData> {
-        Backend::softmax(self, x, shape, dim, log)
+    fn softmax(&self, x: &Buffer, shape: &[usize], dim: usize, log: bool) -> Result<Buffer> {
+        Backend::softmax(self, x.host()?, shape, dim, log).map(Buffer::from)
     }
-    fn matmul(&self, a: &HostData, b: &HostData, dims: MatmulDims) -> Result<HostData> {
-        Backend::matmul(self, a, b, dims)
+    fn matmul(&self, a: &Buffer, b: &Buffer, dims: MatmulDims) -> Result<Buffer> {
+        Backend::matmul(self, a.host()?, b.host()?, dims).map(Buffer::from)
     }
-    fn permute(&self, x: &HostData, shape: &[usize], perm: &[usize]) -> Result<HostData> {
-        Backend::permute(self, x, shape, perm)
+    fn permute(&self, x: &Buffer, shape: &[usize], perm: &[usize]) -> Result<Buffer> {
+        Backend::permute(self, x.host()?, shape, perm).map(Buffer::from)
     }
     fn slice(
         &self,
-        x: &HostData,
+        x: &Buffer,
         shape: &[usize],
         start: &[usize],
         extent: &[usize],
-    ) -> Result<HostData> {
-        Backend::slice(self, x, shape, start, extent)
+    ) -> Result<Buffer> {
+        Backend::slice(self, x.host()?, shape, start, extent).map(Buffer::from)
     }
-    fn cat(&self, xs: &[&HostData], shapes: &[&[usize]], dim: usize) -> Result<HostData> {
-        Backend::cat(self, xs, shapes, dim)
+    fn cat(&self, xs: &[&Buffer], shapes: &[&[usize]], dim: usize) -> Result<Buffer> {
+        let hosts: Vec<&HostData> = xs.iter().map(|x| x.host()).collect::<Result<_>>()?;
+        Backend::cat(self, &hosts, shapes, dim).map(Buffer::from)
     }
 }

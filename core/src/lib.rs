@@ -49,5 +49,5 @@ pub use ops::Dims;
 pub use placement::{DeviceType, IntoRanks, Placement, Ranks};
 pub use reduce::ReduceOp;
 pub use sbp::{NdSbp, Sbp};
-pub use storage::HostData;
+pub use storage::{Buffer, HostData};
 pub use tensor::{Device, IntoTarget, Target, Tensor};

@@ -68,7 +68,7 @@ fn update_component(
             *s = Some(HostData::filled(pd.dtype(), pd.len(), 0.0));
         }
     }
-    match (&mut *pd, &*gd) {
+    match (pd.host_mut()?, gd.host()?) {
         (HostData::F32(pv), HostData::F32(gv)) => {
             let mut st: Vec<&mut [f32]> = state
                 .iter_mut()

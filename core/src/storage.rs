@@ -1,7 +1,13 @@
-//! Host storage: a typed, contiguous, row-major buffer. It is the CPU backend's storage and the
-//! staging form every boxing step works on.
+//! Storage. [`HostData`] is a typed, contiguous, row-major host buffer: the CPU backend's storage
+//! and the staging form every boxing step works on. [`Buffer`] is what a tensor holds: host data,
+//! a device-resident buffer, or both, so that chains of GPU operators never leave the device and
+//! the host copies data only where it reads it (boxing, printing, `to_vec`, optimizer updates).
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
 use crate::dtype::{DType, Element};
+use crate::error::Result;
 use crate::reduce::ReduceOp;
 
 /// A typed host buffer.
@@ -108,9 +114,185 @@ impl HostData {
     }
 }
 
+/// A buffer resident on a device, held by the backend that made it.
+pub trait DeviceBuffer: Send + Sync {
+    /// The name of the backend holding it (`wgpu`, `cuda`).
+    fn backend(&self) -> &'static str;
+    /// Copies the buffer to the host.
+    fn download(&self) -> Result<HostData>;
+    /// The concrete type, for the owning backend to recover its storage.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A tensor component's data: a host copy, a device copy, or both (never neither). A device
+/// result gets its host copy the first time the host reads it; a host write drops the device
+/// copy; a host buffer fed to a device kernel keeps the uploaded copy for the next kernel.
+pub struct Buffer {
+    dtype: DType,
+    len: usize,
+    host: OnceLock<HostData>,
+    device: OnceLock<Arc<dyn DeviceBuffer>>,
+}
+
+impl Buffer {
+    /// A buffer resident on a device only: `len` elements of `dtype`.
+    pub fn on_device(dtype: DType, len: usize, device: Arc<dyn DeviceBuffer>) -> Buffer {
+        Buffer {
+            dtype,
+            len,
+            host: OnceLock::new(),
+            device: OnceLock::from(device),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host copy, downloaded (once) when there is only a device copy.
+    ///
+    /// # Errors
+    /// The device's error when the download fails.
+    pub fn host(&self) -> Result<&HostData> {
+        if let Some(h) = self.host.get() {
+            return Ok(h);
+        }
+        let device = self
+            .device
+            .get()
+            .ok_or_else(|| crate::Error::Internal("a buffer with neither copy".into()))?;
+        let data = device.download()?;
+        Ok(self.host.get_or_init(|| data))
+    }
+
+    /// The host copy for writing: the device copy, now stale, is dropped.
+    ///
+    /// # Errors
+    /// As [`Buffer::host`].
+    pub fn host_mut(&mut self) -> Result<&mut HostData> {
+        self.host()?;
+        self.device.take();
+        self.host
+            .get_mut()
+            .ok_or_else(|| crate::Error::Internal("host copy vanished".into()))
+    }
+
+    /// The host data, taken out of the buffer (downloaded when only on a device).
+    ///
+    /// # Errors
+    /// As [`Buffer::host`].
+    pub fn into_host(mut self) -> Result<HostData> {
+        self.host()?;
+        self.host
+            .take()
+            .ok_or_else(|| crate::Error::Internal("host copy vanished".into()))
+    }
+
+    /// The device copy, if there is one.
+    pub fn device_copy(&self) -> Option<&Arc<dyn DeviceBuffer>> {
+        self.device.get()
+    }
+
+    /// Keeps `device` as the device copy of a buffer that has none (an upload made for a
+    /// kernel, reused by the next one); a buffer that already has one keeps its own.
+    pub fn keep_device_copy(&self, device: Arc<dyn DeviceBuffer>) {
+        let _ = self.device.set(device);
+    }
+
+    /// The backend holding a device copy (`None`: host only).
+    pub fn resident_on(&self) -> Option<&'static str> {
+        self.device.get().map(|d| d.backend())
+    }
+
+    /// Whether a host copy exists (no download needed to read it).
+    pub fn has_host_copy(&self) -> bool {
+        self.host.get().is_some()
+    }
+}
+
+impl From<HostData> for Buffer {
+    fn from(data: HostData) -> Buffer {
+        Buffer {
+            dtype: data.dtype(),
+            len: data.len(),
+            host: OnceLock::from(data),
+            device: OnceLock::new(),
+        }
+    }
+}
+
+impl Clone for Buffer {
+    /// Shares the device copy (buffers are never written on the device in place) and copies the
+    /// host one.
+    fn clone(&self) -> Buffer {
+        Buffer {
+            dtype: self.dtype,
+            len: self.len,
+            host: self.host.clone(),
+            device: self.device.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("dtype", &self.dtype)
+            .field("len", &self.len)
+            .field("host", &self.host.get().is_some())
+            .field("device", &self.resident_on())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device buffer kept in host memory, counting downloads.
+    struct Fake(HostData, std::sync::atomic::AtomicUsize);
+
+    impl DeviceBuffer for Fake {
+        fn backend(&self) -> &'static str {
+            "fake"
+        }
+        fn download(&self) -> Result<HostData> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(self.0.clone())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn buffers_download_once_and_drop_stale_device_copies() -> Result<()> {
+        let fake = Arc::new(Fake(HostData::from_vec(vec![1.0f32, 2.0]), 0.into()));
+        let mut b = Buffer::on_device(DType::F32, 2, fake.clone());
+        assert!(!b.has_host_copy());
+        assert_eq!(b.resident_on(), Some("fake"));
+        assert_eq!(b.host()?.to_vec::<f32>(), vec![1.0, 2.0]);
+        assert_eq!(b.host()?.to_vec::<f32>(), vec![1.0, 2.0]);
+        assert_eq!(fake.1.load(std::sync::atomic::Ordering::Relaxed), 1);
+        if let HostData::F32(v) = b.host_mut()? {
+            v[0] = 5.0;
+        }
+        assert_eq!(b.resident_on(), None);
+        b.keep_device_copy(fake.clone());
+        assert_eq!(b.clone().into_host()?.to_vec::<f32>(), vec![5.0, 2.0]);
+        Ok(())
+    }
 
     #[test]
     fn round_trips_and_converts() {

@@ -841,4 +841,7 @@ impl Backend for CudaBackend {
     fn dtype(&self, s: &CudaStorage) -> DType {
         s.dtype()
     }
+    fn len(&self, s: &CudaStorage) -> usize {
+        s.len
+    }
 }

@@ -1094,4 +1094,7 @@ impl Backend for WgpuBackend {
     fn dtype(&self, s: &WgpuStorage) -> DType {
         s.dtype
     }
+    fn len(&self, s: &WgpuStorage) -> usize {
+        s.len
+    }
 }

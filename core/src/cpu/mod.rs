@@ -220,4 +220,7 @@ impl Backend for CpuBackend {
     fn dtype(&self, s: &HostData) -> DType {
         s.dtype()
     }
+    fn len(&self, s: &HostData) -> usize {
+        s.len()
+    }
 }

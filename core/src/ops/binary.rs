@@ -6,7 +6,7 @@ use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 /// The broadcast shape of `a` and `b` (NumPy rules: right-aligned, sizes equal or 1).
@@ -87,7 +87,7 @@ impl Op for Binary {
         v
     }
 
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.binary(
             self.0,
             k.inputs[0],

@@ -7,7 +7,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 /// Checks for integer indices and a float table/source; the output has the float dtype.
@@ -59,7 +59,7 @@ impl Op for Gather {
         v.push(Signature::new([p, b], p));
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let t = &k.shapes[0];
         k.backend
             .gather_rows(k.inputs[0], t[0], t[1..].iter().product(), k.inputs[1])
@@ -105,7 +105,7 @@ impl Op for ScatterRows {
         v.push(Signature::new([b, p], p));
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let o = &k.out_shape;
         k.backend
             .scatter_add_rows(k.inputs[1], o[0], o[1..].iter().product(), k.inputs[0])

@@ -8,7 +8,7 @@ use crate::backend::MatmulDims;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 /// `op(a) @ op(b)`, where `op` transposes the last two dims of an operand whose flag is set.
@@ -98,7 +98,7 @@ impl Op for Matmul {
         v
     }
 
-    fn compute(&self, kr: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, kr: &Kernel<'_>) -> Result<Buffer> {
         let (a, b) = (
             logical(&kr.shapes[0], self.ta),
             logical(&kr.shapes[1], self.tb),

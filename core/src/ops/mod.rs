@@ -16,14 +16,14 @@ mod shape_ops;
 mod softmax;
 mod unary;
 
-use crate::backend::{HostKernels, kernels};
+use crate::backend::{Kernels, kernels};
 use crate::boxing::{self, Dist};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::{NdSbp, Sbp};
 use crate::shape::region_shape;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::{Device, Tensor};
 
 pub use binary::broadcast_shapes;
@@ -50,7 +50,7 @@ impl Signature {
 /// The local computation of one operator call.
 pub(crate) struct Kernel<'a> {
     /// Inputs' data.
-    pub inputs: Vec<&'a HostData>,
+    pub inputs: Vec<&'a Buffer>,
     /// Inputs' shapes (local).
     pub shapes: Vec<Vec<usize>>,
     /// The output's shape (local).
@@ -58,7 +58,7 @@ pub(crate) struct Kernel<'a> {
     /// Inputs' logical shapes.
     pub global_shapes: Vec<Vec<usize>>,
     /// The kernels of this rank's device.
-    pub backend: &'a dyn HostKernels,
+    pub backend: &'a dyn Kernels,
 }
 
 /// What every operator declares.
@@ -70,7 +70,7 @@ pub(crate) trait Op {
     /// Valid 1-D signatures for these logical shapes, most preferred first.
     fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature>;
     /// Runs the local kernel.
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData>;
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer>;
     /// Whether integer inputs are allowed (data movement ops) or only floats.
     fn any_dtype(&self) -> bool {
         false
@@ -107,7 +107,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let device = inputs.first().map_or(Device::Cpu, |t| t.device());
         let backend = kernels(device.device_type())?;
         let guards: Vec<_> = inputs.iter().map(|t| t.read()).collect();
-        let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
+        let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
         let k = Kernel {
             inputs: data,
             shapes: shapes.iter().map(|s| s.to_vec()).collect(),
@@ -166,7 +166,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
         Some(i) => {
             let backend = kernels(Device::for_placement(placement.device_type())?.device_type())?;
             let guards: Vec<_> = boxed.iter().map(|t| t.read()).collect();
-            let data: Vec<&HostData> = guards.iter().flatten().map(|g| &**g).collect();
+            let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
             let coords = placement.coords_of_index(i);
             let k = Kernel {
                 inputs: data,

@@ -7,7 +7,7 @@ use crate::backend::UnaryOp;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl Op for Reduce {
         v
     }
 
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let kind = if self.kind == Kind::Max {
             ReduceKind::Max
         } else {

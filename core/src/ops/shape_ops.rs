@@ -6,7 +6,7 @@ use crate::autograd::{record, sum_to, target_like};
 use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 fn keep_partials(n_inputs: usize, v: &mut Vec<Signature>) {
@@ -58,7 +58,7 @@ impl Op for Reshape {
         keep_partials(1, &mut v);
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         Ok(k.inputs[0].clone())
     }
 }
@@ -95,7 +95,7 @@ impl Op for Transpose {
         keep_partials(1, &mut v);
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let mut perm: Vec<usize> = (0..k.shapes[0].len()).collect();
         perm.swap(self.0, self.1);
         k.backend.permute(k.inputs[0], &k.shapes[0], &perm)
@@ -144,7 +144,7 @@ impl Op for Cat {
         keep_partials(n, &mut v);
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let shapes: Vec<&[usize]> = k.shapes.iter().map(Vec::as_slice).collect();
         k.backend.cat(&k.inputs, &shapes, self.0)
     }
@@ -191,7 +191,7 @@ impl Op for Narrow {
         keep_partials(1, &mut v);
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let mut start = vec![0; k.shapes[0].len()];
         start[self.dim] = self.start;
         k.backend
@@ -226,9 +226,13 @@ impl Op for Expand {
         keep_partials(1, &mut v);
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         // Broadcasting against a zero scalar repeats the size-1 dims.
-        let zero = HostData::filled(k.inputs[0].dtype(), 1, 0.0);
+        let zero = Buffer::from(crate::storage::HostData::filled(
+            k.inputs[0].dtype(),
+            1,
+            0.0,
+        ));
         k.backend.binary(
             BinaryOp::Add,
             k.inputs[0],

@@ -4,7 +4,7 @@ use super::{Kernel, Op, Signature, check_dim};
 use crate::autograd::record;
 use crate::error::Result;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 pub(super) struct Softmax {
@@ -28,7 +28,7 @@ impl Op for Softmax {
         v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
         v
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend
             .softmax(k.inputs[0], &k.shapes[0], self.dim, self.log)
     }

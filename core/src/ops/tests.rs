@@ -6,6 +6,7 @@ use super::*;
 use crate::backend::{BinaryOp, UnaryOp};
 use crate::placement::Placement;
 use crate::shape::extract;
+use crate::storage::HostData;
 use crate::{Device, simulate};
 
 /// The component of `v` (of `shape`) held by the rank at `coords` under `nd`.
@@ -73,7 +74,7 @@ fn check_op(
             .iter()
             .zip(shapes)
             .enumerate()
-            .map(|(i, (v, s))| Tensor::from_vec_data(data(i, v.clone()), s, Device::Cpu))
+            .map(|(i, (v, s))| Tensor::from_vec_data(data(i, v.clone()).into(), s, Device::Cpu))
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = ts.iter().collect();
         dispatch(op, &refs)?.to_vec::<f64>()
@@ -103,7 +104,7 @@ fn check_op(
                     let dist = Dist::new(p.clone(), in_nd[i].clone());
                     let comp = p
                         .coords_of(env.rank())
-                        .map(|c| data(i, component(&vals[i], &shapes[i], p, &in_nd[i], &c)));
+                        .map(|c| data(i, component(&vals[i], &shapes[i], p, &in_nd[i], &c)).into());
                     Tensor::from_component(comp, &shapes[i], dtype(i), dist)
                 })
                 .collect::<Result<_>>()?;

@@ -7,7 +7,7 @@ use crate::backend::UnaryOp;
 use crate::error::Result;
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 /// Elementwise ops keep any split and broadcast; linear ones also keep partial sums.
@@ -49,7 +49,7 @@ impl Op for Unary {
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         elementwise_signatures(shapes[0].len(), self.0 == UnaryOp::Neg)
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.unary(self.0, k.inputs[0])
     }
 }
@@ -66,7 +66,7 @@ impl Op for Scale {
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         elementwise_signatures(shapes[0].len(), true)
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.scale(k.inputs[0], self.0)
     }
 }
@@ -83,7 +83,7 @@ impl Op for AddScalar {
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         elementwise_signatures(shapes[0].len(), false)
     }
-    fn compute(&self, k: &Kernel<'_>) -> Result<HostData> {
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.add_scalar(k.inputs[0], self.0)
     }
 }

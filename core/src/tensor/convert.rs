@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::placement::Placement;
 use crate::sbp::NdSbp;
 use crate::shape::region_shape;
-use crate::storage::HostData;
+use crate::storage::{Buffer, HostData};
 
 use super::{Device, Tensor};
 
@@ -53,7 +53,12 @@ fn rebox(
 ) -> Result<Tensor> {
     let plan = boxing::plan(shape, dtype.size(), src, &dist)?;
     let out = exec::execute(&plan, shape, dtype, data, env::current().comm())?;
-    Ok(Tensor::global_from(out, shape.to_vec(), dtype, dist))
+    Ok(Tensor::global_from(
+        out.map(Buffer::from),
+        shape.to_vec(),
+        dtype,
+        dist,
+    ))
 }
 
 impl Tensor {
@@ -67,13 +72,20 @@ impl Tensor {
         let (shape, dtype) = (self.shape().to_vec(), self.dtype());
         let data = match std::sync::Arc::try_unwrap(self.0) {
             Err(shared) => return Tensor(shared).to_global(&dist.placement, dist.nd_sbp.clone()),
-            Ok(imp) => imp.data.map(|d| {
-                std::sync::Arc::try_unwrap(d)
-                    .map(|lock| lock.into_inner().unwrap_or_else(|p| p.into_inner()))
-                    .unwrap_or_else(|shared| {
-                        shared.read().unwrap_or_else(|p| p.into_inner()).clone()
-                    })
-            }),
+            Ok(imp) => imp
+                .data
+                .map(|d| match std::sync::Arc::try_unwrap(d) {
+                    Ok(lock) => lock
+                        .into_inner()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .into_host(),
+                    Err(shared) => shared
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .host()
+                        .cloned(),
+                })
+                .transpose()?,
         };
         rebox(&shape, dtype, &src, dist.clone(), data.map(Cow::Owned))
     }
@@ -105,9 +117,14 @@ impl Tensor {
                     op: "to_global",
                     needs: "local",
                 })?;
-                let made = from_local::from_local((&data, self.shape()), &dist, env.comm())?;
+                let made = from_local::from_local((data.host()?, self.shape()), &dist, env.comm())?;
                 drop(data);
-                let out = Tensor::global_from(made.component, made.shape, made.dtype, dist.clone());
+                let out = Tensor::global_from(
+                    made.component.map(Buffer::from),
+                    made.shape,
+                    made.dtype,
+                    dist.clone(),
+                );
                 let (source, balanced) = (made.source, made.balanced);
                 record(Ok(out), "to_global", &[self], move |c, g| {
                     Ok(vec![Some(local_grad(
@@ -121,12 +138,13 @@ impl Tensor {
             }
             Some(src) => {
                 let data = self.read();
+                let host = data.as_deref().map(Buffer::host).transpose()?;
                 let out = rebox(
                     self.shape(),
                     self.dtype(),
                     src,
                     dist,
-                    data.as_deref().map(Cow::Borrowed),
+                    host.map(Cow::Borrowed),
                 );
                 drop(data);
                 let back = src.clone();
@@ -193,10 +211,10 @@ impl Tensor {
     /// As [`Tensor::to_vec`].
     pub fn to_host(&self) -> Result<HostData> {
         let Some(dist) = self.dist() else {
-            return Ok(self
-                .read()
-                .map(|d| d.clone())
-                .unwrap_or_else(|| HostData::F32(vec![])));
+            return match self.read() {
+                Some(d) => d.host().cloned(),
+                None => Ok(HostData::F32(vec![])),
+            };
         };
         let rank = env::current().rank();
         if !dist.placement.contains(rank) {
@@ -211,9 +229,10 @@ impl Tensor {
         } else {
             self.to_global(&dist.placement, b)?
         };
-        full.read().map(|d| d.clone()).ok_or(Error::NotInPlacement {
+        let data = full.read().ok_or(Error::NotInPlacement {
             rank,
             placement: dist.placement.to_string(),
-        })
+        })?;
+        data.host().cloned()
     }
 }

@@ -10,7 +10,7 @@ use crate::placement::Placement;
 use crate::rng;
 use crate::sbp::NdSbp;
 use crate::shape::{Region, checked_numel, full_region, numel, region_shape, strides};
-use crate::storage::HostData;
+use crate::storage::{Buffer, HostData};
 
 use super::{Device, Tensor};
 
@@ -109,7 +109,7 @@ impl Tensor {
         checked_numel(shape)?;
         match target {
             Target::Local(device) => Ok(Tensor::local_from(
-                fill(&full_region(shape)),
+                fill(&full_region(shape)).into(),
                 shape.to_vec(),
                 device,
             )),
@@ -126,6 +126,7 @@ impl Tensor {
                         Some(op) => HostData::identity(dtype, numel(&region_shape(&region)), op),
                         None => fill(&region),
                     }
+                    .into()
                 });
                 Ok(Tensor::global_from(data, shape.to_vec(), dtype, dist))
             }
@@ -152,7 +153,7 @@ impl Tensor {
         let target = target.into_target();
         if let Target::Local(device) = target {
             return Ok(Tensor::local_from(
-                HostData::from_vec(data),
+                HostData::from_vec(data).into(),
                 shape.to_vec(),
                 device,
             ));
@@ -165,7 +166,7 @@ impl Tensor {
     }
 
     /// A local tensor around `data` (which holds `shape`'s element count).
-    pub(crate) fn from_vec_data(data: HostData, shape: &[usize], device: Device) -> Result<Tensor> {
+    pub(crate) fn from_vec_data(data: Buffer, shape: &[usize], device: Device) -> Result<Tensor> {
         if data.len() != checked_numel(shape)? {
             return Err(Error::DataShapeMismatch {
                 len: data.len(),

@@ -86,7 +86,10 @@ impl fmt::Display for Tensor {
         f.write_str("tensor(")?;
         match self.dist() {
             None => match self.read() {
-                Some(d) => write_values(f, &d, self.shape())?,
+                Some(d) => match d.host() {
+                    Ok(h) => write_values(f, h, self.shape())?,
+                    Err(e) => write!(f, "<{e}>")?,
+                },
                 None => f.write_str("[]")?,
             },
             Some(dist) => {

@@ -21,7 +21,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placement::{DeviceType, Placement};
 use crate::sbp::NdSbp;
-use crate::storage::HostData;
+use crate::storage::Buffer;
 
 /// Where a local tensor (or a global tensor's component) lives and is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,9 +29,9 @@ use crate::storage::HostData;
 pub enum Device {
     /// Host memory, computed by the CPU backend.
     Cpu,
-    /// Computed by the wgpu backend (data staged through host memory for now).
+    /// Computed by the wgpu backend (results stay in device memory).
     Wgpu,
-    /// Computed by the CUDA backend (data staged through host memory for now).
+    /// Computed by the CUDA backend (results stay in device memory).
     Cuda,
 }
 
@@ -85,7 +85,7 @@ enum Kind {
 }
 
 /// Shared, lockable storage of one component.
-type Shared = Arc<RwLock<HostData>>;
+type Shared = Arc<RwLock<Buffer>>;
 
 #[derive(Debug)]
 struct TensorImpl {
@@ -121,7 +121,7 @@ impl TensorImpl {
 pub struct Tensor(Arc<TensorImpl>);
 
 impl Tensor {
-    fn local_from(data: HostData, shape: Vec<usize>, device: Device) -> Tensor {
+    fn local_from(data: Buffer, shape: Vec<usize>, device: Device) -> Tensor {
         Tensor(Arc::new(TensorImpl::new(
             shape,
             data.dtype(),
@@ -130,7 +130,7 @@ impl Tensor {
         )))
     }
 
-    fn global_from(data: Option<HostData>, shape: Vec<usize>, dtype: DType, dist: Dist) -> Tensor {
+    fn global_from(data: Option<Buffer>, shape: Vec<usize>, dtype: DType, dist: Dist) -> Tensor {
         Tensor(Arc::new(TensorImpl::new(
             shape,
             dtype,
@@ -149,7 +149,7 @@ impl Tensor {
     /// `DataShapeMismatch` when the component's size is not that of this rank's box, or a
     /// component is given (or missing) on a rank outside (inside) the placement.
     pub fn from_component(
-        component: Option<HostData>,
+        component: Option<Buffer>,
         shape: &[usize],
         dtype: DType,
         dist: Dist,
@@ -171,7 +171,7 @@ impl Tensor {
             }
             _ => {
                 return Err(Error::DataShapeMismatch {
-                    len: component.as_ref().map_or(0, HostData::len),
+                    len: component.as_ref().map_or(0, Buffer::len),
                     shape: want.unwrap_or_default(),
                 });
             }
@@ -244,7 +244,7 @@ impl Tensor {
     }
 
     /// Reads this rank's component (`None` outside the placement).
-    pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, HostData>> {
+    pub(crate) fn read(&self) -> Option<RwLockReadGuard<'_, Buffer>> {
         self.0
             .data
             .as_ref()
@@ -252,11 +252,23 @@ impl Tensor {
     }
 
     /// Writes this rank's component (`None` outside the placement).
-    pub(crate) fn write(&self) -> Option<RwLockWriteGuard<'_, HostData>> {
+    pub(crate) fn write(&self) -> Option<RwLockWriteGuard<'_, Buffer>> {
         self.0
             .data
             .as_ref()
             .map(|d| d.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The backend holding this rank's component in device memory (`None`: it is only in host
+    /// memory, or this rank holds none). A GPU operator's result stays on its device until the
+    /// host reads it, so a chain of GPU operators never copies through the host.
+    pub fn resident_on(&self) -> Option<&'static str> {
+        self.read().and_then(|b| b.resident_on())
+    }
+
+    /// Whether this rank's component has a copy in host memory (reading it costs no download).
+    pub fn has_host_copy(&self) -> bool {
+        self.read().is_some_and(|b| b.has_host_copy())
     }
 
     /// Whether two handles refer to the same tensor.
