@@ -1,5 +1,6 @@
 // out[i] = a[ia] op b[ib] with NumPy broadcasting. params: n, op, ndim, then out_shape[ndim],
-// a_strides[ndim], b_strides[ndim] (element strides, 0 along broadcast dimensions).
+// a_strides[ndim], b_strides[ndim] (element strides, 0 along broadcast dimensions), and the
+// first element of a, b and out in their bindings (pieces of large tensors start anywhere).
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -12,8 +13,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let nd = params[2];
     var rest = i;
-    var ia = 0u;
-    var ib = 0u;
+    var ia = params[3u + 3u * nd];
+    var ib = params[4u + 3u * nd];
     for (var d = nd; d > 0u; d--) {
         let size = params[3u + d - 1u];
         let c = rest % size;
@@ -30,5 +31,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 2u: { r = p * q; }
         default: { r = p / q; }
     }
-    out[i] = r;
+    out[params[5u + 3u * nd] + i] = r;
 }

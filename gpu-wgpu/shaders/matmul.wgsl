@@ -1,6 +1,6 @@
 // Batched C = A B, each thread a 4x4 block of C (register blocking). params: batch, m, k, n,
-// b_batched, a_trans, b_trans, and the first element of a, b and c in their bindings (a
-// binding starts at an aligned offset, a piece of a large tensor anywhere). A transposed
+// b_batched, a_trans, b_trans, the first element of a, b and c in their bindings (a binding
+// starts at an aligned offset, a piece of a large tensor anywhere), and c's row stride. A transposed
 // operand is read with swapped strides.
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
@@ -46,7 +46,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var r = 0u; r < 4u; r++) {
         for (var s = 0u; s < 4u; s++) {
             if i0 + r < m && j0 + s < n {
-                c[params[9] + (bi * m + i0 + r) * n + j0 + s] = acc[r][s];
+                c[params[9] + (bi * m + i0 + r) * params[10] + j0 + s] = acc[r][s];
             }
         }
     }

@@ -2,8 +2,9 @@
 // thread a 4x4 block of it in registers (vec4 rows). K advances 16 at a time through workgroup
 // memory: every thread loads 4 elements of the A tile and 4 of the B tile (consecutive threads
 // read consecutive addresses whether an operand is transposed or not), then multiplies vec4
-// columns of A by vec4 rows of B. params: batch, m, k, n, b_batched, a_trans, b_trans, and the
-// first element of a, b and c in their bindings (pieces of large tensors start anywhere).
+// columns of A by vec4 rows of B. params: batch, m, k, n, b_batched, a_trans, b_trans, the first
+// element of a, b and c in their bindings (pieces of large tensors start anywhere), and c's row
+// stride.
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
@@ -81,7 +82,7 @@ fn main(
         for (var s = 0u; s < 4u; s++) {
             let j = j_base + tx * 4u + s;
             if i < m && j < n {
-                c[params[9] + (bi * m + i) * n + j] = acc[r][s];
+                c[params[9] + (bi * m + i) * params[10] + j] = acc[r][s];
             }
         }
     }

@@ -1,17 +1,25 @@
-// out[o] = sum or max of x over the reduced dimensions. params: n_out, op (0 sum, 1 max), ndim,
-// count (elements reduced per output), then shape[ndim], reduced[ndim] (1 or 0), strides[ndim],
-// the bits of -inf (the start of a max), and the first element of x and of out in their
-// bindings (pieces of large tensors start anywhere).
+// Sum or max of x over the reduced dimensions, each output's elements cut in `parts` runs of
+// `part_len` (one thread per run, so no thread loops over more than part_len elements: lavapipe
+// ends an invocation's loops after 65535 iterations). out[o * parts + p] = run p of output o.
+// params: threads (outputs x parts), op (0 sum, 1 max), ndim, count (elements reduced per
+// output), then shape[ndim], reduced[ndim] (1 or 0), strides[ndim], the bits of -inf (the start
+// of a max), the first element of x and of out in their bindings (pieces of large tensors start
+// anywhere), part_len, parts.
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = flat(gid, nwg);
-    if o >= params[0] {
+    let t = flat(gid, nwg);
+    if t >= params[0] {
         return;
     }
     let nd = params[2];
+    let part_len = params[7u + 3u * nd];
+    let parts = params[8u + 3u * nd];
+    let o = t / parts;
+    let first = t % parts * part_len;
+    let end = min(params[3], first + part_len);
     // base offset from the kept coordinates (the output keeps reduced dims as size 1)
     var rest = o;
     var base = params[5u + 3u * nd];
@@ -24,13 +32,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     var acc: f32;
-    var comp = 0.0;
+    var block = 0.0;
     if params[1] == 0u {
         acc = 0.0;
     } else {
         acc = bitcast<f32>(params[4u + 3u * nd]);
     }
-    for (var r = 0u; r < params[3]; r++) {
+    for (var r = first; r < end; r++) {
         var rr = r;
         var off = base;
         for (var d = nd; d > 0u; d--) {
@@ -43,14 +51,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         let v = x[off];
         if params[1] == 0u {
-            // Kahan summation: one thread may add millions of elements
-            let y = v - comp;
-            let t = acc + y;
-            comp = (t - acc) - y;
-            acc = t;
+            // Sums of blocks of 1024, then of the blocks: one thread may add millions of
+            // elements, and the error grows with the block length plus the block count, not
+            // with their product. (Kahan's compensation is not used: shader compilers may
+            // simplify it away, and Mesa's does.)
+            block += v;
+            if ((r - first) & 1023u) == 1023u {
+                acc += block;
+                block = 0.0;
+            }
         } else {
             acc = max(acc, v);
         }
     }
-    out[params[6u + 3u * nd] + o] = acc;
+    out[params[6u + 3u * nd] + t] = acc + block;
 }

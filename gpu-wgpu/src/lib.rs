@@ -38,6 +38,11 @@ const MAX_GROUPS: u32 = 65535;
 const NEG_INF: u32 = 0xff80_0000;
 /// The unary kernel's code for `a * x + b`.
 const AFFINE: u32 = 99;
+/// Most iterations a kernel's loops run in one invocation. lavapipe (llvmpipe) silently ends
+/// an invocation's loops after 65535 iterations in all, so longer work is cut in pieces
+/// (reductions in runs, long softmax lines and scatter index lists in passes, products over
+/// long inner dims in chunks); on hardware the pieces cost little.
+const LOOP_MAX: usize = 16384;
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -455,45 +460,105 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// A full reduction of a tensor past the binding limit: each piece reduced on the device,
-    /// the pieces' results combined.
-    fn reduce_all_in_pieces(&self, op: ReduceKind, x: &WgpuStorage) -> Result<WgpuStorage> {
-        let piece = (self.max_binding / self.align * self.align / 4) as usize;
-        let mut partial = vec![];
-        let mut at = 0;
-        while at < x.len {
-            let len = piece.min(x.len - at);
-            let part = self.new_storage(1, DType::F32)?;
-            let code = op.code();
-            let p = [1, code, 1, len as u32, len as u32, 1, 1, NEG_INF, 0, 0];
-            let bindings = [
-                wgpu::BufferBinding {
-                    buffer: &x.buf,
-                    offset: (at * 4) as u64,
-                    size: std::num::NonZeroU64::new(len as u64 * 4),
-                },
-                wgpu::BufferBinding {
-                    buffer: &part.buf,
-                    offset: 0,
-                    size: None,
-                },
-            ];
-            self.dispatch("reduce", 1, &p, &bindings)?;
-            partial.push(part);
-            at += len;
+    /// Reduces each row of the contiguous (rows, len) matrix `x` (for tensors past the binding
+    /// limit). Rows longer than a binding go in chunks, each reduced in runs to partials that
+    /// are reduced again per row; shorter ones as blocks of whole rows.
+    fn reduce_matrix(
+        &self,
+        op: ReduceKind,
+        x: &WgpuStorage,
+        rows: usize,
+        len: usize,
+    ) -> Result<WgpuStorage> {
+        let room = ((self.max_binding - self.align) / 4) as usize;
+        if len <= room {
+            return self.reduce(op, x, &[rows, len], &[1]);
         }
-        let parts: Vec<f32> = partial
-            .iter()
-            .map(|p| {
-                let b = self.read_bytes(&p.buf, 4)?;
-                Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            })
-            .collect::<Result<_>>()?;
-        let all = match op {
-            ReduceKind::Sum => parts.iter().sum(),
-            ReduceKind::Max => parts.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-        };
-        self.upload(&HostData::F32(vec![all]))
+        let chunks = len.div_ceil(room);
+        // runs per chunk; the last chunk's surplus runs are empty and give the identity
+        let parts = room.div_ceil(LOOP_MAX);
+        let per_row = chunks * parts;
+        let partial = self.new_storage(rows * per_row, DType::F32)?;
+        for row in 0..rows {
+            for j in 0..chunks {
+                let n = room.min(len - j * room);
+                let (xb, x_base) = self.window(&x.buf, row * len + j * room, n, 4)?;
+                let (pb, p_base) =
+                    self.window(&partial.buf, row * per_row + j * parts, parts, 4)?;
+                let n = n as u32;
+                let p = [
+                    parts as u32,
+                    op.code(),
+                    1,
+                    n,
+                    n,
+                    1,
+                    1,
+                    NEG_INF,
+                    x_base,
+                    p_base,
+                    LOOP_MAX as u32,
+                    parts as u32,
+                ];
+                self.dispatch("reduce", parts, &p, &[xb, pb])?;
+            }
+        }
+        self.reduce(op, &partial, &[rows, per_row], &[1])
+    }
+
+    /// A product over an inner dim longer than a thread may loop (see [`LOOP_MAX`]): the sum of
+    /// the products of chunks of a's columns and b's rows.
+    fn matmul_k_chunks(
+        &self,
+        a: &WgpuStorage,
+        b: &WgpuStorage,
+        d: MatmulDims,
+    ) -> Result<WgpuStorage> {
+        let (ab, bb) = (d.batch, if d.b_batched { d.batch } else { 1 });
+        let out = [d.batch * d.m * d.n];
+        let mut sum: Option<WgpuStorage> = None;
+        for k0 in (0..d.k).step_by(2 * LOOP_MAX) {
+            let kc = (2 * LOOP_MAX).min(d.k - k0);
+            let a_part = if d.a_trans {
+                self.slice(a, &[ab, d.k, d.m], &[0, k0, 0], &[ab, kc, d.m])?
+            } else {
+                self.slice(a, &[ab, d.m, d.k], &[0, 0, k0], &[ab, d.m, kc])?
+            };
+            let b_part = if d.b_trans {
+                self.slice(b, &[bb, d.n, d.k], &[0, 0, k0], &[bb, d.n, kc])?
+            } else {
+                self.slice(b, &[bb, d.k, d.n], &[0, k0, 0], &[bb, kc, d.n])?
+            };
+            let c = self.matmul(&a_part, &b_part, MatmulDims { k: kc, ..d })?;
+            sum = Some(match sum {
+                None => c,
+                Some(s) => self.binary(BinaryOp::Add, &s, &out, &c, &out, &out)?,
+            });
+        }
+        sum.ok_or_else(|| Error::Internal("a product in no chunks".into()))
+    }
+
+    /// (Log-)softmax over long lines, where one thread per line would loop too long: the
+    /// line maxima, `x - max`, its exponentials and their line sums are separate kernels.
+    fn softmax_in_passes(
+        &self,
+        x: &WgpuStorage,
+        shape: &[usize],
+        dim: usize,
+        log: bool,
+    ) -> Result<WgpuStorage> {
+        let mut line = shape.to_vec();
+        line[dim] = 1;
+        let m = self.reduce(ReduceKind::Max, x, shape, &[dim])?;
+        let xm = self.binary(BinaryOp::Sub, x, shape, &m, &line, shape)?;
+        let e = self.unary(UnaryOp::Exp, &xm)?;
+        let sum = self.reduce(ReduceKind::Sum, &e, shape, &[dim])?;
+        if log {
+            let ls = self.unary(UnaryOp::Log, &sum)?;
+            self.binary(BinaryOp::Sub, &xm, shape, &ls, &line, shape)
+        } else {
+            self.binary(BinaryOp::Div, &e, shape, &sum, &line, shape)
+        }
     }
 
     fn need_f32(&self, s: &WgpuStorage, op: &str) -> Result<()> {
@@ -546,9 +611,6 @@ impl WgpuBackend {
 
     /// `copy` between `x` and `out`: `x`'s box gathered into the contiguous `out` (`put`
     /// false), or the contiguous `x` scattered into `out`'s box (`put` true).
-    /// Past the binding limit the box is cut along its first dim into blocks whose strided
-    /// span and contiguous part each fit a binding (slices and concatenations along any dim;
-    /// a permutation that scatters every block over the whole tensor is refused).
     fn strided(
         &self,
         x: &WgpuStorage,
@@ -556,64 +618,78 @@ impl WgpuBackend {
         copy: &StridedCopy,
         put: bool,
     ) -> Result<()> {
-        let n: usize = copy.extent.iter().product();
+        let contiguous = (0, strides(&copy.extent));
+        let strided = (copy.base, copy.strides.clone());
+        let (from, to) = if put {
+            (contiguous, strided)
+        } else {
+            (strided, contiguous)
+        };
+        self.copy_box(&copy.extent, x, &from, out, &to)
+    }
+
+    /// Copies the box `extent` from `x` (first element and strides `from`) to `out` (`to`).
+    /// Past the binding limit the box is cut into blocks, halving the dim that spans most until
+    /// both sides of a block fit a binding (a transpose of a large matrix is a few tiles).
+    fn copy_box(
+        &self,
+        extent: &[usize],
+        x: &WgpuStorage,
+        from: &(usize, Vec<usize>),
+        out: &WgpuStorage,
+        to: &(usize, Vec<usize>),
+    ) -> Result<()> {
+        let n: usize = extent.iter().product();
         let elem = x.dtype.size();
-        let params = |c: &StridedCopy, base: u32, contig_base: u32| {
+        let params = |ext: &[usize], x_base: usize, out_base: usize| {
             let mut p = vec![
-                c.extent.iter().product::<usize>() as u32,
+                ext.iter().product::<usize>() as u32,
                 (elem / 4) as u32,
-                c.extent.len() as u32,
-                base,
-                u32::from(put),
-                contig_base,
+                ext.len() as u32,
+                x_base as u32,
+                out_base as u32,
             ];
-            p.extend(c.extent.iter().map(|&d| d as u32));
-            p.extend(c.strides.iter().map(|&d| d as u32));
+            p.extend(ext.iter().chain(&from.1).chain(&to.1).map(|&d| d as u32));
             p
         };
         let fits = |s: &WgpuStorage| (s.len * elem) as u64 <= self.max_binding;
         if (fits(x) && fits(out)) || n == 0 {
-            let p = params(copy, copy.base as u32, 0);
-            return self.run("strided", n, &p, &[&x.buf, &out.buf]);
+            return self.run(
+                "strided",
+                n,
+                &params(extent, from.0, to.0),
+                &[&x.buf, &out.buf],
+            );
         }
-        let (strided_buf, contig_buf) = if put {
-            (&out.buf, &x.buf)
-        } else {
-            (&x.buf, &out.buf)
+        let span = |b: &[usize], st: &[usize]| {
+            1 + b.iter().zip(st).map(|(b, s)| (b - 1) * s).sum::<usize>()
         };
-        // elements a block of r rows spans on each side, and the most rows that fit
-        let inner: usize = copy.extent[1..].iter().product();
-        let rest_span: usize = 1 + copy.extent[1..]
-            .iter()
-            .zip(&copy.strides[1..])
-            .map(|(e, s)| (e - 1) * s)
-            .sum::<usize>();
         let room = (self.max_binding - self.align) as usize / elem;
-        let by_contig = room / inner;
-        let by_strided = match copy.strides[0] {
-            0 => usize::MAX,
-            s0 => room.checked_sub(rest_span).map_or(0, |r| r / s0 + 1),
-        };
-        let rows = by_contig.min(by_strided);
-        if rows == 0 {
-            return Err(device_error(
-                "a copy (permute, slice or cat) whose every block spans more than a storage \
-                 binding: not supported by the wgpu backend",
-            ));
+        let mut block = extent.to_vec();
+        while span(&block, &from.1) > room || span(&block, &to.1) > room {
+            let widest = (0..block.len())
+                .max_by_key(|&d| (block[d] - 1) * from.1[d].max(to.1[d]))
+                .ok_or_else(|| Error::Internal("a 0-d copy past the binding limit".into()))?;
+            block[widest] = block[widest].div_ceil(2);
         }
-        let mut i0 = 0;
-        while i0 < copy.extent[0] {
-            let r = rows.min(copy.extent[0] - i0);
-            let mut block = copy.clone();
-            block.extent[0] = r;
-            let start = copy.base + i0 * copy.strides[0];
-            let span = (r - 1) * copy.strides[0] + rest_span;
-            let (sb, base) = self.window(strided_buf, start, span, elem)?;
-            let (cb, contig_base) = self.window(contig_buf, i0 * inner, r * inner, elem)?;
-            let p = params(&block, base, contig_base);
-            let bindings = if put { [cb, sb] } else { [sb, cb] };
-            self.dispatch("strided", r * inner, &p, &bindings)?;
-            i0 += r;
+        let counts: Vec<usize> = extent
+            .iter()
+            .zip(&block)
+            .map(|(e, b)| e.div_ceil(*b))
+            .collect();
+        for tile in 0..counts.iter().product::<usize>() {
+            let (mut rest, mut sub, mut x0, mut o0) = (tile, block.clone(), from.0, to.0);
+            for d in (0..extent.len()).rev() {
+                let start = rest % counts[d] * block[d];
+                rest /= counts[d];
+                sub[d] = block[d].min(extent[d] - start);
+                x0 += start * from.1[d];
+                o0 += start * to.1[d];
+            }
+            let (xb, x_base) = self.window(&x.buf, x0, span(&sub, &from.1), elem)?;
+            let (ob, out_base) = self.window(&out.buf, o0, span(&sub, &to.1), elem)?;
+            let p = params(&sub, x_base as usize, out_base as usize);
+            self.dispatch("strided", sub.iter().product(), &p, &[xb, ob])?;
         }
         Ok(())
     }
@@ -644,11 +720,13 @@ impl WgpuBackend {
         Ok((binding, ((from - offset) / elem as u64) as u32))
     }
 
-    /// One matmul dispatch over bound (pieces of) a, b and c whose data start at `bases`.
+    /// One matmul dispatch over bound (pieces of) a, b and c whose data start at `bases`; c's
+    /// rows are `ldc` elements apart.
     fn matmul_piece(
         &self,
         d: MatmulDims,
         bases: [u32; 3],
+        ldc: usize,
         bindings: &[wgpu::BufferBinding<'_>; 3],
     ) -> Result<()> {
         let (name, threads) = if self.tiled_matmul {
@@ -669,13 +747,15 @@ impl WgpuBackend {
             bases[0],
             bases[1],
             bases[2],
+            ldc as u32,
         ];
         self.dispatch(name, threads, &p, bindings)
     }
 
-    /// A product whose operands or result exceed one binding: per batch, blocks of rows of a
-    /// and c (as many as a binding holds) against that batch's b, each bound at its own
-    /// offset. A transposed `a` (its rows strided) or a `b` larger than a binding is refused.
+    /// A product whose operands or result exceed one binding. A transposed `a` is made
+    /// contiguous first, and so is a `b` too large for one binding unless it is stored
+    /// transposed (its column blocks are then row blocks of the stored (n, k)). Per batch,
+    /// tiles of (rows of a) x (columns of b) that each fit a binding, c written at row stride n.
     fn matmul_in_pieces(
         &self,
         a: &WgpuStorage,
@@ -683,41 +763,71 @@ impl WgpuBackend {
         out: &WgpuStorage,
         d: MatmulDims,
     ) -> Result<()> {
+        let transposed = |x: &WgpuStorage, shape: [usize; 3]| -> Result<WgpuStorage> {
+            let t = self.new_storage(x.len, DType::F32)?;
+            self.strided(x, &t, &StridedCopy::permute(&shape, &[0, 2, 1]), false)?;
+            Ok(t)
+        };
         if d.a_trans {
-            return Err(device_error(
-                "matmul: a transposed left operand larger than a storage binding is not \
-                 supported by the wgpu backend",
-            ));
+            let a = transposed(a, [d.batch, d.k, d.m])?;
+            let d = MatmulDims {
+                a_trans: false,
+                ..d
+            };
+            return self.matmul_in_pieces(&a, b, out, d);
         }
-        let room = (self.max_binding - self.align) as usize / 4;
-        let rows = (room / d.k.max(1)).min(room / d.n.max(1));
-        if rows == 0 {
+        let room = ((self.max_binding - self.align) / 4) as usize;
+        let b_len = d.k * d.n;
+        if b_len > room && !d.b_trans {
+            let batches = if d.b_batched { d.batch } else { 1 };
+            let b = transposed(b, [batches, d.k, d.n])?;
+            let d = MatmulDims { b_trans: true, ..d };
+            return self.matmul_in_pieces(a, &b, out, d);
+        }
+        let cols = if b_len <= room {
+            d.n.min(room)
+        } else {
+            room / d.k
+        };
+        let rows = (room / d.k.max(1)).min(room.saturating_sub(cols) / d.n.max(1) + 1);
+        if rows == 0 || cols == 0 {
             return Err(device_error(
                 "matmul: one row of an operand exceeds this adapter's storage binding limit",
             ));
         }
-        let b_len = d.k * d.n;
         for bi in 0..d.batch {
             let b_start = if d.b_batched { bi * b_len } else { 0 };
-            let (b_bind, b_base) = self.window(&b.buf, b_start, b_len, 4)?;
-            let mut i0 = 0;
-            while i0 < d.m {
-                let r = rows.min(d.m - i0);
-                let first = bi * d.m + i0;
-                let (a_bind, a_base) = self.window(&a.buf, first * d.k, r * d.k, 4)?;
-                let (c_bind, c_base) = self.window(&out.buf, first * d.n, r * d.n, 4)?;
-                let piece = MatmulDims {
-                    batch: 1,
-                    m: r,
-                    b_batched: false,
-                    ..d
+            let mut j0 = 0;
+            while j0 < d.n {
+                let nb = cols.min(d.n - j0);
+                let (b_bind, b_base) = if nb == d.n {
+                    self.window(&b.buf, b_start, b_len, 4)?
+                } else {
+                    self.window(&b.buf, b_start + j0 * d.k, nb * d.k, 4)?
                 };
-                self.matmul_piece(
-                    piece,
-                    [a_base, b_base, c_base],
-                    &[a_bind, b_bind.clone(), c_bind],
-                )?;
-                i0 += r;
+                let mut i0 = 0;
+                while i0 < d.m {
+                    let r = rows.min(d.m - i0);
+                    let first = bi * d.m + i0;
+                    let (a_bind, a_base) = self.window(&a.buf, first * d.k, r * d.k, 4)?;
+                    let c_span = (r - 1) * d.n + nb;
+                    let (c_bind, c_base) = self.window(&out.buf, first * d.n + j0, c_span, 4)?;
+                    let piece = MatmulDims {
+                        batch: 1,
+                        m: r,
+                        n: nb,
+                        b_batched: false,
+                        ..d
+                    };
+                    self.matmul_piece(
+                        piece,
+                        [a_base, b_base, c_base],
+                        d.n,
+                        &[a_bind, b_bind.clone(), c_bind],
+                    )?;
+                    i0 += r;
+                }
+                j0 += nb;
             }
         }
         Ok(())
@@ -758,7 +868,9 @@ impl WgpuBackend {
             let (table_bind, table_base) = self.window(&table.buf, t0 * rw, tb * rw, 4)?;
             let mut r0 = 0;
             loop {
-                let ob = room.min(count - r0);
+                // a scatter thread loops over its index block: at most LOOP_MAX of them
+                let most = if scatter { room.min(LOOP_MAX) } else { room };
+                let ob = most.min(count - r0);
                 let (list_bind, list_base) = self.window(&list.buf, r0 * rw, ob * rw, 4)?;
                 let (src_base, out_base) = if scatter {
                     (list_base, table_base)
@@ -880,16 +992,52 @@ impl Backend for WgpuBackend {
                 "binary",
                 n,
                 4,
-                &|len| vec![len as u32, code, 1, len as u32, 1, 1],
+                &|len| vec![len as u32, code, 1, len as u32, 1, 1, 0, 0, 0],
                 &[&a.buf, &b.buf, &out.buf],
             )?;
             return Ok(out);
         }
-        let mut p = vec![n as u32, code, nd as u32];
-        p.extend(out_shape.iter().map(|&d| d as u32));
-        p.extend(aligned(a_shape));
-        p.extend(aligned(b_shape));
-        self.run("binary", n, &p, &[&a.buf, &b.buf, &out.buf])?;
+        let (sa, sb) = (aligned(a_shape), aligned(b_shape));
+        let params = |rows: usize, bases: [u32; 3]| {
+            let mut p = vec![0, code, nd as u32];
+            p.extend(out_shape.iter().map(|&d| d as u32));
+            p[3] = rows as u32;
+            p[0] = p[3..].iter().product();
+            p.extend(sa.iter().chain(&sb).copied());
+            p.extend(bases);
+            p
+        };
+        let fits = |s: &WgpuStorage| (s.len * 4) as u64 <= self.max_binding;
+        if n == 0 {
+            return Ok(out);
+        }
+        if fits(a) && fits(b) && fits(&out) {
+            let p = params(out_shape[0], [0; 3]);
+            self.run("binary", n, &p, &[&a.buf, &b.buf, &out.buf])?;
+            return Ok(out);
+        }
+        // Past the binding limit: blocks of the output's first dim, and of each input's unless
+        // it is broadcast along it (then bound whole).
+        let out_row = n / out_shape[0];
+        let row = |s: &[u32]| if s[0] == 0 { 0 } else { s[0] as usize };
+        let widest = out_row.max(row(&sa)).max(row(&sb)).max(1);
+        let block = ((self.max_binding - self.align) as usize / 4 / widest).max(1);
+        let mut i0 = 0;
+        while i0 < out_shape[0] {
+            let r = block.min(out_shape[0] - i0);
+            // (first element, length) of an input's piece
+            let piece = |x: &WgpuStorage, s: &[u32]| match row(s) {
+                0 => (0, x.len),
+                len => (i0 * len, r * len),
+            };
+            let ((a0, an), (b0, bn)) = (piece(a, &sa), piece(b, &sb));
+            let (ab, a_base) = self.window(&a.buf, a0, an, 4)?;
+            let (bb, b_base) = self.window(&b.buf, b0, bn, 4)?;
+            let (ob, o_base) = self.window(&out.buf, i0 * out_row, r * out_row, 4)?;
+            let p = params(r, [a_base, b_base, o_base]);
+            self.dispatch("binary", r * out_row, &p, &[ab, bb, ob])?;
+            i0 += r;
+        }
         Ok(out)
     }
 
@@ -940,14 +1088,31 @@ impl Backend for WgpuBackend {
     ) -> Result<WgpuStorage> {
         self.need_f32(x, "reduce")?;
         let large = (x.len * 4) as u64 > self.max_binding;
-        if large && dims.len() == shape.len() {
-            return self.reduce_all_in_pieces(op, x);
-        }
         let n_out: usize = (0..shape.len())
             .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
             .product();
         let count: usize = dims.iter().map(|&d| shape[d]).product();
-        let out = self.new_storage(n_out, DType::F32)?;
+        let x_row = x
+            .len
+            .checked_div(shape.first().copied().unwrap_or(1))
+            .unwrap_or(0);
+        if large && (dims.contains(&0) || (x_row * 4) as u64 > self.max_binding - self.align) {
+            // The kept dims first and the reduced ones last: each row of that matrix reduced.
+            let perm: Vec<usize> = (0..shape.len())
+                .filter(|d| !dims.contains(d))
+                .chain(dims.iter().copied())
+                .collect();
+            if perm.iter().enumerate().all(|(i, &p)| i == p) {
+                return self.reduce_matrix(op, x, n_out, count);
+            }
+            let moved = self.permute(x, shape, &perm)?;
+            return self.reduce_matrix(op, &moved, n_out, count);
+        }
+        // Each output's elements in runs of at most LOOP_MAX; several runs leave partials,
+        // reduced again below.
+        let parts = count.div_ceil(LOOP_MAX).max(1);
+        let part_len = count.div_ceil(parts);
+        let out = self.new_storage(n_out * parts, DType::F32)?;
         let code = op.code();
         // `n` outputs of `shape` with its first dim cut to `lead`, bound at element bases
         let params = |lead: usize, n: usize, x_base: u32, out_base: u32| {
@@ -955,39 +1120,39 @@ impl Backend for WgpuBackend {
             if let Some(first) = sh.first_mut() {
                 *first = lead;
             }
-            let mut p = vec![n as u32, code, sh.len() as u32, count as u32];
+            let mut p = vec![(n * parts) as u32, code, sh.len() as u32, count as u32];
             p.extend(sh.iter().map(|&d| d as u32));
             p.extend((0..sh.len()).map(|d| u32::from(dims.contains(&d))));
             p.extend(strides(shape).iter().map(|&s| s as u32));
-            p.extend([NEG_INF, x_base, out_base]);
+            p.extend([NEG_INF, x_base, out_base, part_len as u32, parts as u32]);
             p
+        };
+        let finish = |out: WgpuStorage| {
+            if parts == 1 {
+                Ok(out)
+            } else {
+                self.reduce(op, &out, &[n_out, parts], &[1])
+            }
         };
         if !large {
             let p = params(shape.first().copied().unwrap_or(1), n_out, 0, 0);
-            self.run("reduce", n_out, &p, &[&x.buf, &out.buf])?;
-            return Ok(out);
+            self.run("reduce", n_out * parts, &p, &[&x.buf, &out.buf])?;
+            return finish(out);
         }
         // Past the binding limit with the first dim kept: blocks of it, each a contiguous
         // piece of x and of out.
-        if dims.contains(&0) {
-            return Err(device_error(
-                "reduce: a tensor past the storage binding limit reduced over its first dim \
-                 but not all dims is not supported by the wgpu backend",
-            ));
-        }
-        let x_row = x.len / shape[0];
-        let out_row = n_out / shape[0];
+        let out_row = n_out / shape[0] * parts;
         let block = ((self.max_binding - self.align) as usize / 4 / x_row.max(1)).max(1);
         let mut i0 = 0;
         while i0 < shape[0] {
             let r = block.min(shape[0] - i0);
             let (xb, x_base) = self.window(&x.buf, i0 * x_row, r * x_row, 4)?;
             let (ob, out_base) = self.window(&out.buf, i0 * out_row, r * out_row, 4)?;
-            let p = params(r, r * out_row, x_base, out_base);
+            let p = params(r, r * out_row / parts, x_base, out_base);
             self.dispatch("reduce", r * out_row, &p, &[xb, ob])?;
             i0 += r;
         }
-        Ok(out)
+        finish(out)
     }
 
     fn softmax(
@@ -998,8 +1163,10 @@ impl Backend for WgpuBackend {
         log: bool,
     ) -> Result<WgpuStorage> {
         self.need_f32(x, "softmax")?;
-        let out = self.new_storage(x.len, DType::F32)?;
         let len = shape[dim];
+        if len > LOOP_MAX / 2 {
+            return self.softmax_in_passes(x, shape, dim, log);
+        }
         let inner: usize = shape[dim + 1..].iter().product();
         let lines = x.len.checked_div(len).unwrap_or(0);
         let params = |lines: usize, x_base: u32, out_base: u32| {
@@ -1014,19 +1181,35 @@ impl Backend for WgpuBackend {
             ]
         };
         if (x.len * 4) as u64 <= self.max_binding {
+            let out = self.new_storage(x.len, DType::F32)?;
             self.run("softmax", lines, &params(lines, 0, 0), &[&x.buf, &out.buf])?;
             return Ok(out);
         }
-        // Past the binding limit: blocks of the dims before `dim`, each a contiguous piece.
+        // Past the binding limit: blocks of the dims before `dim`, each a contiguous piece;
+        // where one such block is too large, `dim` is moved last first (and back after).
         let block_len = len * inner;
         let outer = x.len / block_len;
         let block = (self.max_binding - self.align) as usize / 4 / block_len;
-        if dim == 0 || block == 0 {
+        if block == 0 && inner > 1 {
+            let perm: Vec<usize> = (0..shape.len())
+                .filter(|&d| d != dim)
+                .chain([dim])
+                .collect();
+            let moved_shape: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
+            let moved = self.permute(x, shape, &perm)?;
+            let y = self.softmax(&moved, &moved_shape, shape.len() - 1, log)?;
+            let mut back = vec![0; perm.len()];
+            for (i, &d) in perm.iter().enumerate() {
+                back[d] = i;
+            }
+            return self.permute(&y, &moved_shape, &back);
+        }
+        if block == 0 {
             return Err(device_error(
-                "softmax: one line block of a tensor past the storage binding limit exceeds a \
-                 binding (the wgpu backend splits only the dims before the softmax dim)",
+                "softmax: one softmax line is longer than this adapter's storage binding limit",
             ));
         }
+        let out = self.new_storage(x.len, DType::F32)?;
         let mut o0 = 0;
         while o0 < outer {
             let r = block.min(outer - o0);
@@ -1042,6 +1225,9 @@ impl Backend for WgpuBackend {
     fn matmul(&self, a: &WgpuStorage, b: &WgpuStorage, d: MatmulDims) -> Result<WgpuStorage> {
         self.need_f32(a, "matmul")?;
         self.need_f32(b, "matmul")?;
+        if d.k > 2 * LOOP_MAX {
+            return self.matmul_k_chunks(a, b, d);
+        }
         let out = self.new_storage(d.batch * d.m * d.n, DType::F32)?;
         let bytes = |s: &WgpuStorage| (s.len * 4) as u64;
         if [bytes(a), bytes(b), bytes(&out)]
@@ -1053,7 +1239,7 @@ impl Backend for WgpuBackend {
                 offset: 0,
                 size: None,
             });
-            self.matmul_piece(d, [0, 0, 0], &whole)?;
+            self.matmul_piece(d, [0, 0, 0], d.n, &whole)?;
         } else {
             self.matmul_in_pieces(a, b, &out, d)?;
         }

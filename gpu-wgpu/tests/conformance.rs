@@ -117,55 +117,65 @@ fn matmul_past_the_binding_limit() {
         );
     };
     let k = 257;
-    let n = 3;
-    let m = (b.max_binding() / 4) as usize / k + 37;
-    let av: Vec<f32> = (0..m * k)
-        .map(|i| ((i * 7) % 23) as f32 / 23.0 - 0.5)
-        .collect();
-    let bv: Vec<f32> = (0..k * n)
-        .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
-        .collect();
-    let a = b.upload(&HostData::F32(av.clone())).unwrap();
-    let x = b.upload(&HostData::F32(bv.clone())).unwrap();
-    for b_trans in [false, true] {
-        let dims = gflow_core::backend::MatmulDims {
-            batch: 1,
-            m,
-            k,
-            n,
-            b_batched: false,
-            a_trans: false,
-            b_trans,
-        };
-        let c: Vec<f64> = b
-            .download(&b.matmul(&a, &x, dims).unwrap())
-            .unwrap()
-            .to_vec();
-        for i in 0..m {
-            for j in 0..n {
-                let w: f64 = (0..k)
-                    .map(|l| {
-                        let bl = if b_trans {
-                            bv[j * k + l]
-                        } else {
-                            bv[l * n + j]
-                        };
-                        f64::from(av[i * k + l]) * f64::from(bl)
-                    })
-                    .sum();
-                assert!(
-                    (c[i * n + j] - w).abs() < 1e-4,
-                    "b_trans {b_trans}: ({i}, {j}) is {}, want {w}",
-                    c[i * n + j]
-                );
+    let big = (b.max_binding() / 4) as usize / k + 37;
+    // a large `a` (rows of a and c in blocks; a transposed `a` made contiguous first), then a
+    // large `b` (column tiles of b and c; a `b` not stored transposed is transposed first)
+    for (m, n) in [(big, 3), (3, big)] {
+        let av: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7) % 23) as f32 / 23.0 - 0.5)
+            .collect();
+        let bv: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let a = b.upload(&HostData::F32(av.clone())).unwrap();
+        let x = b.upload(&HostData::F32(bv.clone())).unwrap();
+        for (a_trans, b_trans) in [(false, false), (false, true), (true, false), (true, true)] {
+            let dims = gflow_core::backend::MatmulDims {
+                batch: 1,
+                m,
+                k,
+                n,
+                b_batched: false,
+                a_trans,
+                b_trans,
+            };
+            let c: Vec<f64> = b
+                .download(&b.matmul(&a, &x, dims).unwrap())
+                .unwrap()
+                .to_vec();
+            for i in 0..m {
+                for j in 0..n {
+                    let w: f64 = (0..k)
+                        .map(|l| {
+                            let al = if a_trans {
+                                av[l * m + i]
+                            } else {
+                                av[i * k + l]
+                            };
+                            let bl = if b_trans {
+                                bv[j * k + l]
+                            } else {
+                                bv[l * n + j]
+                            };
+                            f64::from(al) * f64::from(bl)
+                        })
+                        .sum();
+                    assert!(
+                        (c[i * n + j] - w).abs() < 1e-4,
+                        "{m}x{k}x{n}, a_trans {a_trans}, b_trans {b_trans}: ({i}, {j}) is {}, \
+                         want {w}",
+                        c[i * n + j]
+                    );
+                }
             }
         }
     }
 }
 
 /// Row reductions and softmax of a (rows, 257) tensor past one storage binding run in blocks
-/// of rows bound at unaligned starts; every row is checked against f64 on the host. Reducing
-/// or normalising over the first dim of such a tensor is a typed error.
+/// of rows bound at unaligned starts; over the first dim they run on a tiled transpose; rows
+/// longer than a binding reduce in chunks, and a softmax line longer than a binding runs in
+/// passes. Every row and column is checked against f64 on the host.
 #[test]
 fn rows_past_the_binding_limit() {
     let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
@@ -197,19 +207,64 @@ fn rows_past_the_binding_limit() {
             assert!((soft[r * cols + c] - w).abs() < 1e-6, "softmax ({r}, {c})");
         }
     }
-    assert!(matches!(
-        b.reduce(ReduceKind::Sum, &x, &shape, &[0]),
-        Err(Error::Device { .. })
-    ));
-    assert!(matches!(
-        b.softmax(&x, &shape, 0, true),
-        Err(Error::Device { .. })
-    ));
+    // over the first dim: moved last by a tiled transpose, then rows in blocks
+    let col_sums = got(&b.reduce(ReduceKind::Sum, &x, &shape, &[0]).unwrap());
+    let col_max = got(&b
+        .reduce(ReduceKind::Max, &x, &[rows, 1, cols], &[0, 1])
+        .unwrap());
+    let log_soft = got(&b.softmax(&x, &shape, 0, true).unwrap());
+    for c in 0..cols {
+        let col: Vec<f64> = (0..rows).map(|r| f64::from(v[r * cols + c])).collect();
+        let s: f64 = col.iter().sum();
+        let scale: f64 = col.iter().map(|x| x.abs()).sum();
+        assert!(
+            (col_sums[c] - s).abs() < 1e-5 * scale,
+            "column {c} sum {} vs {s}",
+            col_sums[c]
+        );
+        let m = col.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(col_max[c], m, "column {c} max");
+        let lz = col.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+        for (r, x) in col.iter().enumerate() {
+            let want = x - m - lz;
+            let at = log_soft[r * cols + c];
+            assert!(
+                (at - want).abs() < 1e-4,
+                "log-softmax ({r}, {c}): {at} vs {want}"
+            );
+        }
+    }
+    // one row longer than a binding: chunks reduced, then the partials; and everything
+    let total: f64 = v.iter().map(|&x| f64::from(x)).sum();
+    let scale: f64 = v.iter().map(|&x| f64::from(x.abs())).sum();
+    let line = got(&b
+        .reduce(ReduceKind::Sum, &x, &[1, rows * cols], &[1])
+        .unwrap());
+    let all = got(&b.reduce(ReduceKind::Sum, &x, &shape, &[0, 1]).unwrap());
+    for s in [line[0], all[0]] {
+        assert!((s - total).abs() < 1e-5 * scale, "{s} vs {total}");
+    }
+    // and one softmax line past the binding limit (in passes of whole-tensor kernels)
+    let m = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lz = v
+        .iter()
+        .map(|&x| (f64::from(x) - f64::from(m)).exp())
+        .sum::<f64>()
+        .ln();
+    let whole = got(&b.softmax(&x, &[rows * cols], 0, true).unwrap());
+    for i in (0..rows * cols).step_by(9973) {
+        let want = f64::from(v[i]) - f64::from(m) - lz;
+        assert!(
+            (whole[i] - want).abs() < 1e-4,
+            "log-softmax at {i}: {} vs {want}",
+            whole[i]
+        );
+    }
 }
 
-/// Slices and a concatenation of a (rows, 257) tensor past one storage binding run as blocks
-/// of rows (both sides bound at unaligned starts), checked element by element; a transpose,
-/// whose every block spans the whole tensor, is a typed error.
+/// Slices, a concatenation and transposes of a (rows, 257) tensor past one storage binding run
+/// as blocks (both sides bound at unaligned starts; a transpose's blocks are tiles of both
+/// dims), checked element by element.
 #[test]
 fn copies_past_the_binding_limit() {
     let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
@@ -249,10 +304,16 @@ fn copies_past_the_binding_limit() {
         assert!(cat[r * (cols + 1)..r * (cols + 1) + cols] == v[r * cols..(r + 1) * cols]);
         assert_eq!(cat[r * (cols + 1) + cols], y[r], "cat row {r}");
     }
-    assert!(matches!(
-        b.permute(&x, &shape, &[1, 0]),
-        Err(Error::Device { .. })
-    ));
+    // a transpose: every output row gathers a column spanning all of x (tiled copies)
+    let t = got(&b.permute(&x, &shape, &[1, 0]).unwrap());
+    for c in 0..cols {
+        for r in 0..rows {
+            assert_eq!(t[c * rows + r], v[r * cols + c], "transpose at ({c}, {r})");
+        }
+    }
+    // a 3-d permute that moves the last dim first, with a size-1 dim between
+    let p3 = got(&b.permute(&x, &[rows, 1, cols], &[2, 1, 0]).unwrap());
+    assert!(p3 == t, "3-d permute");
 }
 
 /// Row gathers and scatter-adds past one storage binding: a table larger than a binding
@@ -309,5 +370,133 @@ fn rows_gather_scatter_past_the_binding_limit() {
             g[r * cols..(r + 1) * cols] == small[i * cols..(i + 1) * cols],
             "row {r}"
         );
+    }
+}
+
+/// Work longer than lavapipe lets one invocation loop (65535 iterations in all, after which it
+/// silently stops): reductions over 100k elements, softmax lines of 30k, products with an inner
+/// dim of 70k (both matmul kernels) and a scatter of 70k rows, against f64 on the host.
+#[test]
+fn long_loops() {
+    let Ok(mut b) = gflow_wgpu::WgpuBackend::new() else {
+        return gflow_core::backend::say_skipped("long_loops", &"no wgpu adapter");
+    };
+    let f64s = |b: &gflow_wgpu::WgpuBackend, s: &gflow_wgpu::WgpuStorage| -> Vec<f64> {
+        b.download(s).unwrap().to_vec()
+    };
+    let value = |i: usize| ((i * 37) % 101) as f32 / 50.0 - 1.0;
+    let close = |got: f64, want: f64, what: &str| {
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "{what}: {got} vs {want}"
+        );
+    };
+    // reductions: 3 rows of 100k, and a whole 100k vector
+    let n = 100_000;
+    let v: Vec<f32> = (0..3 * n).map(value).collect();
+    let x = b.upload(&HostData::F32(v.clone())).unwrap();
+    let sums = f64s(&b, &b.reduce(ReduceKind::Sum, &x, &[3, n], &[1]).unwrap());
+    let maxes = f64s(&b, &b.reduce(ReduceKind::Max, &x, &[3, n], &[1]).unwrap());
+    let cols = f64s(&b, &b.reduce(ReduceKind::Sum, &x, &[3, n], &[0]).unwrap());
+    for r in 0..3 {
+        let row = &v[r * n..(r + 1) * n];
+        close(sums[r], row.iter().map(|&x| f64::from(x)).sum(), "row sum");
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(maxes[r], f64::from(m), "row max");
+    }
+    for c in (0..n).step_by(997) {
+        let want: f64 = (0..3).map(|r| f64::from(v[r * n + c])).sum();
+        close(cols[c], want, "column sum");
+    }
+    let total = f64s(&b, &b.reduce(ReduceKind::Sum, &x, &[3 * n], &[0]).unwrap());
+    close(total[0], v.iter().map(|&x| f64::from(x)).sum(), "total");
+    // softmax along lines of 30k, the line dim first or last
+    let len = 30_000;
+    let sv = &v[..2 * len];
+    let sx = b.upload(&HostData::F32(sv.to_vec())).unwrap();
+    for (shape, dim) in [([2, len], 1), ([len, 2], 0)] {
+        let lines: Vec<Vec<usize>> = (0..2)
+            .map(|l| {
+                (0..len)
+                    .map(|j| if dim == 1 { l * len + j } else { j * 2 + l })
+                    .collect()
+            })
+            .collect();
+        for log in [false, true] {
+            let got = f64s(&b, &b.softmax(&sx, &shape, dim, log).unwrap());
+            for line in &lines {
+                let m = line
+                    .iter()
+                    .map(|&i| f64::from(sv[i]))
+                    .fold(f64::MIN, f64::max);
+                let z: f64 = line.iter().map(|&i| (f64::from(sv[i]) - m).exp()).sum();
+                for &i in line.iter().step_by(101) {
+                    let want = if log {
+                        f64::from(sv[i]) - m - z.ln()
+                    } else {
+                        (f64::from(sv[i]) - m).exp() / z
+                    };
+                    assert!(
+                        (got[i] - want).abs() < 1e-5 * want.abs().max(1.0),
+                        "softmax"
+                    );
+                }
+            }
+        }
+    }
+    // products with k = 70k, both kernels, b stored either way
+    let k = 70_000;
+    let (m, nn) = (2, 3);
+    let av: Vec<f32> = (0..m * k).map(value).collect();
+    let bv: Vec<f32> = (0..k * nn).map(|i| value(i + 7)).collect();
+    let (a, bt) = (
+        b.upload(&HostData::F32(av.clone())).unwrap(),
+        b.upload(&HostData::F32(bv.clone())).unwrap(),
+    );
+    for tiled in [false, true] {
+        b.set_tiled_matmul(tiled);
+        for b_trans in [false, true] {
+            let dims = gflow_core::backend::MatmulDims {
+                batch: 1,
+                m,
+                k,
+                n: nn,
+                b_batched: false,
+                a_trans: false,
+                b_trans,
+            };
+            let c = f64s(&b, &b.matmul(&a, &bt, dims).unwrap());
+            for i in 0..m {
+                for j in 0..nn {
+                    let want: f64 = (0..k)
+                        .map(|l| {
+                            let bl = if b_trans {
+                                bv[j * k + l]
+                            } else {
+                                bv[l * nn + j]
+                            };
+                            f64::from(av[i * k + l]) * f64::from(bl)
+                        })
+                        .sum();
+                    close(c[i * nn + j], want, "long product");
+                }
+            }
+        }
+    }
+    // a scatter-add of 70k rows onto 5
+    let count = 70_000;
+    let src: Vec<f32> = (0..count * 2).map(value).collect();
+    let idx: Vec<i64> = (0..count as i64).map(|i| (i * 3) % 5).collect();
+    let s = b.upload(&HostData::F32(src.clone())).unwrap();
+    let ix = b.upload(&HostData::I64(idx.clone())).unwrap();
+    let table = f64s(&b, &b.scatter_add_rows(&s, 5, 2, &ix).unwrap());
+    let mut want = [0.0f64; 10];
+    for (i, &r) in idx.iter().enumerate() {
+        for c in 0..2 {
+            want[r as usize * 2 + c] += f64::from(src[i * 2 + c]);
+        }
+    }
+    for (g, w) in table.iter().zip(want) {
+        close(*g, w, "scatter-add");
     }
 }
