@@ -2,12 +2,14 @@
 //! parameter in place (all handles see it) from its gradient, elementwise on this rank's
 //! component: a gradient has its parameter's placement and SBP, so the update needs no
 //! communication at all; the only communication of a training step is the boxing the
-//! parameters' SBPs require in forward and backward.
+//! parameters' SBPs require in forward and backward. On a GPU the update runs with the
+//! device's kernels, and parameters and optimizer state stay in device memory.
 
+use crate::backend::{BinaryOp, Kernels, UnaryOp, kernels};
 use crate::cpu::Float;
 use crate::error::{Error, Result};
-use crate::storage::HostData;
-use crate::tensor::Tensor;
+use crate::storage::{Buffer, HostData};
+use crate::tensor::{Device, Tensor};
 
 /// What every optimizer does.
 pub trait Optimizer {
@@ -38,14 +40,21 @@ fn grad_of(p: &Tensor) -> Result<Option<Tensor>> {
     }
 }
 
-/// Runs `f` on this rank's parameter, gradient and state components as one float type; does
-/// nothing off the placement. `state` is created as zeros on first use.
+/// A parameter update on a device: parameter and gradient in, the new parameter out, state
+/// buffers replaced in place, all with the device's kernels.
+type DeviceStep<'a> = &'a dyn Fn(&dyn Kernels, &Buffer, &Buffer, &mut [Buffer]) -> Result<Buffer>;
+
+/// Updates this rank's parameter component from its gradient and state; does nothing off the
+/// placement. State is created as zeros on first use. On the CPU `f32_step`/`f64_step` update
+/// the host data in place; on a GPU `device_step` runs the update with the device's kernels,
+/// so parameters and state stay in device memory.
 fn update_component(
     p: &Tensor,
     g: &Tensor,
-    state: &mut [Option<HostData>],
+    state: &mut [Option<Buffer>],
     f32_step: impl FnOnce(&mut [f32], &[f32], &mut [&mut [f32]]),
     f64_step: impl FnOnce(&mut [f64], &[f64], &mut [&mut [f64]]),
+    device_step: DeviceStep<'_>,
 ) -> Result<()> {
     let (Some(gd), Some(mut pd)) = (g.read(), p.write()) else {
         return Ok(());
@@ -65,25 +74,40 @@ fn update_component(
     }
     for s in state.iter_mut() {
         if s.is_none() {
-            *s = Some(HostData::filled(pd.dtype(), pd.len(), 0.0));
+            *s = Some(HostData::filled(pd.dtype(), pd.len(), 0.0).into());
         }
     }
+    let mut state: Vec<&mut Buffer> = state.iter_mut().flatten().collect();
+    let device = p.device();
+    let k = kernels(device.device_type())?;
+    if device != Device::Cpu && k.computes(pd.dtype()) {
+        let mut owned: Vec<Buffer> = state.iter().map(|s| (**s).clone()).collect();
+        *pd = device_step(&*k, &pd, &gd, &mut owned)?;
+        for (s, new) in state.iter_mut().zip(owned) {
+            **s = new;
+        }
+        return Ok(());
+    }
+    let mut hosts: Vec<&mut HostData> = state
+        .iter_mut()
+        .map(|s| s.host_mut())
+        .collect::<Result<_>>()?;
     match (pd.host_mut()?, gd.host()?) {
         (HostData::F32(pv), HostData::F32(gv)) => {
-            let mut st: Vec<&mut [f32]> = state
+            let mut st: Vec<&mut [f32]> = hosts
                 .iter_mut()
                 .filter_map(|s| match s {
-                    Some(HostData::F32(v)) => Some(v.as_mut_slice()),
+                    HostData::F32(v) => Some(v.as_mut_slice()),
                     _ => None,
                 })
                 .collect();
             f32_step(pv, gv, &mut st);
         }
         (HostData::F64(pv), HostData::F64(gv)) => {
-            let mut st: Vec<&mut [f64]> = state
+            let mut st: Vec<&mut [f64]> = hosts
                 .iter_mut()
                 .filter_map(|s| match s {
-                    Some(HostData::F64(v)) => Some(v.as_mut_slice()),
+                    HostData::F64(v) => Some(v.as_mut_slice()),
                     _ => None,
                 })
                 .collect();
@@ -99,6 +123,12 @@ fn update_component(
     Ok(())
 }
 
+/// `a op b` elementwise for buffers of one length, on a device.
+fn flat(k: &dyn Kernels, op: BinaryOp, a: &Buffer, b: &Buffer) -> Result<Buffer> {
+    let n = [a.len()];
+    k.binary(op, a, &n, b, &n, &n)
+}
+
 /// Clears the gradients of `params`.
 fn clear(params: &[Tensor]) {
     params.iter().for_each(|p| p.set_grad(None));
@@ -112,7 +142,7 @@ pub struct Sgd {
     lr: f64,
     momentum: f64,
     weight_decay: f64,
-    buffers: Vec<Option<HostData>>,
+    buffers: Vec<Option<Buffer>>,
 }
 
 impl Sgd {
@@ -148,7 +178,7 @@ impl Sgd {
         for (p, buf) in self.params.iter().zip(&mut self.buffers) {
             let Some(g) = grad_of(p)? else { continue };
             let fresh = buf.is_none();
-            let state: &mut [Option<HostData>] = if mu == 0.0 {
+            let state: &mut [Option<Buffer>] = if mu == 0.0 {
                 &mut []
             } else {
                 std::slice::from_mut(buf)
@@ -159,6 +189,25 @@ impl Sgd {
                 state,
                 |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
                 |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
+                &|k, p, g, s| {
+                    let d = if wd == 0.0 {
+                        g.clone()
+                    } else {
+                        flat(k, BinaryOp::Add, g, &k.scale(p, wd)?)?
+                    };
+                    let b = match s.first_mut() {
+                        None => d,
+                        Some(b) => {
+                            *b = if fresh {
+                                d
+                            } else {
+                                flat(k, BinaryOp::Add, &k.scale(b, mu)?, &d)?
+                            };
+                            b.clone()
+                        }
+                    };
+                    flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)
+                },
             )?;
         }
         Ok(())
@@ -212,7 +261,7 @@ pub struct Adam {
     weight_decay: f64,
     decoupled: bool,
     steps: Vec<u32>,
-    moments: Vec<[Option<HostData>; 2]>,
+    moments: Vec<[Option<Buffer>; 2]>,
 }
 
 /// Adam with decoupled weight decay (Loshchilov and Hutter), as PyTorch's `AdamW`: weight decay
@@ -345,6 +394,7 @@ impl Adam {
                 m,
                 |p, g, s| adam(p, g, s, &h, step),
                 |p, g, s| adam(p, g, s, &h, step),
+                &|k, p, g, s| adam_on_device(k, p, g, s, &h, step),
             )?;
         }
         Ok(())
@@ -386,6 +436,35 @@ fn adam<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32
         v[i] = b2t * v[i] + c2 * gi * gi;
         p[i] = p[i] - lr * (m[i] * k1) / ((v[i] * k2).sqrt() + eps);
     }
+}
+
+/// [`adam`] with a device's kernels.
+fn adam_on_device(
+    k: &dyn Kernels,
+    p: &Buffer,
+    g: &Buffer,
+    s: &mut [Buffer],
+    h: &Hyper,
+    step: u32,
+) -> Result<Buffer> {
+    let [m, v] = s else {
+        return Err(Error::Internal("Adam without its two moments".into()));
+    };
+    let (b1, b2) = h.betas;
+    let bc1 = 1.0 - b1.powi(step as i32);
+    let bc2 = 1.0 - b2.powi(step as i32);
+    let (mut p, mut g) = (p.clone(), g.clone());
+    if h.decoupled {
+        p = k.scale(&p, 1.0 - h.lr * h.wd)?;
+    } else if h.wd != 0.0 {
+        g = flat(k, BinaryOp::Add, &g, &k.scale(&p, h.wd)?)?;
+    }
+    *m = flat(k, BinaryOp::Add, &k.scale(m, b1)?, &k.scale(&g, 1.0 - b1)?)?;
+    let g2 = k.scale(&k.unary(UnaryOp::Square, &g)?, 1.0 - b2)?;
+    *v = flat(k, BinaryOp::Add, &k.scale(v, b2)?, &g2)?;
+    let denom = k.add_scalar(&k.unary(UnaryOp::Sqrt, &k.scale(v, 1.0 / bc2)?)?, h.eps)?;
+    let update = flat(k, BinaryOp::Div, &k.scale(m, h.lr / bc1)?, &denom)?;
+    flat(k, BinaryOp::Sub, &p, &update)
 }
 
 impl Optimizer for Adam {

@@ -1,0 +1,74 @@
+//! Optimizer steps on a GPU placement run with the device's kernels: parameters and their state
+//! stay in device memory (no host copy after a step), and SGD (momentum, weight decay), Adam
+//! and AdamW reach the parameters the CPU reaches. Skips loudly without a wgpu adapter, unless
+//! `GFLOW_REQUIRE_BACKEND` names wgpu.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use gflow::Error;
+use gflow::optim::{Adam, AdamW, Sgd};
+use gflow::prelude::*;
+
+/// Three steps of each optimizer on `device`; the parameters after each optimizer's steps.
+fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
+    let out = gflow::simulate(1, move |_| {
+        let p = Placement::new(device, [0])?;
+        gflow::manual_seed(5);
+        let x = Tensor::randn(&[6, 4], (&p, Sbp::broadcast()))?;
+        let mut finals = vec![];
+        for which in 0..3 {
+            let w = Tensor::randn(&[4, 3], (&p, Sbp::broadcast()))?.set_requires_grad(true);
+            let mut opt: Box<dyn Optimizer> = match which {
+                0 => Box::new(
+                    Sgd::new(vec![w.clone()], 0.1)
+                        .momentum(0.9)
+                        .weight_decay(0.01),
+                ),
+                1 => Box::new(Adam::new(vec![w.clone()], 0.05).weight_decay(0.01)),
+                _ => Box::new(AdamW::new(vec![w.clone()], 0.05)),
+            };
+            for _ in 0..3 {
+                opt.zero_grad();
+                let y = x.matmul(&w)?;
+                (&y * &y)?.sum([0, 1], false)?.backward()?;
+                opt.step()?;
+                if device != "cpu" {
+                    assert_eq!(
+                        w.resident_on(),
+                        Some(device),
+                        "the parameter stays on {device}"
+                    );
+                    assert!(
+                        !w.has_host_copy(),
+                        "a step copied the parameter to the host"
+                    );
+                }
+            }
+            finals.push(w.to_vec::<f32>()?);
+        }
+        Ok(finals)
+    })?;
+    Ok(out.into_iter().next().unwrap_or_default())
+}
+
+#[test]
+fn optimizer_steps_stay_on_the_device() {
+    let cpu = train("cpu").unwrap();
+    let wgpu = match train("wgpu") {
+        Ok(v) => v,
+        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
+            return gflow::backend::say_skipped(
+                "optimizer_steps_stay_on_the_device",
+                &format!("no wgpu adapter: {reason}"),
+            );
+        }
+        Err(e) => panic!("wgpu: {e}"),
+    };
+    for (which, (a, b)) in wgpu.iter().zip(&cpu).enumerate() {
+        for (p, q) in a.iter().zip(b) {
+            assert!(
+                (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
+                "optimizer {which}: {p} on wgpu vs {q} on the CPU"
+            );
+        }
+    }
+}
