@@ -8,6 +8,32 @@ use gflow_core::{Error, HostData};
 
 gflow_core::conformance_tests!("wgpu", gflow_wgpu::WgpuBackend::new());
 
+/// Element (i, j) of the product of `av` and `bv` in f64, each stored transposed or not, as
+/// `MatmulDims` describes them (one batch).
+fn product_at(
+    av: &[f32],
+    bv: &[f32],
+    d: gflow_core::backend::MatmulDims,
+    i: usize,
+    j: usize,
+) -> f64 {
+    (0..d.k)
+        .map(|l| {
+            let a = if d.a_trans {
+                av[l * d.m + i]
+            } else {
+                av[i * d.k + l]
+            };
+            let b = if d.b_trans {
+                bv[j * d.k + l]
+            } else {
+                bv[l * d.n + j]
+            };
+            f64::from(a) * f64::from(b)
+        })
+        .sum()
+}
+
 /// Prints the adapter (so a CI log shows what ran); arithmetic outside f32 and a tensor past
 /// the storage-binding limit are typed errors, not panics.
 #[test]
@@ -145,21 +171,7 @@ fn matmul_past_the_binding_limit() {
                 .to_vec();
             for i in 0..m {
                 for j in 0..n {
-                    let w: f64 = (0..k)
-                        .map(|l| {
-                            let al = if a_trans {
-                                av[l * m + i]
-                            } else {
-                                av[i * k + l]
-                            };
-                            let bl = if b_trans {
-                                bv[j * k + l]
-                            } else {
-                                bv[l * n + j]
-                            };
-                            f64::from(al) * f64::from(bl)
-                        })
-                        .sum();
+                    let w = product_at(&av, &bv, dims, i, j);
                     assert!(
                         (c[i * n + j] - w).abs() < 1e-4,
                         "{m}x{k}x{n}, a_trans {a_trans}, b_trans {b_trans}: ({i}, {j}) is {}, \
@@ -468,16 +480,7 @@ fn long_loops() {
             let c = f64s(&b, &b.matmul(&a, &bt, dims).unwrap());
             for i in 0..m {
                 for j in 0..nn {
-                    let want: f64 = (0..k)
-                        .map(|l| {
-                            let bl = if b_trans {
-                                bv[j * k + l]
-                            } else {
-                                bv[l * nn + j]
-                            };
-                            f64::from(av[i * k + l]) * f64::from(bl)
-                        })
-                        .sum();
+                    let want = product_at(&av, &bv, dims, i, j);
                     close(c[i * nn + j], want, "long product");
                 }
             }
