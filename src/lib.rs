@@ -13,9 +13,9 @@
 //! ```
 
 pub use gflow_core::{
-    CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error, HostData,
-    IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor,
-    backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
+    Buffer, CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error,
+    HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target,
+    Tensor, backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
 };
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
