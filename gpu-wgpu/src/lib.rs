@@ -851,16 +851,13 @@ impl WgpuBackend {
             return Ok(());
         }
         let room = (self.max_binding - self.align) as usize / 4 / rw;
-        if room == 0 || (count * 8) as u64 > self.max_binding {
+        if room == 0 {
             return Err(device_error(
-                "gather/scatter rows: a row or the index list exceeds a storage binding",
+                "gather/scatter rows: one row exceeds this adapter's storage binding limit",
             ));
         }
-        let idx = wgpu::BufferBinding {
-            buffer: &indices.buf,
-            offset: 0,
-            size: None,
-        };
+        // indices per block: what a binding holds of the rows and of the (8-byte) indices
+        let idx_room = (self.max_binding - self.align) as usize / 8;
         let (table, list) = if scatter { (out, data) } else { (data, out) };
         let mut t0 = 0;
         while t0 < rows {
@@ -870,8 +867,9 @@ impl WgpuBackend {
             loop {
                 // a scatter thread loops over its index block: at most LOOP_MAX of them
                 let most = if scatter { room.min(LOOP_MAX) } else { room };
-                let ob = most.min(count - r0);
+                let ob = most.min(idx_room).min(count - r0);
                 let (list_bind, list_base) = self.window(&list.buf, r0 * rw, ob * rw, 4)?;
+                let (idx, idx_base) = self.window(&indices.buf, r0, ob, 8)?;
                 let (src_base, out_base) = if scatter {
                     (list_base, table_base)
                 } else {
@@ -883,7 +881,7 @@ impl WgpuBackend {
                     rw as u32,
                     tb as u32,
                     t0 as u32,
-                    r0 as u32,
+                    idx_base,
                     src_base,
                     out_base,
                     u32::from(r0 > 0),

@@ -329,8 +329,8 @@ fn copies_past_the_binding_limit() {
 }
 
 /// Row gathers and scatter-adds past one storage binding: a table larger than a binding
-/// (blocks of rows), an output larger than one (blocks of indices), repeated indices, checked
-/// element by element.
+/// (blocks of rows), an output larger than one (blocks of indices), an index list longer than
+/// one (index blocks bound at their offsets), repeated indices, checked element by element.
 #[test]
 fn rows_gather_scatter_past_the_binding_limit() {
     let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
@@ -382,6 +382,26 @@ fn rows_gather_scatter_past_the_binding_limit() {
             g[r * cols..(r + 1) * cols] == small[i * cols..(i + 1) * cols],
             "row {r}"
         );
+    }
+    // an index list longer than a binding holds (16.8M i64): gather and scatter-add in index
+    // blocks bound at their own offsets
+    let n = (b.max_binding() / 8) as usize + 30_000;
+    let idx: Vec<i64> = (0..n as i64).map(|i| (i * 7) % 3).collect();
+    let ix = b.upload(&HostData::I64(idx.clone())).unwrap();
+    let table = b.upload(&HostData::F32(vec![10.0, 20.0, 30.0])).unwrap();
+    let picked = f32s(&b.gather_rows(&table, 3, 1, &ix).unwrap());
+    assert!(
+        picked
+            .iter()
+            .zip(&idx)
+            .all(|(v, &i)| *v == 10.0 * (i + 1) as f32),
+        "gather with a long index list"
+    );
+    let ones = b.upload(&HostData::F32(vec![1.0; n])).unwrap();
+    let counts = f32s(&b.scatter_add_rows(&ones, 3, 1, &ix).unwrap());
+    for (r, c) in counts.iter().enumerate() {
+        let want = idx.iter().filter(|&&i| i == r as i64).count() as f32;
+        assert_eq!(*c, want, "scatter-add count of row {r}");
     }
 }
 
