@@ -183,6 +183,14 @@ impl WgpuBackend {
         self.tiled_matmul = tiled;
     }
 
+    /// Lowers the storage-binding limit this backend works under (never above the adapter's,
+    /// never below four offset alignments): every path for tensors past the limit then runs on
+    /// small tensors, which is how the tests cover them all without 128 MiB allocations.
+    pub fn set_binding_limit(&mut self, bytes: u64) {
+        let adapter = self.device.limits().max_storage_buffer_binding_size;
+        self.max_binding = bytes.clamp(4 * self.align, adapter) / 4 * 4;
+    }
+
     /// Whether matmul uses the workgroup-tiled kernel.
     pub fn tiled_matmul(&self) -> bool {
         self.tiled_matmul
@@ -223,8 +231,8 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// The largest buffer one binding may hold, in bytes (elementwise kernels and full
-    /// reductions work on larger tensors in pieces; other kernels refuse them).
+    /// The largest buffer one binding may hold, in bytes (kernels work on larger tensors in
+    /// pieces).
     pub fn max_binding(&self) -> u64 {
         self.max_binding
     }
@@ -506,19 +514,21 @@ impl WgpuBackend {
         self.reduce(op, &partial, &[rows, per_row], &[1])
     }
 
-    /// A product over an inner dim longer than a thread may loop (see [`LOOP_MAX`]): the sum of
-    /// the products of chunks of a's columns and b's rows.
+    /// A product over an inner dim longer than a thread may loop (see [`LOOP_MAX`]) or than a
+    /// binding holds: the sum of the products of `chunk`-long pieces of a's columns and b's
+    /// rows.
     fn matmul_k_chunks(
         &self,
         a: &WgpuStorage,
         b: &WgpuStorage,
         d: MatmulDims,
+        chunk: usize,
     ) -> Result<WgpuStorage> {
         let (ab, bb) = (d.batch, if d.b_batched { d.batch } else { 1 });
         let out = [d.batch * d.m * d.n];
         let mut sum: Option<WgpuStorage> = None;
-        for k0 in (0..d.k).step_by(2 * LOOP_MAX) {
-            let kc = (2 * LOOP_MAX).min(d.k - k0);
+        for k0 in (0..d.k).step_by(chunk) {
+            let kc = chunk.min(d.k - k0);
             let a_part = if d.a_trans {
                 self.slice(a, &[ab, d.k, d.m], &[0, k0, 0], &[ab, kc, d.m])?
             } else {
@@ -1224,8 +1234,10 @@ impl Backend for WgpuBackend {
         if out.len == 0 {
             return Ok(out);
         }
-        if d.k > 2 * LOOP_MAX {
-            return self.matmul_k_chunks(a, b, d);
+        // inner dims a thread may loop over, and whose one row of a binds
+        let k_max = (2 * LOOP_MAX).min(((self.max_binding - self.align) / 4) as usize);
+        if d.k > k_max {
+            return self.matmul_k_chunks(a, b, d, k_max);
         }
         let bytes = |s: &WgpuStorage| (s.len * 4) as u64;
         if [bytes(a), bytes(b), bytes(&out)]

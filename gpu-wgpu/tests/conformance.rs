@@ -8,6 +8,23 @@ use gflow_core::{Error, HostData};
 
 gflow_core::conformance_tests!("wgpu", gflow_wgpu::WgpuBackend::new());
 
+/// The conformance suite again under a storage-binding limit of 1 KiB (products: 8 KiB, where
+/// 1 KiB tiles would take minutes), so that every kernel's path for tensors past the limit
+/// (pieces, blocks, tiles, chunks) runs on the suite's small and odd shapes.
+mod small_bindings {
+    fn limited(bytes: u64) -> gflow_core::Result<gflow_wgpu::WgpuBackend> {
+        gflow_wgpu::WgpuBackend::new().map(|mut b| {
+            b.set_binding_limit(bytes);
+            b
+        })
+    }
+
+    gflow_core::conformance_tests!(@cases "wgpu", limited(1024);
+        round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax,
+        permute_slice_cat, gather_scatter, empty_tensors, large_elementwise);
+    gflow_core::conformance_tests!(@cases "wgpu", limited(8192); matmul_shapes);
+}
+
 /// Element (i, j) of the product of `av` and `bv` in f64, each stored transposed or not, as
 /// `MatmulDims` describes them (one batch).
 fn product_at(
