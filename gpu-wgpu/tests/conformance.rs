@@ -25,6 +25,19 @@ mod small_bindings {
     gflow_core::conformance_tests!(@cases "wgpu", limited(8192); matmul_shapes);
 }
 
+/// The backend for `test`, or `None` after saying loudly that it skipped (no adapter); with
+/// `GFLOW_REQUIRE_BACKEND=wgpu` a missing adapter fails the test instead.
+fn adapter(test: &str) -> Option<gflow_wgpu::WgpuBackend> {
+    match gflow_wgpu::WgpuBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) if gflow_core::backend::required("wgpu") => panic!("{test}: wgpu required: {e}"),
+        Err(e) => {
+            gflow_core::backend::say_skipped(test, &format!("no wgpu adapter: {e}"));
+            None
+        }
+    }
+}
+
 /// Element (i, j) of the product of `av` and `bv` in f64, each stored transposed or not, as
 /// `MatmulDims` describes them (one batch).
 fn product_at(
@@ -55,17 +68,8 @@ fn product_at(
 /// the storage-binding limit are typed errors, not panics.
 #[test]
 fn adapter_and_typed_errors() {
-    let b = match gflow_wgpu::WgpuBackend::new() {
-        Ok(b) => b,
-        Err(e) if gflow_core::backend::required("wgpu") => {
-            panic!("wgpu required: {e}")
-        }
-        Err(e) => {
-            return gflow_core::backend::say_skipped(
-                "adapter_and_typed_errors",
-                &format!("no wgpu adapter: {e}"),
-            );
-        }
+    let Some(b) = adapter("adapter_and_typed_errors") else {
+        return;
     };
     eprintln!("wgpu adapter: {}", b.adapter());
     let x = b.upload(&HostData::F64(vec![1.0, 2.0])).unwrap();
@@ -79,11 +83,8 @@ fn adapter_and_typed_errors() {
 /// copy work on it in pieces (values checked everywhere).
 #[test]
 fn tensors_past_the_binding_limit() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped(
-            "tensors_past_the_binding_limit",
-            &"no wgpu adapter",
-        );
+    let Some(b) = adapter("tensors_past_the_binding_limit") else {
+        return;
     };
     let n = (b.max_binding() / 4) as usize + 1027;
     let v: Vec<f32> = (0..n).map(|i| (i % 17) as f32 - 8.0).collect();
@@ -118,8 +119,8 @@ fn tensors_past_the_binding_limit() {
 /// same conformance cases, so both kernels are checked on every machine.
 #[test]
 fn the_other_matmul_kernel() {
-    let Ok(mut b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped("the_other_matmul_kernel", &"no wgpu adapter");
+    let Some(mut b) = adapter("the_other_matmul_kernel") else {
+        return;
     };
     let tiled = b.tiled_matmul();
     b.set_tiled_matmul(!tiled);
@@ -132,8 +133,8 @@ fn the_other_matmul_kernel() {
 /// (with the new tensor's values, not the old ones).
 #[test]
 fn freed_buffers_are_reused() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped("freed_buffers_are_reused", &"no wgpu adapter");
+    let Some(b) = adapter("freed_buffers_are_reused") else {
+        return;
     };
     let before = b.pooled_bytes();
     let x = b.upload(&HostData::F32(vec![1.0; 10_000])).unwrap();
@@ -153,11 +154,8 @@ fn freed_buffers_are_reused() {
 /// and a transposed right operand, against f64 dot products on the host.
 #[test]
 fn matmul_past_the_binding_limit() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped(
-            "matmul_past_the_binding_limit",
-            &"no wgpu adapter",
-        );
+    let Some(b) = adapter("matmul_past_the_binding_limit") else {
+        return;
     };
     let k = 257;
     let big = (b.max_binding() / 4) as usize / k + 37;
@@ -207,8 +205,8 @@ fn matmul_past_the_binding_limit() {
 /// passes. Every row and column is checked against f64 on the host.
 #[test]
 fn rows_past_the_binding_limit() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped("rows_past_the_binding_limit", &"no wgpu adapter");
+    let Some(b) = adapter("rows_past_the_binding_limit") else {
+        return;
     };
     let cols = 257;
     let rows = (b.max_binding() / 4) as usize / cols + 5;
@@ -296,11 +294,8 @@ fn rows_past_the_binding_limit() {
 /// dims), checked element by element.
 #[test]
 fn copies_past_the_binding_limit() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped(
-            "copies_past_the_binding_limit",
-            &"no wgpu adapter",
-        );
+    let Some(b) = adapter("copies_past_the_binding_limit") else {
+        return;
     };
     let cols = 257;
     let rows = (b.max_binding() / 4) as usize / cols + 5;
@@ -350,11 +345,8 @@ fn copies_past_the_binding_limit() {
 /// one (index blocks bound at their offsets), repeated indices, checked element by element.
 #[test]
 fn rows_gather_scatter_past_the_binding_limit() {
-    let Ok(b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped(
-            "rows_gather_scatter_past_the_binding_limit",
-            &"no wgpu adapter",
-        );
+    let Some(b) = adapter("rows_gather_scatter_past_the_binding_limit") else {
+        return;
     };
     let cols = 257;
     let big = (b.max_binding() / 4) as usize / cols + 5;
@@ -427,8 +419,8 @@ fn rows_gather_scatter_past_the_binding_limit() {
 /// dim of 70k (both matmul kernels) and a scatter of 70k rows, against f64 on the host.
 #[test]
 fn long_loops() {
-    let Ok(mut b) = gflow_wgpu::WgpuBackend::new() else {
-        return gflow_core::backend::say_skipped("long_loops", &"no wgpu adapter");
+    let Some(mut b) = adapter("long_loops") else {
+        return;
     };
     let f64s = |b: &gflow_wgpu::WgpuBackend, s: &gflow_wgpu::WgpuStorage| -> Vec<f64> {
         b.download(s).unwrap().to_vec()
