@@ -10,6 +10,10 @@
 
 use std::time::Instant;
 
+/// Large buffers in shared memory: collectives between processes of one host copy once.
+#[global_allocator]
+static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
+
 use gflow::prelude::*;
 
 struct Args {

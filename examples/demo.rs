@@ -6,6 +6,11 @@
 
 use gflow::prelude::*;
 
+/// Large buffers in shared memory: a collective between processes of one host copies each
+/// payload once, out of the sender's buffer.
+#[global_allocator]
+static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
+
 fn main() -> Result<()> {
     let lines = gflow::run(4, |env| {
         let mut out = vec![];

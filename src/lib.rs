@@ -18,6 +18,12 @@ pub use gflow_core::{
     Tensor, backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
 };
 
+/// The global allocator that puts large buffers in shared memory, so collectives between
+/// processes of one host copy each payload once, straight out of the sender's buffer. Opt in
+/// with `#[global_allocator] static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;`
+/// (see [`gflow_transport::arena`]).
+pub use gflow_transport::arena::ShmAlloc;
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {

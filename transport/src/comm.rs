@@ -3,7 +3,7 @@
 //! deadlock on full buffers); receives read the frame header, check (op, sequence, length), and
 //! read the payload straight into the caller's buffer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -14,7 +14,8 @@ use gflow_core::{
     CommError, CommOp, Communicator, DType, Inbound, Outbound, ReduceOp, Reduction, Schedule, Tag,
 };
 
-use crate::frame::{HEADER_LEN, Header};
+use crate::arena;
+use crate::frame::{HEADER_LEN, Header, REF_LEN};
 use crate::link::{Idle, LinkError, LinkPair, LinkRx, LinkTx};
 
 struct Outgoing {
@@ -29,6 +30,8 @@ struct TxSide {
     direct: bool,
     queue: Mutex<Option<Sender<Outgoing>>>,
     seq: Mutex<u64>,
+    /// Payloads sent by reference so far (counted under the link's lock).
+    refs_sent: AtomicU64,
     pending: Arc<AtomicUsize>,
     failed: Arc<Mutex<Option<LinkError>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -40,6 +43,10 @@ struct RxSide {
     direct: bool,
     seq: u64,
 }
+
+/// Payloads from this size up, in this process's shared arena, go to peers that share memory as
+/// references (one copy, by the receiver) rather than through the link (two copies).
+pub const REF_MIN_BYTES: usize = 512 << 10;
 
 /// How long an error from a peer that closed its link waits for another peer to show itself
 /// dead (the root cause): more than QUIC's keep-alive interval.
@@ -55,6 +62,8 @@ pub struct NetComm {
     max_frame: u64,
     /// A schedule pinned for every collective (else core's choice by size).
     pinned: Option<Schedule>,
+    /// Send payloads in the shared arena by reference (`GFLOW_SHM_REFS=0` turns it off).
+    by_ref: bool,
 }
 
 impl NetComm {
@@ -111,6 +120,7 @@ impl NetComm {
                         direct,
                         queue: Mutex::new(Some(q)),
                         seq: Mutex::new(0),
+                        refs_sent: AtomicU64::new(0),
                         pending,
                         failed,
                         thread: Mutex::new(thread),
@@ -133,6 +143,7 @@ impl NetComm {
             timeout,
             max_frame,
             pinned: None,
+            by_ref: std::env::var("GFLOW_SHM_REFS").map_or(true, |v| v != "0"),
         }
     }
 
@@ -220,6 +231,7 @@ impl NetComm {
             tag,
             seq: *seq,
             len: data.len() as u64,
+            by_ref: false,
         }
         .encode();
         side.pending.fetch_add(1, Ordering::AcqRel);
@@ -374,10 +386,25 @@ impl NetComm {
         side.link
             .read_exact(&mut head, deadline)
             .map_err(|e| self.link_error(peer, e))?;
-        self.check_header(peer, &head, tag, len, side.seq)?;
-        side.link
-            .read_with(len, deadline, f)
-            .map_err(|e| self.link_error(peer, e))?;
+        let h = self.check_header(peer, &head, tag, len, side.seq)?;
+        if h.by_ref {
+            let mut at = [0u8; REF_LEN];
+            side.link
+                .read_exact(&mut at, deadline)
+                .map_err(|e| self.link_error(peer, e))?;
+            let (fd, offset) = decode_ref(&at);
+            f(
+                0,
+                side.link
+                    .peer_bytes(fd, offset, len)
+                    .map_err(|e| self.link_error(peer, e))?,
+            );
+            side.link.ref_done();
+        } else {
+            side.link
+                .read_with(len, deadline, f)
+                .map_err(|e| self.link_error(peer, e))?;
+        }
         side.seq += 1;
         Ok(())
     }
@@ -404,7 +431,7 @@ impl NetComm {
         tag: Tag,
         len: usize,
         seq: u64,
-    ) -> Result<(), CommError> {
+    ) -> Result<Header, CommError> {
         let h = Header::decode(head, self.max_frame).map_err(|e| CommError::Transport {
             rank: self.rank,
             reason: format!("bad frame from rank {peer}: {e}"),
@@ -417,7 +444,7 @@ impl NetComm {
                 got: format!("{} #{} of {} bytes", h.tag, h.seq, h.len),
             });
         }
-        Ok(())
+        Ok(h)
     }
 
     /// [`Communicator::exchange`] over links that never block: this thread writes straight
@@ -450,18 +477,31 @@ impl NetComm {
             }
             let link = side.link.lock().map_err(|_| gone(s.peer))?;
             let mut seq = side.seq.lock().map_err(|_| gone(s.peer))?;
+            let shared = (self.by_ref && s.data.len() >= REF_MIN_BYTES && link.shares_memory())
+                .then(|| arena::locate(s.data))
+                .flatten();
             let head = Header {
                 tag: s.tag,
                 seq: *seq,
                 len: s.data.len() as u64,
+                by_ref: shared.is_some(),
             }
             .encode();
             *seq += 1;
+            let (reference, ticket) = match shared {
+                Some((fd, offset)) => (
+                    encode_ref(fd, offset),
+                    Some(side.refs_sent.fetch_add(1, Ordering::AcqRel) + 1),
+                ),
+                None => ([0; REF_LEN], None),
+            };
             outs.push(Out {
                 peer: s.peer,
                 link,
                 head,
                 data: s.data,
+                reference,
+                ticket,
                 done: 0,
             });
         }
@@ -579,7 +619,33 @@ impl NetComm {
             if inc.head_got < HEADER_LEN {
                 return Ok(moved);
             }
-            self.check_header(inc.peer, &inc.head, inc.tag, inc.len, inc.side.seq)?;
+            let h = self.check_header(inc.peer, &inc.head, inc.tag, inc.len, inc.side.seq)?;
+            inc.by_ref = h.by_ref;
+        }
+        if inc.by_ref {
+            let (at, got) = (&mut inc.reference, &mut inc.ref_got);
+            let n = inc
+                .side
+                .link
+                .try_read_with(REF_LEN - *got, &mut |piece| {
+                    at[*got..*got + piece.len()].copy_from_slice(piece);
+                    *got += piece.len();
+                })
+                .unwrap_or(0);
+            if inc.ref_got < REF_LEN {
+                return Ok(moved || n > 0);
+            }
+            let (fd, offset) = decode_ref(&inc.reference);
+            let bytes = inc
+                .side
+                .link
+                .peer_bytes(fd, offset, inc.len)
+                .map_err(|e| self.link_error(inc.peer, e))?;
+            sink(0, bytes);
+            inc.side.link.ref_done();
+            inc.done = inc.len;
+            inc.side.seq += 1;
+            return Ok(true);
         }
         let (len, done) = (inc.len, &mut inc.done);
         let n = inc
@@ -597,27 +663,45 @@ impl NetComm {
     }
 }
 
-/// A send in progress in a direct exchange: the header, then the data.
+/// A send in progress in a direct exchange: the header, then the data or a reference to it.
 struct Out<'a> {
     peer: usize,
     link: MutexGuard<'a, Box<dyn LinkTx>>,
     head: [u8; HEADER_LEN],
     data: &'a [u8],
+    /// Where the data lies in the shared arena, when sent by reference.
+    reference: [u8; REF_LEN],
+    /// For a send by reference: the peer's count of finished references that includes it.
+    ticket: Option<u64>,
     /// Bytes written, header included.
     done: usize,
 }
 
 impl Out<'_> {
+    /// Bytes that go on the link after the header.
+    fn body_len(&self) -> usize {
+        match self.ticket {
+            Some(_) => REF_LEN,
+            None => self.data.len(),
+        }
+    }
+
+    /// All written, and a payload sent by reference read by the peer.
     fn finished(&self) -> bool {
-        self.done == HEADER_LEN + self.data.len()
+        self.done == HEADER_LEN + self.body_len()
+            && self.ticket.is_none_or(|t| self.link.refs_done() >= t)
     }
 
     /// Writes what fits; true if any byte moved.
     fn push(&mut self) -> bool {
+        let body: &[u8] = match self.ticket {
+            Some(_) => &self.reference,
+            None => self.data,
+        };
         let rest = if self.done < HEADER_LEN {
             &self.head[self.done..]
         } else {
-            &self.data[self.done - HEADER_LEN..]
+            &body[self.done - HEADER_LEN..]
         };
         let n = self.link.try_write(rest).unwrap_or(0);
         self.done += n;
@@ -633,6 +717,10 @@ struct In<'a> {
     side: MutexGuard<'a, RxSide>,
     head: [u8; HEADER_LEN],
     head_got: usize,
+    /// The header says the payload comes by reference.
+    by_ref: bool,
+    reference: [u8; REF_LEN],
+    ref_got: usize,
     /// Payload bytes taken.
     done: usize,
 }
@@ -646,6 +734,9 @@ impl<'a> In<'a> {
             side,
             head: [0; HEADER_LEN],
             head_got: 0,
+            by_ref: false,
+            reference: [0; REF_LEN],
+            ref_got: 0,
             done: 0,
         }
     }
@@ -653,6 +744,23 @@ impl<'a> In<'a> {
     fn finished(&self) -> bool {
         self.head_got == HEADER_LEN && self.done == self.len
     }
+}
+
+/// The wire form of a payload reference: the arena's descriptor, then the offset.
+fn encode_ref(fd: i32, offset: u64) -> [u8; REF_LEN] {
+    let mut b = [0; REF_LEN];
+    b[..8].copy_from_slice(&i64::from(fd).to_le_bytes());
+    b[8..].copy_from_slice(&offset.to_le_bytes());
+    b
+}
+
+/// Reads [`encode_ref`]'s form (a descriptor out of range becomes -1, which maps nothing).
+fn decode_ref(b: &[u8; REF_LEN]) -> (i32, u64) {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    let fd = i32::try_from(i64::from_le_bytes(w)).unwrap_or(-1);
+    w.copy_from_slice(&b[8..]);
+    (fd, u64::from_le_bytes(w))
 }
 
 /// How a direct exchange waits when nothing moves ([`Idle`]); links are checked (deadline,

@@ -15,9 +15,15 @@ pub struct Header {
     pub tag: Tag,
     /// Per-link message counter (both sides count).
     pub seq: u64,
-    /// Payload bytes that follow.
+    /// Payload bytes (that follow, or that the peer reads from the sender's shared arena).
     pub len: u64,
+    /// The payload is not on the link: a [`REF_LEN`]-byte reference to it in the sender's
+    /// shared arena follows instead (links between processes of one host).
+    pub by_ref: bool,
 }
+
+/// Bytes of a payload reference: the arena's descriptor (8 bytes), the offset (8 bytes).
+pub const REF_LEN: usize = 16;
 
 /// Why a header was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,6 +37,9 @@ pub enum FrameError {
     /// Unknown operation code.
     #[error("unknown operation code {0}")]
     Op(u8),
+    /// Unknown flags.
+    #[error("unknown frame flags {0:#x}")]
+    Flags(u8),
     /// A length over the configured bound.
     #[error("frame of {len} bytes exceeds the limit of {max}")]
     TooLong {
@@ -71,6 +80,7 @@ impl Header {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4] = op_code(self.tag.op);
+        b[5] = u8::from(self.by_ref);
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b[24..32].copy_from_slice(&self.tag.group.to_le_bytes());
@@ -95,6 +105,9 @@ impl Header {
             return Err(FrameError::Magic(magic));
         }
         let op = op_of(b[4]).ok_or(FrameError::Op(b[4]))?;
+        if b[5] > 1 {
+            return Err(FrameError::Flags(b[5]));
+        }
         let len = word(16..24);
         if len > max_len {
             return Err(FrameError::TooLong { len, max: max_len });
@@ -106,6 +119,7 @@ impl Header {
             },
             seq: word(8..16),
             len,
+            by_ref: b[5] == 1,
         })
     }
 }
@@ -121,6 +135,7 @@ mod tests {
             tag: Tag::new(CommOp::AllToAll, &[3, 1, 2]),
             seq: 7,
             len: 1 << 40,
+            by_ref: true,
         };
         assert_eq!(Header::decode(&h.encode(), u64::MAX), Ok(h));
         assert_eq!(

@@ -2,6 +2,7 @@
 //! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory
 //! and every other pair through QUIC, and returns a [`NetComm`], core's `Communicator` over those links.
 
+pub mod arena;
 pub mod comm;
 pub mod frame;
 pub mod link;

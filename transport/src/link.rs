@@ -47,6 +47,18 @@ pub trait LinkTx: Send {
     fn check(&self, _deadline: Instant) -> Result<(), LinkError> {
         Ok(())
     }
+
+    /// Whether the peer can read this process's shared arena ([`crate::arena`]), so a payload
+    /// there may be sent as a reference: true for shared-memory links.
+    fn shares_memory(&self) -> bool {
+        false
+    }
+
+    /// How many payloads sent by reference the peer has finished reading (the sender keeps
+    /// such a payload unchanged until then).
+    fn refs_done(&self) -> u64 {
+        0
+    }
 }
 
 /// The receiving half of a link.
@@ -79,6 +91,21 @@ pub trait LinkRx: Send {
         Ok(())
     }
 
+    /// `len` bytes at `offset` of the peer's shared arena (its descriptor `fd`), mapped on
+    /// first use: the payload of a message sent by reference.
+    ///
+    /// # Errors
+    /// `Io` for a link that shares no memory, an arena that cannot be mapped, or a range
+    /// outside it.
+    fn peer_bytes(&mut self, _fd: i32, _offset: u64, _len: usize) -> Result<&[u8], LinkError> {
+        Err(LinkError::Io(
+            "a payload by reference on a link that shares no memory".into(),
+        ))
+    }
+
+    /// Tells the peer this process has finished reading one more payload sent by reference.
+    fn ref_done(&mut self) {}
+
     /// At exit: waits (until `deadline`) for the peer to close its sending half, which it does
     /// only when its program is done, so it needs none of the bytes this process sent any more.
     /// A link whose written bytes outlive the writer (shared memory) returns at once.
@@ -98,6 +125,11 @@ impl Liveness {
     /// Tracks the process `pid` on this host.
     pub fn process(pid: u32) -> Liveness {
         Liveness { pid }
+    }
+
+    /// The tracked process.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// True while the process exists and is not a zombie.

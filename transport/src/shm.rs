@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
+use crate::arena::PeerArena;
 use crate::link::{Idle, LinkError, LinkRx, LinkTx, Liveness};
 
 /// Bytes of data per ring: 1 MiB measured best of 256 KiB to 16 MiB (2 processes, 16 MiB
@@ -20,6 +21,8 @@ const DATA_OFFSET: usize = 4096;
 const WRITE_POS: usize = 0;
 const READ_POS: usize = 64;
 const CLOSED: usize = 128;
+/// Payloads sent by reference that the reader has finished with (written by the reader).
+const REFS_DONE: usize = 192;
 
 /// One ring buffer, mapped in this process.
 pub struct Ring {
@@ -153,6 +156,8 @@ pub struct ShmTx {
 pub struct ShmRx {
     ring: Ring,
     peer: Liveness,
+    /// The writer's arena, mapped at its first payload by reference.
+    arena: Option<PeerArena>,
 }
 
 impl ShmTx {
@@ -165,7 +170,11 @@ impl ShmTx {
 impl ShmRx {
     /// The receiving end over `ring`, whose writer is the process `peer`.
     pub fn new(ring: Ring, peer: Liveness) -> ShmRx {
-        ShmRx { ring, peer }
+        ShmRx {
+            ring,
+            peer,
+            arena: None,
+        }
     }
 }
 
@@ -210,6 +219,14 @@ impl LinkTx for ShmTx {
 
     fn close(&mut self) {
         self.ring.close();
+    }
+
+    fn shares_memory(&self) -> bool {
+        true
+    }
+
+    fn refs_done(&self) -> u64 {
+        self.ring.atomic64(REFS_DONE).load(Ordering::Acquire)
     }
 }
 
@@ -273,6 +290,30 @@ impl LinkRx for ShmRx {
             Err(LinkError::Closed | LinkError::PeerDead) if self.unread() > 0 => Ok(()),
             other => other,
         }
+    }
+
+    fn peer_bytes(&mut self, fd: i32, offset: u64, len: usize) -> Result<&[u8], LinkError> {
+        if self.arena.as_ref().is_none_or(|a| a.fd() != fd) {
+            let pid = self.peer.pid();
+            self.arena =
+                Some(PeerArena::open(pid, fd).map_err(|e| {
+                    LinkError::Io(format!("mapping the arena of process {pid}: {e}"))
+                })?);
+        }
+        self.arena
+            .as_ref()
+            .and_then(|a| a.bytes(offset, len))
+            .ok_or_else(|| {
+                LinkError::Io(format!(
+                    "a reference to {len} bytes at {offset} lies outside the peer's arena"
+                ))
+            })
+    }
+
+    fn ref_done(&mut self) {
+        self.ring
+            .atomic64(REFS_DONE)
+            .fetch_add(1, Ordering::Release);
     }
 }
 
