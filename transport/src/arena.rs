@@ -269,6 +269,11 @@ unsafe impl GlobalAlloc for ShmAlloc {
     }
 }
 
+/// Whether this program installed [`ShmAlloc`]: a large allocation lands in the arena.
+pub fn installed() -> bool {
+    locate(&vec![0u8; ARENA_MIN]).is_some()
+}
+
 /// Where `bytes` lie in this process's arena: (the arena's descriptor, offset), or `None`
 /// when they are not in it (the program did not install [`ShmAlloc`], or a small buffer).
 pub fn locate(bytes: &[u8]) -> Option<(i32, u64)> {

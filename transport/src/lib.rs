@@ -91,6 +91,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         quic_port: node.port()?,
         cert: node.fingerprint(),
         force_quic: s.force_quic,
+        shared_arena: arena::installed() && comm::refs_enabled(),
     };
     let mut session = rendezvous::join(cfg, &offer)?;
     let table = session.table.clone();
@@ -141,5 +142,9 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             links[peer] = Some(pair);
         }
     }
-    Ok(NetComm::new(me, links, s.timeout, s.max_frame))
+    let one_copy = !everywhere
+        && members
+            .iter()
+            .all(|m| m.shared_arena && m.host == members[me].host);
+    Ok(NetComm::new(me, links, s.timeout, s.max_frame).with_one_copy(one_copy))
 }

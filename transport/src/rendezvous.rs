@@ -28,6 +28,9 @@ pub struct Member {
     pub cert: [u8; 32],
     /// It asked for QUIC everywhere (`GFLOW_TRANSPORT=quic`); one such rank decides for all.
     pub force_quic: bool,
+    /// Its large buffers live in a shared arena that peers on its host may read
+    /// ([`crate::arena`]), and it sends such payloads by reference.
+    pub shared_arena: bool,
 }
 
 impl Member {
@@ -37,6 +40,7 @@ impl Member {
         put_bytes(v, self.quic.to_string().as_bytes());
         put_bytes(v, &self.cert);
         v.extend_from_slice(&u64::from(self.force_quic).to_le_bytes());
+        v.extend_from_slice(&u64::from(self.shared_arena).to_le_bytes());
     }
 
     fn decode(c: &mut Cur<'_>) -> Result<Member, TransportError> {
@@ -52,6 +56,7 @@ impl Member {
                 .try_into()
                 .map_err(|_| bad("certificate fingerprint"))?,
             force_quic: c.u64()? != 0,
+            shared_arena: c.u64()? != 0,
         })
     }
 }
@@ -91,6 +96,8 @@ pub struct Offer {
     pub cert: [u8; 32],
     /// It asks for QUIC everywhere.
     pub force_quic: bool,
+    /// It sends payloads in its shared arena by reference.
+    pub shared_arena: bool,
 }
 
 /// An open rendezvous: the table, and the connection(s) for the barrier round.
@@ -224,6 +231,7 @@ pub fn join(cfg: &Config, offer: &Offer) -> Result<Session, TransportError> {
         quic: SocketAddr::new(IpAddr::from([0, 0, 0, 0]), offer.quic_port),
         cert: offer.cert,
         force_quic: offer.force_quic,
+        shared_arena: offer.shared_arena,
     };
     if cfg.world == 1 {
         return Ok(Session {
