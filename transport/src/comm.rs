@@ -714,19 +714,28 @@ impl Out<'_> {
     }
 
     /// Writes what fits; true if any byte moved.
+    /// Header and body go in one call where they fit: a peer that sees a header without its
+    /// body would wait for this rank's next turn (after whatever long copy it does first).
     fn push(&mut self) -> bool {
         let body: &[u8] = match self.ticket {
             Some(_) => &self.reference,
             None => self.data,
         };
-        let rest = if self.done < HEADER_LEN {
-            &self.head[self.done..]
-        } else {
-            &body[self.done - HEADER_LEN..]
-        };
-        let n = self.link.try_write(rest).unwrap_or(0);
-        self.done += n;
-        n > 0
+        let mut moved = false;
+        while self.done < HEADER_LEN + body.len() {
+            let rest = if self.done < HEADER_LEN {
+                &self.head[self.done..]
+            } else {
+                &body[self.done - HEADER_LEN..]
+            };
+            let n = self.link.try_write(rest).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            self.done += n;
+            moved = true;
+        }
+        moved
     }
 }
 
