@@ -6,6 +6,9 @@
 
 mod common;
 
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use gflow::{DType, ReduceOp, Result};
 
 #[global_allocator]
@@ -115,4 +118,70 @@ fn as_processes() {
         ("collectives_by_reference_2_ranks", 2),
         ("collectives_by_reference_3_ranks", 3),
     ]);
+}
+
+/// A reader that dies without acknowledging a payload sent by reference: the sender, waiting
+/// for the acknowledgement, fails with `PeerGone` naming it within 10 s instead of hanging.
+/// Two processes of this test started by hand (the launcher would stop the survivor itself).
+#[test]
+fn a_dead_reader_fails_the_sender() {
+    const ROLE: &str = "GFLOW_ARENA_TEST_ROLE";
+    if std::env::var_os(ROLE).is_some() {
+        let env = gflow::init().expect("join");
+        if env.rank() == 1 {
+            // SAFETY: raising a signal in this process has no memory-safety preconditions.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        }
+        let data = values(0, 1 << 20, 0);
+        assert!(gflow_transport::arena::locate(bytes(&data)).is_some());
+        let t = Instant::now();
+        let r = env.comm().all_gather(&[0, 1], bytes(&data), &[4 << 20; 2]);
+        let err = format!("{:?}", r.expect_err("the peer is dead"));
+        assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+        assert!(err.contains("PeerGone") && err.contains("peer: 1"), "{err}");
+        println!("survivor saw: {err}");
+        return;
+    }
+    if gflow::launched() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["a_dead_reader_fails_the_sender", "--exact", "--nocapture"])
+                .envs([
+                    (ROLE, "1"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", &port),
+                    ("WORLD_SIZE", "2"),
+                    ("GFLOW_JOB_TOKEN", "arena-test"),
+                    ("GFLOW_TIMEOUT_SECS", "60"),
+                ])
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let survivor = String::from_utf8_lossy(&outs[0].stdout);
+    assert!(
+        outs[0].status.success() && survivor.contains("survivor saw"),
+        "rank 0: {survivor}\n{}",
+        String::from_utf8_lossy(&outs[0].stderr)
+    );
+    assert!(!outs[1].status.success(), "rank 1 should have been killed");
 }

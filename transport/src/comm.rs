@@ -342,10 +342,11 @@ impl Communicator for NetComm {
     }
 
     fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
-        self.pinned.unwrap_or_else(|| match gflow_core::schedule(op, n, bytes) {
-            Schedule::Ring if self.one_copy => Schedule::Direct,
-            s => s,
-        })
+        self.pinned
+            .unwrap_or_else(|| match gflow_core::schedule(op, n, bytes) {
+                Schedule::Ring if self.one_copy => Schedule::Direct,
+                s => s,
+            })
     }
 
     fn exchange(
