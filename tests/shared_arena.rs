@@ -139,7 +139,11 @@ fn a_dead_reader_fails_the_sender() {
         let t = Instant::now();
         let r = env.comm().all_gather(&[0, 1], bytes(&data), &[4 << 20; 2]);
         let err = format!("{:?}", r.expect_err("the peer is dead"));
-        assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            t.elapsed()
+        );
         assert!(err.contains("PeerGone") && err.contains("peer: 1"), "{err}");
         println!("survivor saw: {err}");
         return;
