@@ -341,12 +341,54 @@ mod tests {
         }
     }
 
+    /// Threads allocating, filling, checking and freeing blocks of random sizes at once never
+    /// see another block's bytes (blocks are disjoint and reused only once freed).
+    #[test]
+    fn concurrent_blocks_are_disjoint() {
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                s.spawn(move || {
+                    let a = ShmAlloc;
+                    let mut seed = t * 7919 + 1;
+                    let mut live: Vec<(*mut u8, Layout, u8)> = vec![];
+                    for i in 0..300 {
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let size = ARENA_MIN + (seed >> 33) as usize % (3 << 20);
+                        let layout = Layout::from_size_align(size, 64).unwrap();
+                        let mark = (t * 64 + i % 64) as u8;
+                        // SAFETY: a valid layout; the block is checked and freed below.
+                        let p = unsafe { a.alloc(layout) };
+                        assert!(!p.is_null());
+                        // SAFETY: `p` holds `size` bytes, ours alone.
+                        unsafe { p.write_bytes(mark, size) };
+                        live.push((p, layout, mark));
+                        if live.len() > 3 || i == 299 {
+                            for (p, layout, mark) in live.drain(..) {
+                                // SAFETY: as allocated above, not yet freed.
+                                let bytes = unsafe { std::slice::from_raw_parts(p, layout.size()) };
+                                assert!(
+                                    bytes.iter().all(|&b| b == mark),
+                                    "a block was overwritten"
+                                );
+                                // SAFETY: freed once, with its layout.
+                                unsafe { a.dealloc(p, layout) };
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+
     /// Blocks from the arena are distinct, keep their contents, are found by `locate` and
     /// readable through a peer mapping of the same file; freed blocks are reused.
     #[test]
     fn blocks_are_shared_and_reused() {
         let a = ShmAlloc;
-        const N: usize = 1_000_000;
+        // Sizes no other test of this binary allocates, so the free list is this test's.
+        const N: usize = 10_000_000;
         let layout = Layout::from_size_align(N, 8).unwrap();
         // SAFETY: valid layouts; every block is freed once with its layout.
         unsafe {
@@ -367,12 +409,16 @@ mod tests {
             assert_eq!(again, p, "a freed block of the class is reused");
             assert!(std::slice::from_raw_parts(again, N).iter().all(|&b| b == 0));
             *again.add(N - 1) = 7;
-            let grown = a.realloc(again, layout, 1 << 20);
+            let grown = a.realloc(again, layout, 10 << 20);
             assert_eq!(grown, again, "growing within the class keeps the block");
-            let moved = a.realloc(grown, Layout::from_size_align(1 << 20, 8).unwrap(), 2 << 20);
+            let moved = a.realloc(
+                grown,
+                Layout::from_size_align(10 << 20, 8).unwrap(),
+                20 << 20,
+            );
             assert_ne!(moved, grown, "growing past the class moves the block");
             assert_eq!(*moved.add(N - 1), 7, "and keeps its contents");
-            a.dealloc(moved, Layout::from_size_align(2 << 20, 8).unwrap());
+            a.dealloc(moved, Layout::from_size_align(20 << 20, 8).unwrap());
             a.dealloc(q, layout);
             let small = Layout::from_size_align(64, 8).unwrap();
             let s = a.alloc(small);
