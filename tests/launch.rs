@@ -370,3 +370,49 @@ fn seed_examples_on_wgpu_as_processes() {
         assert!(String::from_utf8_lossy(&procs.stdout).contains("wgpu") || name != "two_d_sbp");
     }
 }
+
+/// Each rank's `Cpus_allowed_list` under `gflow-launch --nproc-per-node n` with `flags`.
+fn cpu_lists(n: usize, flags: &[&str]) -> Vec<String> {
+    let out = Command::new(launcher())
+        .args(["--nproc-per-node", &n.to_string()])
+        .args(flags)
+        .args(["sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+        .output()
+        .expect("run launcher");
+    assert!(out.status.success(), "{out:?}");
+    let mut lines = sorted_lines(&out);
+    lines.iter_mut().for_each(|l| {
+        *l = l
+            .split_once('\t')
+            .map_or(l.clone(), |(_, cpus)| cpus.to_string())
+    });
+    lines
+}
+
+/// The launcher pins each process to its own share of the CPUs when there are enough (so two
+/// processes never share a core while another idles), and `--bind-to none` leaves them free.
+#[test]
+fn launcher_pins_processes_to_their_share_of_the_cpus() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let free = cpu_lists(2, &["--bind-to", "none"]);
+    assert_eq!(
+        free[0], free[1],
+        "unpinned processes share the launcher's CPUs"
+    );
+    let pinned = cpu_lists(2, &[]);
+    if cpus >= 2 {
+        assert_ne!(
+            pinned[0], pinned[1],
+            "each process gets its own CPUs: {pinned:?}"
+        );
+        assert!(
+            pinned.iter().all(|l| *l != free[0]),
+            "{pinned:?} vs {free:?}"
+        );
+    } else {
+        assert_eq!(pinned, free, "one CPU: nothing to pin");
+    }
+    // more processes than CPUs: not pinned, as Open MPI does
+    let over = cpu_lists(cpus + 1, &[]);
+    assert!(over.iter().all(|l| *l == free[0]), "{over:?}");
+}

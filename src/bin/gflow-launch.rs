@@ -36,9 +36,71 @@ struct Args {
     /// Rendezvous port on node 0 (default: a free port, single node only).
     #[arg(long = "master-port", alias = "master_port")]
     master_port: Option<u16>,
+    /// Pin each process to its share of this launcher's CPUs (`core`), or not (`none`);
+    /// `auto` pins unless there are more processes than CPUs. A process left free to migrate
+    /// shares a core with its peer at times, and every small collective then waits out a
+    /// time slice (2 processes, 1 KiB all_reduce: 67 us unpinned, 1 us pinned).
+    #[arg(long = "bind-to", alias = "bind_to", value_enum, default_value_t = BindTo::Auto)]
+    bind_to: BindTo,
     /// The program and its arguments.
     #[arg(required = true, allow_hyphen_values = true)]
     program: Vec<String>,
+}
+
+/// How the launcher pins its processes to CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BindTo {
+    /// `core` unless there are more processes than CPUs (then `none`), as Open MPI does.
+    Auto,
+    /// Each process gets an equal, disjoint share of the launcher's CPUs.
+    Core,
+    /// No pinning.
+    None,
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills the zeroed set it is given; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Each of `n` processes' CPU set under `bind` (`None`: not pinned).
+fn cpu_shares(bind: BindTo, n: usize) -> Vec<Option<libc::cpu_set_t>> {
+    let cpus = allowed_cpus();
+    let pin = match bind {
+        BindTo::None => false,
+        BindTo::Core => !cpus.is_empty(),
+        BindTo::Auto => !cpus.is_empty() && n <= cpus.len(),
+    };
+    (0..n)
+        .map(|i| {
+            pin.then(|| {
+                // Process i takes CPUs [i * len / n, (i + 1) * len / n), or one CPU in turn
+                // when there are more processes than CPUs.
+                let (len, mut set) = (cpus.len(), empty_cpu_set());
+                let lo = i * len / n;
+                for &c in &cpus[lo..((i + 1) * len / n).max(lo + 1)] {
+                    // SAFETY: `c` is below CPU_SETSIZE (it came from a set).
+                    unsafe { libc::CPU_SET(c, &mut set) };
+                }
+                set
+            })
+        })
+        .collect()
+}
+
+/// A CPU set with no CPU.
+fn empty_cpu_set() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    unsafe { std::mem::zeroed() }
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -121,9 +183,10 @@ fn run(a: Args) -> Result<(), String> {
     // that the kernels' thread pools do not oversubscribe; a value the user set is kept.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = (cores / a.nproc_per_node.max(1)).max(1).to_string();
+    let shares = cpu_shares(a.bind_to, a.nproc_per_node);
     let mut children = vec![];
     let mut pumps = vec![];
-    for local in 0..a.nproc_per_node {
+    for (local, share) in shares.into_iter().enumerate() {
         let rank = a.node_rank * a.nproc_per_node + local;
         let mut cmd = Command::new(&a.program[0]);
         for var in ["RAYON_NUM_THREADS", "MATMUL_NUM_THREADS"] {
@@ -140,10 +203,14 @@ fn run(a: Args) -> Result<(), String> {
             .env("GFLOW_JOB_TOKEN", &job_token)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: prctl in the child before exec only sets its parent-death signal.
+        // SAFETY: prctl and sched_setaffinity in the child before exec only set its
+        // parent-death signal and its CPUs (both async-signal-safe system calls).
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(set) = &share {
+                    libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set);
+                }
                 Ok(())
             });
         }
