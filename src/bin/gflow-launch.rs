@@ -201,6 +201,10 @@ fn run(a: Args) -> Result<(), String> {
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", local.to_string())
             .env("GFLOW_JOB_TOKEN", &job_token)
+            .env(
+                "GFLOW_OVERSUBSCRIBED",
+                if a.nproc_per_node > cores { "1" } else { "0" },
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: prctl and sched_setaffinity in the child before exec only set its

@@ -78,6 +78,17 @@ fn wildcard_for(master: &str) -> IpAddr {
     }
 }
 
+/// Whether `ranks` processes on this host outnumber its CPUs: `GFLOW_OVERSUBSCRIBED=1|0` as the
+/// launcher sets it (it counts the CPUs it may use), else against the online CPUs.
+fn oversubscribed(ranks: usize) -> bool {
+    match std::env::var("GFLOW_OVERSUBSCRIBED").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        // SAFETY: sysconf has no preconditions.
+        _ => ranks as i64 > unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as i64,
+    }
+}
+
 /// Joins the job and links this process to every other rank: shared memory to the ranks of
 /// this host, QUIC to the others (to all with `GFLOW_TRANSPORT=quic` on any rank).
 ///
@@ -107,6 +118,11 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             fingerprint: members[p].cert,
         })
         .collect();
+    let here = members
+        .iter()
+        .filter(|m| m.host == members[me].host)
+        .count();
+    link::set_spinning(!oversubscribed(here));
     let mut outgoing: Vec<Option<Ring>> = Vec::with_capacity(cfg.world);
     for peer in 0..cfg.world {
         outgoing.push(if peer == me || by_quic(peer) {
