@@ -3,6 +3,8 @@
 //! wrong job token, a wrong world size and a missing rank are refused clearly.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -116,12 +118,7 @@ fn survivors_of_a_killed_rank_error_within_ten_seconds() {
 
 fn survivors_error_within_ten_seconds(transport: &str) {
     let prog = example("collective_loop");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_port();
     let mut kids: Vec<_> = (0..3)
         .map(|r| {
             Command::new(&prog)
@@ -185,14 +182,7 @@ fn manual(rank: usize, world: &str, port: &str, token: &str, timeout: &str) -> s
 
 #[test]
 fn rendezvous_refusals_are_clear() {
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-            .to_string()
-    };
+    let port = common::free_port;
     // wrong token: refused, and rank 0 reports the rank that never joined
     let p = port();
     let (r0, r1) = (

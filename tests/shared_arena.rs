@@ -93,9 +93,9 @@ fn all_collectives(n: usize) -> Result<Vec<(Vec<bool>, bool)>> {
     })
 }
 
-#[test]
-fn collectives_by_reference_2_ranks() -> Result<()> {
-    for (ok, in_arena) in all_collectives(2)? {
+/// [`all_collectives`] on `n` ranks: every result right, every input in the arena.
+fn check_all(n: usize) -> Result<()> {
+    for (ok, in_arena) in all_collectives(n)? {
         assert!(in_arena, "large buffers should live in the arena");
         assert!(ok.iter().all(|&b| b), "results: {ok:?}");
     }
@@ -103,12 +103,13 @@ fn collectives_by_reference_2_ranks() -> Result<()> {
 }
 
 #[test]
+fn collectives_by_reference_2_ranks() -> Result<()> {
+    check_all(2)
+}
+
+#[test]
 fn collectives_by_reference_3_ranks() -> Result<()> {
-    for (ok, in_arena) in all_collectives(3)? {
-        assert!(in_arena, "large buffers should live in the arena");
-        assert!(ok.iter().all(|&b| b), "results: {ok:?}");
-    }
-    Ok(())
+    check_all(3)
 }
 
 /// Both tests again as processes over shared memory (payloads by reference) and over QUIC.
@@ -151,12 +152,7 @@ fn a_dead_reader_fails_the_sender() {
     if gflow::launched() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_port();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             Command::new(std::env::current_exe().unwrap())

@@ -107,6 +107,16 @@ wire_tuple!(A, B, C, D, E, F);
 wire_tuple!(A, B, C, D, E, F, G);
 wire_tuple!(A, B, C, D, E, F, G, H);
 
+/// A TCP port free on loopback now (for a rendezvous started by hand).
+pub fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string()
+}
+
 /// Runs `f` on ranks 0..n and returns every rank's result, in rank order: as threads, or, under
 /// `gflow-launch`, as this process's rank followed by an all-gather of the results.
 pub fn world<T: Wire + Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<T>> {

@@ -628,16 +628,7 @@ impl NetComm {
         }
         let mut moved = false;
         if inc.head_got < HEADER_LEN {
-            let (head, got) = (&mut inc.head, &mut inc.head_got);
-            let n = inc
-                .side
-                .link
-                .try_read_with(HEADER_LEN - *got, &mut |piece| {
-                    head[*got..*got + piece.len()].copy_from_slice(piece);
-                    *got += piece.len();
-                })
-                .unwrap_or(0);
-            moved = n > 0;
+            moved = fill(&mut *inc.side.link, &mut inc.head, &mut inc.head_got);
             if inc.head_got < HEADER_LEN {
                 return Ok(moved);
             }
@@ -645,17 +636,9 @@ impl NetComm {
             inc.by_ref = h.by_ref;
         }
         if inc.by_ref {
-            let (at, got) = (&mut inc.reference, &mut inc.ref_got);
-            let n = inc
-                .side
-                .link
-                .try_read_with(REF_LEN - *got, &mut |piece| {
-                    at[*got..*got + piece.len()].copy_from_slice(piece);
-                    *got += piece.len();
-                })
-                .unwrap_or(0);
+            moved |= fill(&mut *inc.side.link, &mut inc.reference, &mut inc.ref_got);
             if inc.ref_got < REF_LEN {
-                return Ok(moved || n > 0);
+                return Ok(moved);
             }
             let (fd, offset) = decode_ref(&inc.reference);
             let bytes = inc
@@ -775,6 +758,17 @@ impl<'a> In<'a> {
     fn finished(&self) -> bool {
         self.head_got == HEADER_LEN && self.done == self.len
     }
+}
+
+/// Reads what has arrived of `buf`'s remaining bytes (`got` so far) without waiting; true if
+/// any byte moved.
+fn fill(link: &mut dyn LinkRx, buf: &mut [u8], got: &mut usize) -> bool {
+    let before = *got;
+    link.try_read_with(buf.len() - before, &mut |piece| {
+        buf[*got..*got + piece.len()].copy_from_slice(piece);
+        *got += piece.len();
+    });
+    *got > before
 }
 
 /// The wire form of a payload reference: the arena's descriptor, then the offset.
