@@ -23,6 +23,9 @@ const READ_POS: usize = 64;
 const CLOSED: usize = 128;
 /// Payloads sent by reference that the reader has finished with (written by the reader).
 const REFS_DONE: usize = 192;
+/// 1 once the reader has found it may open the writer's descriptors (`/proc/PID/fd`), so
+/// payloads may come by reference (written by the reader; until then they come as bytes).
+const READER_MAPS: usize = 256;
 
 /// One ring buffer, mapped in this process.
 pub struct Ring {
@@ -168,8 +171,13 @@ impl ShmTx {
 }
 
 impl ShmRx {
-    /// The receiving end over `ring`, whose writer is the process `peer`.
+    /// The receiving end over `ring`, whose writer is the process `peer`. Tells the writer
+    /// whether this process may map its arena (ranks of other users, or a `/proc` hidden by a
+    /// sandbox, get the payloads as bytes).
     pub fn new(ring: Ring, peer: Liveness) -> ShmRx {
+        if std::fs::read_dir(format!("/proc/{}/fd", peer.pid())).is_ok() {
+            ring.atomic64(READER_MAPS).store(1, Ordering::Release);
+        }
         ShmRx {
             ring,
             peer,
@@ -222,7 +230,7 @@ impl LinkTx for ShmTx {
     }
 
     fn shares_memory(&self) -> bool {
-        true
+        self.ring.atomic64(READER_MAPS).load(Ordering::Acquire) == 1
     }
 
     fn refs_done(&self) -> u64 {
