@@ -24,9 +24,11 @@ pub const ARENA_MIN: usize = 256 << 10;
 const PAGE: usize = 4096;
 /// Virtual sizes tried for the arena, largest first (sparse: a page exists once written).
 const ARENA_SIZES: [usize; 3] = [1 << 40, 1 << 36, 1 << 33];
-/// Bytes of freed blocks that keep their pages, so that reusing them skips page faults and
-/// zeroing; blocks freed beyond this give their pages back to the system.
+/// At most this many bytes of freed blocks keep their pages (so that reusing them skips page
+/// faults and zeroing), and at most a [`KEEP_SHARE`]th of the host's memory; blocks freed
+/// beyond that give their pages back to the system.
 const KEEP_FREED: usize = 2 << 30;
+const KEEP_SHARE: usize = 32;
 /// Size classes: four per power of two from `ARENA_MIN` (at most 25 % rounding).
 const CLASSES: usize = 4 * 24;
 const MIN_LOG2: u32 = ARENA_MIN.trailing_zeros();
@@ -57,6 +59,8 @@ struct Arena {
     free: [usize; CLASSES],
     /// Bytes of free blocks that kept their pages.
     kept: usize,
+    /// The most `kept` may reach.
+    keep_max: usize,
 }
 
 /// How much of a block from the arena must be zeroed for `alloc_zeroed`.
@@ -115,12 +119,27 @@ fn open() -> Option<Arena> {
                     pid: std::process::id(),
                     free: [0; CLASSES],
                     kept: 0,
+                    keep_max: keep_max(),
                 });
             }
         }
         libc::close(fd);
         None
     }
+}
+
+/// [`KEEP_FREED`], or a [`KEEP_SHARE`]th of the host's memory if less (ranks share a host).
+fn keep_max() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory =
+        usize::try_from(pages.max(0)).unwrap_or(0) * usize::try_from(size.max(0)).unwrap_or(0);
+    KEEP_FREED.min(memory / KEEP_SHARE)
 }
 
 impl Arena {
@@ -156,7 +175,7 @@ impl Arena {
     fn give(&mut self, p: *mut u8, size: usize) {
         let c = class_of(size);
         let cap = capacity(c);
-        let keep = self.kept + cap <= KEEP_FREED;
+        let keep = self.kept + cap <= self.keep_max;
         if keep {
             self.kept += cap;
         } else {
