@@ -23,7 +23,10 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 pub const ARENA_MIN: usize = 256 << 10;
 const PAGE: usize = 4096;
 /// Virtual sizes tried for the arena, largest first (sparse: a page exists once written).
-const ARENA_SIZES: [usize; 3] = [1 << 40, 1 << 36, 1 << 33];
+/// Every process of a host also maps each peer's arena, so 256 GiB leaves room in the 128 TiB
+/// of user address space for hundreds of ranks per host; a process whose large blocks outgrow
+/// its arena gets the rest from the system allocator (sent as bytes).
+const ARENA_SIZES: [usize; 3] = [1 << 38, 1 << 35, 1 << 33];
 /// At most this many bytes of freed blocks keep their pages (so that reusing them skips page
 /// faults and zeroing), and at most a [`KEEP_SHARE`]th of the host's memory; blocks freed
 /// beyond that give their pages back to the system.
