@@ -355,13 +355,45 @@ impl Communicator for NetComm {
         copies: &mut [Inbound<'_>],
         reduce: Option<Reduction<'_>>,
     ) -> Result<(), CommError> {
+        if self.can_go_direct(sends, copies, reduce.as_ref()) {
+            self.exchange_direct(sends, copies, reduce, None)
+        } else {
+            exchange_queued(self, sends, copies, reduce)
+        }
+    }
+
+    fn exchange_with_own(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &mut [Inbound<'_>],
+        own: (&[u8], &mut [u8]),
+        at: usize,
+    ) -> Result<(), CommError> {
+        if self.can_go_direct(sends, copies, None) {
+            self.exchange_direct(sends, copies, None, Some((own.0, own.1, at)))
+        } else {
+            own.1.copy_from_slice(own.0);
+            exchange_queued(self, sends, copies, None)
+        }
+    }
+}
+
+impl NetComm {
+    /// Whether an exchange can run direct: no peer twice on a side, and every link involved
+    /// moves bytes without waiting.
+    fn can_go_direct(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &[Inbound<'_>],
+        reduce: Option<&Reduction<'_>>,
+    ) -> bool {
         let rx_peers: Vec<usize> = copies
             .iter()
             .map(|c| c.peer)
             .chain(reduce.iter().flat_map(|r| r.from.iter().map(|f| f.0)))
             .collect();
         let tx_peers: Vec<usize> = sends.iter().map(|s| s.peer).collect();
-        let direct = distinct(&tx_peers)
+        distinct(&tx_peers)
             && distinct(&rx_peers)
             && tx_peers
                 .iter()
@@ -369,12 +401,7 @@ impl Communicator for NetComm {
             && rx_peers.iter().all(|&p| {
                 self.rx_side(p)
                     .is_ok_and(|r| r.lock().is_ok_and(|r| r.direct))
-            });
-        if direct {
-            self.exchange_direct(sends, copies, reduce)
-        } else {
-            exchange_queued(self, sends, copies, reduce)
-        }
+            })
     }
 }
 
@@ -472,12 +499,15 @@ impl NetComm {
     /// [`Communicator::exchange`] over links that never block: this thread writes straight
     /// into the outgoing links and reads straight out of the incoming ones, moving whatever
     /// can move on any of them, so no send is copied to a queue and no receive waits behind
-    /// another. Combining receives take their turns in order.
+    /// another. Combining receives take their turns in order. `own` = (source, destination,
+    /// at): a local copy made once the first `at` copies are done, and before any later one
+    /// takes a byte ([`Communicator::exchange_with_own`]).
     fn exchange_direct(
         &self,
         sends: &[Outbound<'_>],
         copies: &mut [Inbound<'_>],
         reduce: Option<Reduction<'_>>,
+        mut own: Option<(&[u8], &mut [u8], usize)>,
     ) -> Result<(), CommError> {
         let deadline = Instant::now() + self.timeout;
         let gone = |peer| CommError::PeerGone {
@@ -549,6 +579,16 @@ impl NetComm {
                 moved |= o.push();
             }
             for (i, c) in copies.iter_mut().enumerate() {
+                if let Some((src, dst, at)) = &mut own
+                    && i == *at
+                {
+                    if !ins[..i].iter().all(In::finished) {
+                        break;
+                    }
+                    dst.copy_from_slice(src);
+                    own = None;
+                    moved = true;
+                }
                 let out = &mut *c.out;
                 moved |= self.pull(&mut ins[i], &mut |at, piece| {
                     out[at..at + piece.len()].copy_from_slice(piece);
@@ -562,8 +602,13 @@ impl NetComm {
                     turn += 1;
                 }
             }
+            if let Some((src, dst, _)) = own.take_if(|_| ins.iter().all(In::finished)) {
+                dst.copy_from_slice(src);
+                moved = true;
+            }
             let done = outs.iter().all(Out::finished)
                 && ins.iter().all(In::finished)
+                && own.is_none()
                 && turn == turns.len();
             if done {
                 return Ok(());

@@ -314,6 +314,23 @@ pub trait Communicator: Send + Sync {
         exchange_queued(self, sends, copies, reduce)
     }
 
+    /// [`Communicator::exchange`] (copies only) that also copies this member's own block
+    /// `own.0` into `own.1`, in its place among the copies: after the first `at` of them. Where
+    /// receivers read straight out of the senders' memory, every member then copies block k at
+    /// about the same time as the others, and they share its trip from memory. The default
+    /// copies it first.
+    fn exchange_with_own(
+        &self,
+        sends: &[Outbound<'_>],
+        copies: &mut [Inbound<'_>],
+        own: (&[u8], &mut [u8]),
+        at: usize,
+    ) -> Result<(), CommError> {
+        let _ = at;
+        own.1.copy_from_slice(own.0);
+        self.exchange(sends, copies, None)
+    }
+
     /// Sends the same bytes to several peers (an implementation may share one buffer).
     fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
         peers.iter().try_for_each(|&p| self.send(p, tag, data))
@@ -346,13 +363,14 @@ pub trait Communicator: Send + Sync {
         let tag = Tag::new(CommOp::AllGather, group);
         let schedule = self.schedule(CommOp::AllGather, group.len(), out.len());
         let mut slots = split_mut(out, counts);
-        slots[me].copy_from_slice(mine);
         if schedule == Schedule::Ring {
+            slots[me].copy_from_slice(mine);
             return ring::all_gather(self, group, me, tag, &mut slots);
         }
+        let own = std::mem::take(&mut slots[me]);
         let sends = to_others(group, me, tag, |_| mine);
         let mut copies = from_others(group, me, tag, slots);
-        self.exchange(&sends, &mut copies, None)
+        self.exchange_with_own(&sends, &mut copies, (mine, own), me)
     }
 
     /// [`Communicator::all_gather_into`] into a new buffer.
