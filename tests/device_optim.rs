@@ -4,7 +4,8 @@
 //! `GFLOW_REQUIRE_BACKEND` names wgpu.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use gflow::Error;
+mod common;
+
 use gflow::optim::{Adam, AdamW, Sgd};
 use gflow::prelude::*;
 
@@ -53,15 +54,8 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
 #[test]
 fn optimizer_steps_stay_on_the_device() {
     let cpu = train("cpu").unwrap();
-    let wgpu = match train("wgpu") {
-        Ok(v) => v,
-        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
-            return gflow::backend::say_skipped(
-                "optimizer_steps_stay_on_the_device",
-                &format!("no wgpu adapter: {reason}"),
-            );
-        }
-        Err(e) => panic!("wgpu: {e}"),
+    let Some(wgpu) = common::on_wgpu("optimizer_steps_stay_on_the_device", train("wgpu")) else {
+        return;
     };
     for (which, (a, b)) in wgpu.iter().zip(&cpu).enumerate() {
         for (p, q) in a.iter().zip(b) {

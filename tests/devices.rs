@@ -6,6 +6,8 @@
 //! until the host reads them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use gflow::Error;
 use gflow::prelude::*;
 
@@ -77,15 +79,8 @@ fn close(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
 #[test]
 fn device_and_mixed_placements_match_the_cpu() {
     let cpu = program("cpu").unwrap();
-    let wgpu = match program("wgpu") {
-        Ok(v) => v,
-        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
-            return gflow::backend::say_skipped(
-                "device placements",
-                &format!("no wgpu adapter: {reason}"),
-            );
-        }
-        Err(e) => panic!("wgpu: {e}"),
+    let Some(wgpu) = common::on_wgpu("device placements", program("wgpu")) else {
+        return;
     };
     close(&wgpu, &cpu, "wgpu placement");
     close(&program("gpu").unwrap(), &cpu, "gpu placement");

@@ -107,6 +107,19 @@ wire_tuple!(A, B, C, D, E, F);
 wire_tuple!(A, B, C, D, E, F, G);
 wire_tuple!(A, B, C, D, E, F, G, H);
 
+/// The value of a run on wgpu, or `None` (the test then returns, said loudly) when no adapter
+/// is there and wgpu is not required (`GFLOW_REQUIRE_BACKEND`); any other error fails the test.
+pub fn on_wgpu<T>(test: &str, run: Result<T>) -> Option<T> {
+    match run {
+        Ok(v) => Some(v),
+        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
+            gflow::backend::say_skipped(test, &format!("no wgpu adapter: {reason}"));
+            None
+        }
+        Err(e) => panic!("wgpu: {e}"),
+    }
+}
+
 /// A TCP port free on loopback now (for a rendezvous started by hand).
 pub fn free_port() -> String {
     std::net::TcpListener::bind("127.0.0.1:0")

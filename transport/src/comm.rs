@@ -441,14 +441,7 @@ impl NetComm {
             side.link
                 .read_exact(&mut at, deadline)
                 .map_err(|e| self.link_error(peer, e))?;
-            let (fd, offset) = decode_ref(&at);
-            f(
-                0,
-                side.link
-                    .peer_bytes(fd, offset, len)
-                    .map_err(|e| self.link_error(peer, e))?,
-            );
-            side.link.ref_done();
+            read_by_ref(&mut *side.link, &at, len, f).map_err(|e| self.link_error(peer, e))?;
         } else {
             side.link
                 .read_with(len, deadline, f)
@@ -685,14 +678,8 @@ impl NetComm {
             if inc.ref_got < REF_LEN {
                 return Ok(moved);
             }
-            let (fd, offset) = decode_ref(&inc.reference);
-            let bytes = inc
-                .side
-                .link
-                .peer_bytes(fd, offset, inc.len)
+            read_by_ref(&mut *inc.side.link, &inc.reference, inc.len, sink)
                 .map_err(|e| self.link_error(inc.peer, e))?;
-            sink(0, bytes);
-            inc.side.link.ref_done();
             inc.done = inc.len;
             inc.side.seq += 1;
             return Ok(true);
@@ -822,6 +809,20 @@ fn encode_ref(fd: i32, offset: u64) -> [u8; REF_LEN] {
     b[..8].copy_from_slice(&i64::from(fd).to_le_bytes());
     b[8..].copy_from_slice(&offset.to_le_bytes());
     b
+}
+
+/// Hands the `len`-byte payload that `reference` points to (in the peer's arena) to `sink`,
+/// then tells the peer it has been read.
+fn read_by_ref(
+    link: &mut dyn LinkRx,
+    reference: &[u8; REF_LEN],
+    len: usize,
+    sink: &mut dyn FnMut(usize, &[u8]),
+) -> Result<(), LinkError> {
+    let (fd, offset) = decode_ref(reference);
+    sink(0, link.peer_bytes(fd, offset, len)?);
+    link.ref_done();
+    Ok(())
 }
 
 /// Reads [`encode_ref`]'s form (a descriptor out of range becomes -1, which maps nothing).
