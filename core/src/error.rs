@@ -192,6 +192,45 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A backend that cannot compute a dtype, refused in core before any kernel runs (on every
+    /// rank of the placement alike).
+    #[error("{op}: device {device} cannot compute in {dtype}")]
+    UnsupportedDType {
+        /// The operator.
+        op: &'static str,
+        /// The dtype asked for.
+        dtype: DType,
+        /// The device that cannot compute it (`wgpu:0`).
+        device: String,
+    },
+    /// Inputs of one local operator sit on different devices.
+    #[error("{op}: inputs are on different devices: {left} and {right} (move one with to_device)")]
+    DeviceMismatch {
+        /// The operator.
+        op: &'static str,
+        /// First input's device.
+        left: String,
+        /// The other input's device.
+        right: String,
+    },
+    /// An index outside its dimension (gather, index_select, embedding lookups, scatter_add).
+    #[error("{op}: index {index} is out of range for a dimension of size {size}")]
+    IndexOutOfRange {
+        /// The operator.
+        op: &'static str,
+        /// The offending index.
+        index: i64,
+        /// The size of the indexed dimension.
+        size: usize,
+    },
+    /// A checkpoint (or safetensors file) that cannot be saved or loaded.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The file or directory concerned.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A broken internal invariant: a gflow bug, reported instead of a panic.
     #[error("internal error (a gflow bug, please report): {0}")]
     Internal(String),
