@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::sbp::{NdSbp, Sbp};
-use crate::tensor::{Device, Target, Tensor};
+use crate::tensor::{Target, Tensor};
 
 /// How a tensor came to be.
 pub(crate) enum GradFn {
@@ -105,7 +105,7 @@ pub(crate) fn record(
 /// Where tensors "like `t`" go: `t`'s device, or `t`'s placement with every axis broadcast.
 pub(crate) fn target_like(t: &Tensor) -> Target {
     match t.dist() {
-        None => Target::Local(Device::Cpu),
+        None => Target::Local(t.device()),
         Some(d) => Target::Global(d.placement.clone(), NdSbp::broadcast(d.placement.ndim())),
     }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, select};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
@@ -37,6 +37,33 @@ pub enum UnaryOp {
     Step,
     /// The derivative of [`UnaryOp::Gelu`].
     GeluGrad,
+    /// `|x|`.
+    Abs,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// SiLU (swish): `x * sigmoid(x)`.
+    Silu,
+    /// The error function.
+    Erf,
+    /// GELU, exact (erf) form: PyTorch's default.
+    GeluErf,
+    /// `-1`, `0` or `1` (the derivative of abs; `0` at `0`).
+    Sign,
+    /// The derivative of [`UnaryOp::Silu`].
+    SiluGrad,
+    /// The derivative of [`UnaryOp::GeluErf`].
+    GeluErfGrad,
+}
+
+impl UnaryOp {
+    /// Whether the GPU kernels have this op (the round-1 set); others run on the host copy.
+    pub fn gpu_native(self) -> bool {
+        (self as u32) <= UnaryOp::GeluGrad as u32
+    }
 }
 
 /// Elementwise functions of two tensors (with NumPy broadcasting).
@@ -50,6 +77,34 @@ pub enum BinaryOp {
     Mul,
     /// `a / b`.
     Div,
+    /// `max(a, b)` (NaN if either is).
+    Maximum,
+    /// `min(a, b)` (NaN if either is).
+    Minimum,
+}
+
+impl BinaryOp {
+    /// Whether the GPU kernels have this op; others run on the host copy.
+    pub fn gpu_native(self) -> bool {
+        (self as u32) <= BinaryOp::Div as u32
+    }
+}
+
+/// Elementwise comparisons (with NumPy broadcasting); the result is Bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `a == b`.
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
 }
 
 /// Reductions over dimensions.
@@ -59,6 +114,15 @@ pub enum ReduceKind {
     Sum,
     /// Maximum.
     Max,
+    /// Minimum.
+    Min,
+}
+
+impl ReduceKind {
+    /// Whether the GPU kernels have this reduction; others run on the host copy.
+    pub fn gpu_native(self) -> bool {
+        self != ReduceKind::Min
+    }
 }
 
 /// The number GPU kernels know an operation by (their `switch` cases): its position in its
@@ -73,7 +137,7 @@ macro_rules! kernel_code {
         }
     )*};
 }
-kernel_code!(UnaryOp, BinaryOp, ReduceKind);
+kernel_code!(UnaryOp, BinaryOp, ReduceKind, CmpOp);
 
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
 /// all batches when `b_batched` is false. A transposed operand is stored as its transpose
@@ -107,6 +171,11 @@ pub trait Backend: Send + Sync {
     /// GPU may lack arithmetic in some, e.g. f64 in WGSL). Others give `Error::Device`.
     fn computes(&self, _dtype: DType) -> bool {
         true
+    }
+    /// Whether the device holds buffers of `dtype` (the round-1 set by default: F32, F64, I64);
+    /// kernels on other dtypes run on the host copy.
+    fn stores(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::F64 | DType::I64)
     }
     /// Copies host data to the device.
     fn upload(&self, data: &HostData) -> Result<Self::Storage>;
@@ -247,6 +316,96 @@ pub trait Kernels: Send + Sync {
     ) -> Result<Buffer>;
     /// See [`Backend::cat`].
     fn cat(&self, xs: &[&Buffer], shapes: &[&[usize]], dim: usize) -> Result<Buffer>;
+
+    // Kernels below run on the host copy unless a backend has them natively (the CPU's
+    // implementation in `cpu::select` is the reference for every backend).
+
+    /// `x` cast to `dtype` (PyTorch's casts).
+    fn cast(&self, x: &Buffer, dtype: DType) -> Result<Buffer> {
+        Ok(select::cast(x.host()?, dtype).into())
+    }
+    /// `op(a, b)` with broadcasting, as Bool; `a` and `b` share a dtype.
+    fn compare(
+        &self,
+        op: CmpOp,
+        a: &Buffer,
+        a_shape: &[usize],
+        b: &Buffer,
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Result<Buffer> {
+        select::compare(op, a.host()?, a_shape, b.host()?, b_shape, out_shape).map(Buffer::from)
+    }
+    /// `cond ? a : b` with broadcasting over (cond, a, b); `cond` is Bool.
+    fn select(
+        &self,
+        xs: [&Buffer; 3],
+        shapes: [&[usize]; 3],
+        out_shape: &[usize],
+    ) -> Result<Buffer> {
+        let hosts = [xs[0].host()?, xs[1].host()?, xs[2].host()?];
+        select::select(hosts, shapes, out_shape).map(Buffer::from)
+    }
+    /// `x^e` elementwise.
+    fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {
+        Ok(select::pow_scalar(x.host()?, e).into())
+    }
+    /// `x` clamped to `[lo, hi]`.
+    fn clamp(&self, x: &Buffer, lo: Option<f64>, hi: Option<f64>) -> Result<Buffer> {
+        Ok(select::clamp(x.host()?, lo, hi).into())
+    }
+    /// The lower (upper) triangle over the last two dims from diagonal `k`, the buffer's first
+    /// element sitting at global (row, column) `origin`.
+    fn triangle(
+        &self,
+        x: &Buffer,
+        shape: &[usize],
+        k: i64,
+        upper: bool,
+        origin: (usize, usize),
+    ) -> Result<Buffer> {
+        Ok(select::triangle(x.host()?, shape, k, upper, origin).into())
+    }
+    /// The (I64) index of the largest or smallest element along `dim` (lowest on ties).
+    fn arg_reduce(&self, x: &Buffer, shape: &[usize], dim: usize, max: bool) -> Result<Buffer> {
+        Ok(select::arg_reduce(x.host()?, shape, dim, max).into())
+    }
+    /// `torch.gather(x, dim, idx)`; indices checked by core.
+    fn gather_dim(
+        &self,
+        x: &Buffer,
+        x_shape: &[usize],
+        dim: usize,
+        idx: &Buffer,
+        idx_shape: &[usize],
+    ) -> Result<Buffer> {
+        select::gather_dim(x.host()?, x_shape, dim, idx.host()?, idx_shape).map(Buffer::from)
+    }
+    /// `zeros(out_shape).scatter_add_(dim, idx, src)`; indices checked by core.
+    fn scatter_add_dim(
+        &self,
+        src: &Buffer,
+        out_shape: &[usize],
+        dim: usize,
+        idx: &Buffer,
+        idx_shape: &[usize],
+    ) -> Result<Buffer> {
+        select::scatter_add_dim(src.host()?, out_shape, dim, idx.host()?, idx_shape)
+            .map(Buffer::from)
+    }
+    /// Rows of a table holding global rows `start..start + rows`, picked by global indices;
+    /// indices outside the range give zero rows (a table split over its rows).
+    fn gather_rows_partial(
+        &self,
+        table: &Buffer,
+        rows: usize,
+        row_len: usize,
+        idx: &Buffer,
+        start: usize,
+    ) -> Result<Buffer> {
+        select::gather_rows_partial(table.host()?, rows, row_len, idx.host()?, start)
+            .map(Buffer::from)
+    }
 }
 
 /// A device [`Backend`] seen as [`Kernels`]: an input already on this device is used where it
@@ -273,6 +432,18 @@ impl<B: Backend + 'static> Resident<B> {
         });
         x.keep_device_copy(held.clone());
         Ok(held)
+    }
+
+    /// Whether the device holds every one of `xs`' dtypes (else the kernel runs on the host).
+    fn holds(&self, xs: &[&Buffer]) -> bool {
+        xs.iter().all(|x| self.0.stores(x.dtype()))
+    }
+
+    /// Whether the device holds and computes every one of `xs`' dtypes (else the arithmetic
+    /// runs on the host: integers on wgpu, 16-bit floats until the GPU kernels take them).
+    fn computes_all(&self, xs: &[&Buffer]) -> bool {
+        xs.iter()
+            .all(|x| self.0.stores(x.dtype()) && self.0.computes(x.dtype()))
     }
 
     /// The backend's storage inside a buffer made by [`Resident::input`].
@@ -331,6 +502,9 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         self.0.computes(dtype)
     }
     fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer> {
+        if !op.gpu_native() || !self.computes_all(&[x]) {
+            return Kernels::unary(&CpuBackend, op, x);
+        }
         self.run(&[x], |b, s| b.unary(op, s[0]))
     }
     fn binary(
@@ -342,14 +516,23 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         b_shape: &[usize],
         out_shape: &[usize],
     ) -> Result<Buffer> {
+        if !op.gpu_native() || !self.computes_all(&[a, b]) {
+            return Kernels::binary(&CpuBackend, op, a, a_shape, b, b_shape, out_shape);
+        }
         self.run(&[a, b], |k, s| {
             k.binary(op, s[0], a_shape, s[1], b_shape, out_shape)
         })
     }
     fn scale(&self, x: &Buffer, f: f64) -> Result<Buffer> {
+        if !self.computes_all(&[x]) {
+            return Kernels::scale(&CpuBackend, x, f);
+        }
         self.run(&[x], |b, s| b.scale(s[0], f))
     }
     fn add_scalar(&self, x: &Buffer, v: f64) -> Result<Buffer> {
+        if !self.computes_all(&[x]) {
+            return Kernels::add_scalar(&CpuBackend, x, v);
+        }
         self.run(&[x], |b, s| b.add_scalar(s[0], v))
     }
     fn gather_rows(
@@ -359,6 +542,9 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         row_len: usize,
         indices: &Buffer,
     ) -> Result<Buffer> {
+        if !self.holds(&[table, indices]) {
+            return Kernels::gather_rows(&CpuBackend, table, rows, row_len, indices);
+        }
         self.run(&[table, indices], |b, s| {
             b.gather_rows(s[0], rows, row_len, s[1])
         })
@@ -370,6 +556,9 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         row_len: usize,
         indices: &Buffer,
     ) -> Result<Buffer> {
+        if !self.computes_all(&[src]) || !self.holds(&[indices]) {
+            return Kernels::scatter_add_rows(&CpuBackend, src, rows, row_len, indices);
+        }
         self.run(&[src, indices], |b, s| {
             b.scatter_add_rows(s[0], rows, row_len, s[1])
         })
@@ -381,15 +570,27 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         shape: &[usize],
         dims: &[usize],
     ) -> Result<Buffer> {
+        if !op.gpu_native() || !self.computes_all(&[x]) {
+            return Kernels::reduce(&CpuBackend, op, x, shape, dims);
+        }
         self.run(&[x], |b, s| b.reduce(op, s[0], shape, dims))
     }
     fn softmax(&self, x: &Buffer, shape: &[usize], dim: usize, log: bool) -> Result<Buffer> {
+        if !self.computes_all(&[x]) {
+            return Kernels::softmax(&CpuBackend, x, shape, dim, log);
+        }
         self.run(&[x], |b, s| b.softmax(s[0], shape, dim, log))
     }
     fn matmul(&self, a: &Buffer, b: &Buffer, dims: MatmulDims) -> Result<Buffer> {
+        if !self.computes_all(&[a, b]) {
+            return Kernels::matmul(&CpuBackend, a, b, dims);
+        }
         self.run(&[a, b], |k, s| k.matmul(s[0], s[1], dims))
     }
     fn permute(&self, x: &Buffer, shape: &[usize], perm: &[usize]) -> Result<Buffer> {
+        if !self.holds(&[x]) {
+            return Kernels::permute(&CpuBackend, x, shape, perm);
+        }
         self.run(&[x], |b, s| b.permute(s[0], shape, perm))
     }
     fn slice(
@@ -399,11 +600,25 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         start: &[usize],
         extent: &[usize],
     ) -> Result<Buffer> {
+        if !self.holds(&[x]) {
+            return Kernels::slice(&CpuBackend, x, shape, start, extent);
+        }
         self.run(&[x], |b, s| b.slice(s[0], shape, start, extent))
     }
     fn cat(&self, xs: &[&Buffer], shapes: &[&[usize]], dim: usize) -> Result<Buffer> {
+        if !self.holds(xs) {
+            return Kernels::cat(&CpuBackend, xs, shapes, dim);
+        }
         self.run(xs, |b, s| b.cat(s, shapes, dim))
     }
+}
+
+/// Whether ranks computing on `device` can run arithmetic in `dtype`: everything but F64 on
+/// wgpu (WGSL has no f64). Core refuses the rest on every rank of a placement before any
+/// kernel runs (`Error::UnsupportedDType`); integers and 16-bit floats a GPU kernel does not
+/// take run on the host copy.
+pub fn device_computes(device: DeviceType, dtype: DType) -> bool {
+    !(device == DeviceType::Wgpu && dtype == DType::F64)
 }
 
 /// Whether the backend named `name` (`wgpu`, `cuda`) must be present: `GFLOW_REQUIRE_BACKEND`

@@ -186,6 +186,30 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
             let u = c * (x + 0.044715 * x.powi(3));
             0.5 * (1.0 + u.tanh()) + 0.5 * x * c * (1.0 + 3.0 * 0.044715 * x * x) / u.cosh().powi(2)
         }
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::SiluGrad => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s + x * s * (1.0 - s)
+        }
+        UnaryOp::GeluErfGrad => {
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            0.5 * (1.0 + libm::erf(x / 2f64.sqrt())) + x * pdf
+        }
     }
 }
 
@@ -194,9 +218,14 @@ pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
         for op in [
-            Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad,
-        ] {
-            let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt)));
+            Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad, Abs, Rsqrt,
+            Sin, Cos, Silu, Erf, GeluErf, Sign, SiluGrad, GeluErfGrad,
+        ]
+        .into_iter()
+        // The GPU kernels have the round-1 ops; `Resident` runs the others on the host.
+        .filter(|op| op.gpu_native() || b.name() == "cpu")
+        {
+            let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt | Rsqrt)));
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &b.upload(&host(dtype, &x))?)?;
             expect(b, &format!("{op:?}"), &got, &want, dtype)?;
@@ -237,6 +266,8 @@ fn broadcast_ref(
                 BinaryOp::Sub => p - q,
                 BinaryOp::Mul => p * q,
                 BinaryOp::Div => p / q,
+                BinaryOp::Maximum => p.max(q),
+                BinaryOp::Minimum => p.min(q),
             }
         })
         .collect()

@@ -1,7 +1,14 @@
 //! Element types. A tensor's [`DType`] is checked once in core; kernels and the communicator see
-//! plain slices of a known [`Element`] type.
+//! plain slices of a known element type. Promotion follows PyTorch's rules for tensor-tensor
+//! operators ([`DType::promote`]); casts follow PyTorch's ([`Element::from_f64`] and the CPU's
+//! `cast`): to F16/BF16 rounds to nearest even, float to integer truncates toward zero, to Bool
+//! is `x != 0`.
 
 use std::fmt;
+
+pub use half::{bf16, f16};
+
+use crate::storage::HostData;
 
 /// The element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -13,13 +20,34 @@ pub enum DType {
     F64,
     /// 64-bit signed integer.
     I64,
+    /// 16-bit IEEE float (computed in f32 on the CPU).
+    F16,
+    /// bfloat16 (computed in f32 on the CPU).
+    BF16,
+    /// 32-bit signed integer.
+    I32,
+    /// Booleans (one byte each, 0 or 1).
+    Bool,
 }
 
 impl DType {
+    /// Every dtype, in wire-code order.
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::Bool,
+    ];
+
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::Bool => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
         }
     }
@@ -30,16 +58,78 @@ impl DType {
             DType::F32 => 1,
             DType::F64 => 2,
             DType::I64 => 3,
+            DType::F16 => 4,
+            DType::BF16 => 5,
+            DType::I32 => 6,
+            DType::Bool => 7,
         }
     }
 
     /// Inverse of [`DType::code`].
     pub fn from_code(code: u64) -> Option<DType> {
-        match code {
-            1 => Some(DType::F32),
-            2 => Some(DType::F64),
-            3 => Some(DType::I64),
-            _ => None,
+        DType::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// Whether this is a 16-bit float (computed in f32).
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// Whether this is an integer type (not Bool).
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I64 | DType::I32)
+    }
+
+    /// The dtype of a tensor-tensor operator's result, as PyTorch promotes: bool < integers <
+    /// floats; within a kind the wider wins; F16 with BF16 gives F32.
+    ///
+    /// ```
+    /// use gflow_core::DType;
+    /// assert_eq!(DType::I64.promote(DType::F16), DType::F16);
+    /// assert_eq!(DType::F16.promote(DType::BF16), DType::F32);
+    /// assert_eq!(DType::Bool.promote(DType::I32), DType::I32);
+    /// ```
+    pub fn promote(self, other: DType) -> DType {
+        use DType::*;
+        if self == other {
+            return self;
+        }
+        let kind = |d: DType| match d {
+            Bool => 0,
+            I32 | I64 => 1,
+            _ => 2,
+        };
+        match kind(self).cmp(&kind(other)) {
+            std::cmp::Ordering::Greater => self,
+            std::cmp::Ordering::Less => other,
+            std::cmp::Ordering::Equal => match (self, other) {
+                (F16, BF16) | (BF16, F16) => F32,
+                _ if self.size() >= other.size() => self,
+                _ => other,
+            },
+        }
+    }
+
+    /// The dtype arithmetic on this dtype computes in on the CPU (f32 for 16-bit floats).
+    pub fn compute(self) -> DType {
+        if self.is_half() { DType::F32 } else { self }
+    }
+
+    /// The name as safetensors and NumPy-like tools spell it (`F32`, `BF16`, `BOOL`).
+    pub fn safetensors_name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F64 => "F64",
+            DType::I64 => "I64",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::I32 => "I32",
+            DType::Bool => "BOOL",
         }
     }
 }
@@ -50,48 +140,118 @@ impl fmt::Display for DType {
             DType::F32 => "f32",
             DType::F64 => "f64",
             DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::Bool => "bool",
         })
     }
 }
 
-/// A Rust type that can be a tensor element.
+/// A Rust type that can be a tensor element: `f32 f64 i64 i32 bool`, `half::f16`, `half::bf16`.
 pub trait Element:
-    bytemuck::Pod + Copy + Send + Sync + PartialOrd + fmt::Debug + fmt::Display + 'static
+    Copy + Send + Sync + PartialOrd + fmt::Debug + fmt::Display + 'static
 {
     /// The matching [`DType`].
     const DTYPE: DType;
-    /// Conversion from f64 (rounding or truncating as `as` does).
+    /// Conversion from f64, as PyTorch casts: rounding to nearest for floats, truncation toward
+    /// zero (saturating) for integers, `v != 0` for bool.
     fn from_f64(v: f64) -> Self;
     /// Conversion to f64.
     fn to_f64(self) -> f64;
+    /// Wraps a vector as host data (no copy where the layouts agree).
+    fn into_host(v: Vec<Self>) -> HostData;
+    /// The elements of `h` when it holds this type.
+    fn as_slice(h: &HostData) -> Option<&[Self]>;
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
+macro_rules! element {
+    ($t:ty, $d:ident, |$x:ident| $from:expr, |$y:ident| $to:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            fn from_f64($x: f64) -> Self {
+                $from
+            }
+            fn to_f64(self) -> f64 {
+                let $y = self;
+                $to
+            }
+            fn into_host(v: Vec<Self>) -> HostData {
+                HostData::$d(v)
+            }
+            fn as_slice(h: &HostData) -> Option<&[Self]> {
+                match h {
+                    HostData::$d(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+element!(f32, F32, |v| v as f32, |x| x as f64);
+element!(f64, F64, |v| v, |x| x);
+element!(i64, I64, |v| v as i64, |x| x as f64);
+element!(i32, I32, |v| v as i32, |x| x as f64);
+element!(f16, F16, |v| f16::from_f64(v), |x| x.to_f64());
+element!(bf16, BF16, |v| bf16::from_f64(v), |x| x.to_f64());
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
     fn from_f64(v: f64) -> Self {
-        v as f32
+        v != 0.0
     }
     fn to_f64(self) -> f64 {
-        self as f64
+        if self { 1.0 } else { 0.0 }
+    }
+    fn into_host(v: Vec<Self>) -> HostData {
+        HostData::Bool(v.into_iter().map(u8::from).collect())
+    }
+    fn as_slice(_: &HostData) -> Option<&[Self]> {
+        None
     }
 }
 
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Element for i64 {
-    const DTYPE: DType = DType::I64;
-    fn from_f64(v: f64) -> Self {
-        v as i64
+    #[test]
+    fn promotion_follows_pytorch() {
+        use DType::*;
+        let cases = [
+            (Bool, Bool, Bool),
+            (Bool, I32, I32),
+            (I32, I64, I64),
+            (I64, F16, F16),
+            (I64, BF16, BF16),
+            (F16, BF16, F32),
+            (F16, F32, F32),
+            (BF16, F64, F64),
+            (F32, F64, F64),
+            (Bool, F32, F32),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(a.promote(b), want, "{a} with {b}");
+            assert_eq!(b.promote(a), want, "{b} with {a}");
+        }
     }
-    fn to_f64(self) -> f64 {
-        self as f64
+
+    #[test]
+    fn codes_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_code(d.code()), Some(d));
+        }
+    }
+
+    #[test]
+    fn half_casts_round_to_nearest_even() {
+        // 1 + 2^-11 lies halfway between f16's 1 and 1 + 2^-10: ties go to the even (1).
+        assert_eq!(f16::from_f64(1.0 + 2f64.powi(-11)).to_f64(), 1.0);
+        assert_eq!(
+            f16::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(),
+            1.0 + 2.0 * 2f64.powi(-10)
+        );
+        assert_eq!(bf16::from_f64(1.0 + 2f64.powi(-8)).to_f64(), 1.0);
     }
 }

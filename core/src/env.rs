@@ -258,6 +258,24 @@ where
     Err(errs.swap_remove(root))
 }
 
+/// The device type rank `rank` computes a `placement_type` placement on: the type named for it
+/// in `GFLOW_DEVICE_OVERRIDE` (the same variable on every rank of a job, so every rank knows
+/// every rank's device), else the placement's; `gpu` resolves as it does on this rank.
+pub(crate) fn device_type_of(rank: usize, placement_type: DeviceType) -> DeviceType {
+    let t = device_override_from_env(rank)
+        .ok()
+        .flatten()
+        .unwrap_or(placement_type);
+    if t == DeviceType::Gpu {
+        return if crate::backend::kernels(DeviceType::Cuda).is_ok() {
+            DeviceType::Cuda
+        } else {
+            DeviceType::Wgpu
+        };
+    }
+    t
+}
+
 /// Parses `GFLOW_DEVICE_OVERRIDE` (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) for `rank`.
 fn device_override_from_env(rank: usize) -> std::result::Result<Option<DeviceType>, String> {
     let Ok(spec) = std::env::var("GFLOW_DEVICE_OVERRIDE") else {

@@ -31,6 +31,10 @@ impl ReduceOp {
         match (T::DTYPE, self) {
             (DType::I64, ReduceOp::Min) => T::from_f64(i64::MAX as f64),
             (DType::I64, ReduceOp::Max) => T::from_f64(i64::MIN as f64),
+            (DType::I32, ReduceOp::Min) => T::from_f64(i32::MAX as f64),
+            (DType::I32, ReduceOp::Max) => T::from_f64(i32::MIN as f64),
+            (DType::Bool, ReduceOp::Min) => T::from_f64(1.0),
+            (DType::Bool, _) => T::from_f64(0.0),
             _ => T::from_f64(self.identity_f64()),
         }
     }
@@ -52,7 +56,7 @@ impl fmt::Display for ReduceOp {
 }
 
 /// Element types with a vectorisable elementwise combine.
-pub trait Combine: Element {
+pub trait Combine: Element + bytemuck::Pod {
     /// `acc[i] = acc[i] op x[i]`.
     fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]);
 }
@@ -73,18 +77,44 @@ macro_rules! float_combine {
 float_combine!(f32);
 float_combine!(f64);
 
-impl Combine for i64 {
-    fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
-        match op {
-            ReduceOp::Sum => acc
-                .iter_mut()
-                .zip(x)
-                .for_each(|(a, b)| *a = a.wrapping_add(*b)),
-            ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).min(*b)),
-            ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).max(*b)),
+macro_rules! int_combine {
+    ($t:ty) => {
+        impl Combine for $t {
+            fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
+                match op {
+                    ReduceOp::Sum => acc
+                        .iter_mut()
+                        .zip(x)
+                        .for_each(|(a, b)| *a = a.wrapping_add(*b)),
+                    ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).min(*b)),
+                    ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, b)| *a = (*a).max(*b)),
+                }
+            }
         }
-    }
+    };
 }
+int_combine!(i64);
+int_combine!(i32);
+
+/// 16-bit floats combine in f32, rounding each result once.
+macro_rules! half_combine {
+    ($t:ty) => {
+        impl Combine for $t {
+            fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
+                let f = |a: f32, b: f32| match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                };
+                acc.iter_mut()
+                    .zip(x)
+                    .for_each(|(a, b)| *a = <$t>::from_f32(f(a.to_f32(), b.to_f32())));
+            }
+        }
+    };
+}
+half_combine!(crate::dtype::f16);
+half_combine!(crate::dtype::bf16);
 
 /// `acc = acc op x` over raw bytes holding elements of `dtype` (the communicator's wire form).
 /// Buffers that are not aligned for the element type take a copying path.
@@ -109,6 +139,19 @@ pub fn combine_bytes(dtype: DType, op: ReduceOp, acc: &mut [u8], x: &[u8]) {
         DType::F32 => typed::<f32>(op, acc, x),
         DType::F64 => typed::<f64>(op, acc, x),
         DType::I64 => typed::<i64>(op, acc, x),
+        DType::I32 => typed::<i32>(op, acc, x),
+        DType::F16 => typed::<crate::dtype::f16>(op, acc, x),
+        DType::BF16 => typed::<crate::dtype::bf16>(op, acc, x),
+        // Booleans: a sum or max is "any", a min is "all".
+        DType::Bool => {
+            let n = acc.len().min(x.len());
+            acc[..n].iter_mut().zip(&x[..n]).for_each(|(a, b)| {
+                *a = match op {
+                    ReduceOp::Min => *a & *b,
+                    _ => *a | *b,
+                }
+            });
+        }
     }
 }
 

@@ -6,9 +6,40 @@
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
-use crate::dtype::{DType, Element};
+use crate::dtype::{DType, Element, bf16, f16};
 use crate::error::Result;
 use crate::reduce::ReduceOp;
+
+/// A type stored in a [`HostData`] variant (the elements' types, with Bool stored as `u8`).
+pub trait Stored: bytemuck::Pod + Send + Sync + 'static {
+    /// From f64, as PyTorch casts.
+    fn from_f64(v: f64) -> Self;
+    /// To f64.
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! stored {
+    ($($t:ty),*) => {$(
+        impl Stored for $t {
+            fn from_f64(v: f64) -> Self {
+                <$t as Element>::from_f64(v)
+            }
+            fn to_f64(self) -> f64 {
+                <$t as Element>::to_f64(self)
+            }
+        }
+    )*};
+}
+stored!(f32, f64, i64, i32, f16, bf16);
+
+impl Stored for u8 {
+    fn from_f64(v: f64) -> Self {
+        u8::from(v != 0.0)
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
 
 /// A typed host buffer.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +51,14 @@ pub enum HostData {
     F64(Vec<f64>),
     /// i64 elements.
     I64(Vec<i64>),
+    /// f16 elements.
+    F16(Vec<f16>),
+    /// bf16 elements.
+    BF16(Vec<bf16>),
+    /// i32 elements.
+    I32(Vec<i32>),
+    /// Booleans, one byte each (0 or 1).
+    Bool(Vec<u8>),
 }
 
 /// Applies `$body` with `$v` bound to the inner `Vec` of any variant.
@@ -29,6 +68,62 @@ macro_rules! with_vec {
             HostData::F32($v) => $body,
             HostData::F64($v) => $body,
             HostData::I64($v) => $body,
+            HostData::F16($v) => $body,
+            HostData::BF16($v) => $body,
+            HostData::I32($v) => $body,
+            HostData::Bool($v) => $body,
+        }
+    };
+}
+
+/// Maps the vector inside any variant to a vector of the same type, kept in the same variant.
+macro_rules! map_same {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            HostData::F32($v) => HostData::F32($body),
+            HostData::F64($v) => HostData::F64($body),
+            HostData::I64($v) => HostData::I64($body),
+            HostData::F16($v) => HostData::F16($body),
+            HostData::BF16($v) => HostData::BF16($body),
+            HostData::I32($v) => HostData::I32($body),
+            HostData::Bool($v) => HostData::Bool($body),
+        }
+    };
+}
+pub(crate) use map_same;
+
+/// Builds the variant of `$dtype` from `$body`, with `$T` the element type stored.
+macro_rules! by_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                HostData::F32($body)
+            }
+            DType::F64 => {
+                type $T = f64;
+                HostData::F64($body)
+            }
+            DType::I64 => {
+                type $T = i64;
+                HostData::I64($body)
+            }
+            DType::F16 => {
+                type $T = f16;
+                HostData::F16($body)
+            }
+            DType::BF16 => {
+                type $T = bf16;
+                HostData::BF16($body)
+            }
+            DType::I32 => {
+                type $T = i32;
+                HostData::I32($body)
+            }
+            DType::Bool => {
+                type $T = u8;
+                HostData::Bool($body)
+            }
         }
     };
 }
@@ -40,6 +135,10 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::F64(_) => DType::F64,
             HostData::I64(_) => DType::I64,
+            HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
+            HostData::I32(_) => DType::I32,
+            HostData::Bool(_) => DType::Bool,
         }
     }
 
@@ -63,54 +162,69 @@ impl HostData {
         with_vec!(self, v => bytemuck::cast_slice_mut(v.as_mut_slice()))
     }
 
-    /// `n` elements all equal to `value` (converted as `as` does).
+    /// `n` elements all equal to `value` (converted as PyTorch casts).
     pub fn filled(dtype: DType, n: usize, value: f64) -> HostData {
-        match dtype {
-            DType::F32 => HostData::F32(vec![value as f32; n]),
-            DType::F64 => HostData::F64(vec![value; n]),
-            DType::I64 => HostData::I64(vec![value as i64; n]),
-        }
+        by_dtype!(dtype, T => vec![<T as Stored>::from_f64(value); n])
     }
 
     /// `n` elements equal to the identity of `op`.
     pub fn identity(dtype: DType, n: usize, op: ReduceOp) -> HostData {
         match dtype {
-            DType::F32 => HostData::F32(vec![op.identity(); n]),
-            DType::F64 => HostData::F64(vec![op.identity(); n]),
             DType::I64 => HostData::I64(vec![op.identity(); n]),
+            DType::I32 => HostData::I32(vec![op.identity(); n]),
+            DType::Bool => HostData::Bool(vec![u8::from(op == ReduceOp::Min); n]),
+            _ => HostData::filled(dtype, n, op.identity_f64()),
         }
     }
 
     /// A buffer of `dtype` decoded from native-endian bytes (any alignment).
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> HostData {
-        match dtype {
-            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::F64 => HostData::F64(bytemuck::pod_collect_to_vec(bytes)),
-            DType::I64 => HostData::I64(bytemuck::pod_collect_to_vec(bytes)),
-        }
+        by_dtype!(dtype, T => bytemuck::pod_collect_to_vec::<u8, T>(bytes))
     }
 
     /// Wraps a typed vector.
     pub fn from_vec<T: Element>(v: Vec<T>) -> HostData {
-        // The dtype match makes each cast an identity; `pod_collect` would copy, `cast_vec` does not.
-        match T::DTYPE {
-            DType::F32 => HostData::F32(bytemuck::allocation::cast_vec(v)),
-            DType::F64 => HostData::F64(bytemuck::allocation::cast_vec(v)),
-            DType::I64 => HostData::I64(bytemuck::allocation::cast_vec(v)),
-        }
+        T::into_host(v)
     }
 
-    /// The elements converted to `T` (a copy; values convert as `as` does).
+    /// The elements converted to `T` (a copy; values convert as PyTorch casts).
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
-        if T::DTYPE == self.dtype() {
-            return bytemuck::pod_collect_to_vec(self.as_bytes());
+        if let Some(v) = T::as_slice(self) {
+            return v.to_vec();
         }
-        with_vec!(self, v => v.iter().map(|x| T::from_f64(Element::to_f64(*x))).collect())
+        with_vec!(self, v => v.iter().map(|x| T::from_f64(Stored::to_f64(*x))).collect())
+    }
+
+    /// The elements as f64 (a copy).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        with_vec!(self, v => v.iter().map(|x| Stored::to_f64(*x)).collect())
+    }
+
+    /// This data cast to `dtype` (as PyTorch casts: to 16-bit floats rounding to nearest even,
+    /// float to integer truncating toward zero, to Bool `x != 0`).
+    pub fn cast(&self, dtype: DType) -> HostData {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        // f32 -> 16-bit goes straight (one rounding), as PyTorch does.
+        match (self, dtype) {
+            (HostData::F32(v), DType::F16) => {
+                return HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect());
+            }
+            (HostData::F32(v), DType::BF16) => {
+                return HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect());
+            }
+            (HostData::I64(v), DType::I32) => {
+                return HostData::I32(v.iter().map(|&x| x as i32).collect());
+            }
+            _ => {}
+        }
+        with_vec!(self, v => by_dtype!(dtype, T => v.iter().map(|x| <T as Stored>::from_f64(Stored::to_f64(*x))).collect()))
     }
 
     /// The element at `i` as f64 (for printing).
     pub fn get_f64(&self, i: usize) -> Option<f64> {
-        with_vec!(self, v => v.get(i).map(|x| Element::to_f64(*x)))
+        with_vec!(self, v => v.get(i).map(|x| Stored::to_f64(*x)))
     }
 }
 

@@ -55,6 +55,62 @@ fn cases() -> Vec<Case> {
         ("narrow", vec![vec![3, 5]], |x| x[0].narrow(1, 1, 3)),
         ("expand", vec![vec![3, 1]], |x| x[0].expand(&[3, 4])),
         ("cat", vec![vec![3, 2], vec![3, 3]], |x| Tensor::cat(x, 1)),
+        ("abs", vec![vec![3, 4]], |x| x[0].add_scalar(-1.0)?.abs()),
+        ("rsqrt", vec![vec![3, 4]], |x| x[0].rsqrt()),
+        ("sin", vec![vec![3, 4]], |x| x[0].mul_scalar(3.0)?.sin()),
+        ("cos", vec![vec![3, 4]], |x| x[0].mul_scalar(3.0)?.cos()),
+        ("silu", vec![vec![3, 4]], |x| x[0].add_scalar(-1.0)?.silu()),
+        ("erf", vec![vec![3, 4]], |x| x[0].add_scalar(-1.0)?.erf()),
+        ("gelu_erf", vec![vec![3, 4]], |x| {
+            x[0].add_scalar(-1.0)?.mul_scalar(2.0)?.gelu_erf()
+        }),
+        ("pow", vec![vec![3, 4]], |x| x[0].pow(2.5)),
+        ("pow_neg", vec![vec![3, 4]], |x| x[0].pow(-1.0)),
+        ("clamp", vec![vec![3, 4]], |x| x[0].clamp(Some(0.6), Some(1.2))),
+        ("clamp_min", vec![vec![3, 4]], |x| x[0].clamp(Some(0.9), None)),
+        ("maximum", vec![vec![3, 4], vec![4]], |x| x[0].maximum(&x[1])),
+        ("minimum", vec![vec![3, 4], vec![3, 1]], |x| x[0].minimum(&x[1])),
+        ("where_cond", vec![vec![3, 4], vec![3, 4]], |x| {
+            x[0].gt(&x[1])?.where_cond(&x[0], &x[1].mul_scalar(2.0)?)
+        }),
+        ("masked_fill", vec![vec![3, 4]], |x| {
+            let mask = x[0].detach().gt(&x[0].detach().mean(Vec::new(), false)?)?;
+            x[0].masked_fill(&mask, -3.5)?.mul(&x[0])
+        }),
+        ("tril", vec![vec![3, 4]], |x| x[0].tril(0)),
+        ("triu", vec![vec![2, 3, 4]], |x| x[0].triu(1)),
+        ("tril_neg", vec![vec![4, 3]], |x| x[0].tril(-1)),
+        ("min", vec![vec![3, 4, 2]], |x| x[0].min(1, true)),
+        ("logsumexp", vec![vec![3, 4]], |x| x[0].logsumexp(1, false)),
+        ("logsumexp_all", vec![vec![3, 4]], |x| x[0].logsumexp(Vec::new(), true)),
+        ("permute", vec![vec![3, 4, 2]], |x| x[0].permute(&[2, 0, 1])),
+        ("flatten", vec![vec![3, 4, 2]], |x| x[0].flatten(1, 2)),
+        ("unsqueeze", vec![vec![3, 4]], |x| x[0].unsqueeze(1)?.squeeze(1)?.unsqueeze(2)),
+        ("stack", vec![vec![3, 4], vec![3, 4]], |x| Tensor::stack(x, 1)),
+        ("split", vec![vec![3, 5]], |x| {
+            let parts = x[0].split(2, 1)?;
+            parts[2].mul(&parts[1].narrow(1, 0, 1)?)
+        }),
+        ("chunk", vec![vec![5, 3]], |x| {
+            let parts = x[0].chunk(2, 0)?;
+            parts[0].narrow(0, 0, 2)?.sub(&parts[1])
+        }),
+        ("index_select", vec![vec![3, 4]], |x| {
+            x[0].index_select(1, &ints(&x[0], vec![2, 0, 2], &[3])?)
+        }),
+        ("gather", vec![vec![3, 4]], |x| {
+            x[0].gather(1, &ints(&x[0], vec![3, 0, 1, 1, 2, 0], &[3, 2])?)
+        }),
+        ("scatter_add", vec![vec![3, 4], vec![3, 2]], |x| {
+            x[0].scatter_add(1, &ints(&x[0], vec![3, 0, 1, 1, 2, 0], &[3, 2])?, &x[1])
+        }),
+        ("cross_entropy", vec![vec![4, 5]], |x| {
+            let t = ints(&x[0], vec![4, 0, 2, 2], &[4])?;
+            gflow_core::nn::functional::cross_entropy(&x[0].mul_scalar(3.0)?, &t)
+        }),
+        ("attention", vec![vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 4]], |x| {
+            gflow_core::nn::functional::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, true)
+        }),
         ("chain", vec![vec![4, 3], vec![3, 3]], |x| {
             let h = x[0].matmul(&x[1])?.tanh()?;
             h.mul(&h.softmax(1)?)?
@@ -62,6 +118,14 @@ fn cases() -> Vec<Case> {
                 .sub(&x[0].narrow(0, 1, 1)?)
         }),
     ]
+}
+
+/// Integer indices placed like `like`: local, or broadcast on its placement.
+fn ints(like: &Tensor, data: Vec<i64>, shape: &[usize]) -> Result<Tensor> {
+    match like.placement() {
+        Some(p) => Tensor::from_vec(data, shape, (p, NdSbp::broadcast(p.ndim()))),
+        None => Tensor::from_vec(data, shape, Device::Cpu),
+    }
 }
 
 /// Deterministic values in [0.3, 1.7) (positive, so log and sqrt are defined).

@@ -88,6 +88,43 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             .iter()
             .map(|&v| if v > T::zero() { one } else { T::zero() })
             .collect(),
+        UnaryOp::Abs => x.iter().map(|v| v.abs()).collect(),
+        UnaryOp::Rsqrt => x.iter().map(|v| one / v.sqrt()).collect(),
+        UnaryOp::Sin => x.iter().map(|v| v.sin()).collect(),
+        UnaryOp::Cos => x.iter().map(|v| v.cos()).collect(),
+        UnaryOp::Silu => x.iter().map(|&v| v / (one + (-v).exp())).collect(),
+        UnaryOp::Erf => x.iter().map(|&v| T::from_f64(libm::erf(v.to_f64()))).collect(),
+        UnaryOp::GeluErf => x
+            .iter()
+            .map(|&v| T::from_f64(gelu_erf(v.to_f64())))
+            .collect(),
+        UnaryOp::Sign => x
+            .iter()
+            .map(|&v| {
+                if v > T::zero() {
+                    one
+                } else if v < T::zero() {
+                    -one
+                } else {
+                    T::zero()
+                }
+            })
+            .collect(),
+        UnaryOp::SiluGrad => x
+            .iter()
+            .map(|&v| {
+                let s = one / (one + (-v).exp());
+                s * (one + v * (one - s))
+            })
+            .collect(),
+        UnaryOp::GeluErfGrad => x
+            .iter()
+            .map(|&v| {
+                let v = v.to_f64();
+                let pdf = (-0.5 * v * v).exp() * 0.398_942_280_401_432_7;
+                T::from_f64(0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)) + v * pdf)
+            })
+            .collect(),
         UnaryOp::GeluGrad => {
             let three = T::from_f64(3.0);
             x.iter()
@@ -98,6 +135,11 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
                 .collect()
         }
     }
+}
+
+/// PyTorch's exact GELU: `x * Phi(x)`.
+fn gelu_erf(v: f64) -> f64 {
+    0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2))
 }
 
 /// Checks integer row indices against `rows`.
@@ -114,6 +156,24 @@ fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
+        BinaryOp::Maximum => {
+            if a.is_nan() || b.is_nan() {
+                T::nan()
+            } else if a > b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a.is_nan() || b.is_nan() {
+                T::nan()
+            } else if a < b {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 
@@ -171,6 +231,7 @@ fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner
     let init = match op {
         ReduceKind::Sum => T::zero(),
         ReduceKind::Max => T::neg_infinity(),
+        ReduceKind::Min => T::infinity(),
     };
     let mut out = vec![init; outer * inner];
     for o in 0..outer {
@@ -183,6 +244,10 @@ fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner
                     .iter_mut()
                     .zip(row)
                     .for_each(|(a, &v)| *a = if v > *a || v.is_nan() { v } else { *a }),
+                ReduceKind::Min => acc
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &v)| *a = if v < *a || v.is_nan() { v } else { *a }),
             }
         }
     }

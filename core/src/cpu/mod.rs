@@ -3,6 +3,7 @@
 //! the compiler vectorises.
 
 mod kernels;
+pub(crate) mod select;
 
 use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
@@ -14,13 +15,8 @@ pub use kernels::Float;
 
 /// The row indices in `indices` (I64), each checked against `rows`.
 fn checked_rows(indices: &HostData, rows: usize) -> Result<Vec<usize>> {
-    let HostData::I64(v) = indices else {
-        return Err(Error::DTypeMismatch {
-            expected: DType::I64,
-            got: indices.dtype(),
-        });
-    };
-    kernels::row_indices(v, rows).map_err(|bad| Error::InvalidArgument {
+    let v = select::indices(indices)?;
+    kernels::row_indices(&v, rows).map_err(|bad| Error::InvalidArgument {
         op: "gather_rows",
         reason: format!("index {bad} is out of range for {rows} rows"),
     })
@@ -29,6 +25,107 @@ fn checked_rows(indices: &HostData, rows: usize) -> Result<Vec<usize>> {
 /// The CPU backend.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
+
+/// Runs a float kernel on 16-bit data in f32, rounding the result once (PyTorch's CPU
+/// "opmath"); other data runs as is.
+fn via_f32(x: &HostData, f: impl FnOnce(&HostData) -> Result<HostData>) -> Result<HostData> {
+    let dtype = x.dtype();
+    if dtype.is_half() {
+        Ok(f(&x.cast(DType::F32))?.cast(dtype))
+    } else {
+        f(x)
+    }
+}
+
+/// Applies `f` elementwise to integer data (computed in i64, kept in the input's dtype).
+fn int_map(x: &HostData, f: impl Fn(i64) -> i64) -> Option<HostData> {
+    match x {
+        HostData::I64(v) => Some(HostData::I64(v.iter().map(|&a| f(a)).collect())),
+        HostData::I32(v) => Some(HostData::I32(
+            v.iter().map(|&a| f(i64::from(a)) as i32).collect(),
+        )),
+        _ => None,
+    }
+}
+
+/// The integer form of a unary op (those defined on integers).
+fn int_unary(op: UnaryOp, x: &HostData) -> Result<HostData> {
+    let f: fn(i64) -> i64 = match op {
+        UnaryOp::Neg => i64::wrapping_neg,
+        UnaryOp::Abs => i64::wrapping_abs,
+        UnaryOp::Square => |a| a.wrapping_mul(a),
+        UnaryOp::Relu => |a| a.max(0),
+        UnaryOp::Sign | UnaryOp::Step => i64::signum,
+        _ => {
+            return Err(Error::DTypeMismatch {
+                expected: DType::F32,
+                got: x.dtype(),
+            });
+        }
+    };
+    let f = if op == UnaryOp::Step { |a: i64| i64::from(a > 0) } else { f };
+    int_map(x, f).ok_or(Error::DTypeMismatch {
+        expected: DType::F32,
+        got: x.dtype(),
+    })
+}
+
+/// `op(a, b)` on integers (wrapping, as PyTorch's), with broadcasting.
+fn int_binary(
+    op: BinaryOp,
+    a: &HostData,
+    a_shape: &[usize],
+    b: &HostData,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<HostData> {
+    let f = |x: i64, y: i64| match op {
+        BinaryOp::Add => x.wrapping_add(y),
+        BinaryOp::Sub => x.wrapping_sub(y),
+        BinaryOp::Mul => x.wrapping_mul(y),
+        BinaryOp::Div => x.checked_div(y).unwrap_or(0),
+        BinaryOp::Maximum => x.max(y),
+        BinaryOp::Minimum => x.min(y),
+    };
+    let (x, y) = (select::indices(a)?, select::indices(b)?);
+    let mut out = vec![0i64; out_shape.iter().product()];
+    select::for_each_broadcast(out_shape, &[a_shape, b_shape], |o, off| {
+        out[o] = f(x[off[0]], y[off[1]]);
+    });
+    Ok(HostData::I64(out).cast(a.dtype()))
+}
+
+/// A reduction of integer data (in i64, kept in the input's dtype).
+fn int_reduce(op: ReduceKind, x: &HostData, shape: &[usize], dims: &[usize]) -> Result<HostData> {
+    let mut cur = select::indices(x)?;
+    let mut s = shape.to_vec();
+    for &d in dims {
+        let outer: usize = s[..d].iter().product();
+        let inner: usize = s[d + 1..].iter().product();
+        let len = s[d];
+        let init = match op {
+            ReduceKind::Sum => 0,
+            ReduceKind::Max => i64::MIN,
+            ReduceKind::Min => i64::MAX,
+        };
+        let mut out = vec![init; outer * inner];
+        for o in 0..outer {
+            for l in 0..len {
+                for i in 0..inner {
+                    let (acc, v) = (&mut out[o * inner + i], cur[(o * len + l) * inner + i]);
+                    *acc = match op {
+                        ReduceKind::Sum => acc.wrapping_add(v),
+                        ReduceKind::Max => (*acc).max(v),
+                        ReduceKind::Min => (*acc).min(v),
+                    };
+                }
+            }
+        }
+        cur = out;
+        s[d] = 1;
+    }
+    Ok(HostData::I64(cur).cast(x.dtype()))
+}
 
 /// Applies `$body` to the float vector inside `$x` as `$v` (`$T` its element type); integer data
 /// is an error for float kernels.
@@ -67,7 +164,10 @@ impl Backend for CpuBackend {
     }
 
     fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData> {
-        float_op!(x, v, T => kernels::unary::<T>(op, v))
+        if x.dtype().is_int() {
+            return int_unary(op, x);
+        }
+        via_f32(x, |x| float_op!(x, v, T => kernels::unary::<T>(op, v)))
     }
 
     fn binary(
@@ -79,6 +179,15 @@ impl Backend for CpuBackend {
         b_shape: &[usize],
         out_shape: &[usize],
     ) -> Result<HostData> {
+        if a.dtype() == b.dtype() && a.dtype().is_int() {
+            return int_binary(op, a, a_shape, b, b_shape, out_shape);
+        }
+        if a.dtype() == b.dtype() && a.dtype().is_half() {
+            let (x, y) = (a.cast(DType::F32), b.cast(DType::F32));
+            return Ok(self
+                .binary(op, &x, a_shape, &y, b_shape, out_shape)?
+                .cast(a.dtype()));
+        }
         match (a, b) {
             (HostData::F32(x), HostData::F32(y)) => Ok(HostData::F32(kernels::binary(
                 op, x, a_shape, y, b_shape, out_shape,
@@ -94,11 +203,11 @@ impl Backend for CpuBackend {
     }
 
     fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
-        float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect())
+        via_f32(x, |x| float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect()))
     }
 
     fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData> {
-        float_op!(x, v, T => v.iter().map(|&e| e + <T as Element>::from_f64(s)).collect())
+        via_f32(x, |x| float_op!(x, v, T => v.iter().map(|&e| e + <T as Element>::from_f64(s)).collect()))
     }
 
     fn gather_rows(
@@ -126,7 +235,7 @@ impl Backend for CpuBackend {
         indices: &HostData,
     ) -> Result<HostData> {
         let idx = checked_rows(indices, rows)?;
-        float_op!(src, v, T => {
+        via_f32(src, |src| float_op!(src, v, T => {
             let mut out = vec![<T as Element>::from_f64(0.0); rows * row_len];
             for (r, &i) in idx.iter().enumerate() {
                 let dst = &mut out[i * row_len..(i + 1) * row_len];
@@ -135,7 +244,7 @@ impl Backend for CpuBackend {
                 }
             }
             out
-        })
+        }))
     }
 
     fn reduce(
@@ -145,14 +254,22 @@ impl Backend for CpuBackend {
         shape: &[usize],
         dims: &[usize],
     ) -> Result<HostData> {
-        float_op!(x, v, T => kernels::reduce::<T>(op, v, shape, dims))
+        if x.dtype().is_int() {
+            return int_reduce(op, x, shape, dims);
+        }
+        via_f32(x, |x| float_op!(x, v, T => kernels::reduce::<T>(op, v, shape, dims)))
     }
 
     fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData> {
-        float_op!(x, v, T => kernels::softmax::<T>(v, shape, dim, log))
+        via_f32(x, |x| float_op!(x, v, T => kernels::softmax::<T>(v, shape, dim, log)))
     }
 
     fn matmul(&self, a: &HostData, b: &HostData, d: MatmulDims) -> Result<HostData> {
+        if a.dtype() == b.dtype() && a.dtype().is_half() {
+            // Products of 16-bit floats accumulate in f32 and round once.
+            let (x, y) = (a.cast(DType::F32), b.cast(DType::F32));
+            return Ok(self.matmul(&x, &y, d)?.cast(a.dtype()));
+        }
         match (a, b) {
             (HostData::F32(x), HostData::F32(y)) => Ok(HostData::F32(kernels::matmul(x, y, d))),
             (HostData::F64(x), HostData::F64(y)) => Ok(HostData::F64(kernels::matmul(x, y, d))),

@@ -3,7 +3,7 @@
 use crate::autograd::target_like;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{Target, Tensor};
+use crate::tensor::Tensor;
 
 /// Mean squared error over all elements: `mean((pred - target)^2)`.
 ///
@@ -20,13 +20,25 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
     pred.sub(target)?.square()?.mean(Vec::new(), false)
 }
 
-/// Cross-entropy of `logits` (N, C) against `target`: class indices (I64, shape (N)) or class
-/// probabilities (the logits' shape and dtype), averaged over the N samples, as PyTorch's
-/// `cross_entropy`. Computed with a stable log-softmax.
+/// Cross-entropy of `logits` (N, C) against `target`: class indices (I64 or I32, shape (N))
+/// or class probabilities (the logits' shape and dtype), averaged over the N samples, as
+/// PyTorch's `cross_entropy`. With indices it costs O(N·C) (a mask of the target classes, never
+/// a C×C matrix), and logits split over the class dim stay split: `logsumexp` runs as a max and
+/// a sum of partials and the target logit is a partial sum (Megatron's vocabulary-parallel
+/// loss, from the signatures alone).
+///
+/// ```
+/// use gflow::prelude::*;
+/// let logits = Tensor::from_vec(vec![0.0f64, 0.0, 0.0, 0.0], &[2, 2], Device::Cpu)?;
+/// let target = Tensor::from_vec(vec![0i64, 1], &[2], Device::Cpu)?;
+/// let loss = nn::functional::cross_entropy(&logits, &target)?.to_vec::<f64>()?[0];
+/// assert!((loss - 2f64.ln()).abs() < 1e-12);
+/// # Ok::<(), gflow::Error>(())
+/// ```
 ///
 /// # Errors
-/// `ShapeMismatch` for shapes that do not fit; `InvalidArgument` for an index outside 0..C;
-/// operator errors.
+/// `ShapeMismatch` for shapes that do not fit; `IndexOutOfRange` for a class index outside
+/// 0..C; operator errors.
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     let bad = |reason: &str| Error::ShapeMismatch {
         op: "cross_entropy",
@@ -37,34 +49,101 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
         return Err(bad("logits must be (N, C)"));
     }
     let (n, c) = (logits.shape()[0], logits.shape()[1]);
-    let probs = if target.dtype() == DType::I64 {
+    if target.dtype().is_int() {
         if target.shape() != [n] {
             return Err(bad("class indices must have shape (N)"));
         }
-        one_hot(target, c, logits.dtype(), target_like(target))?
-    } else if target.shape() == logits.shape() {
-        target.clone()
-    } else {
+        check_classes(target, c)?;
+        let classes = Tensor::arange_dtype(c, DType::I64, target_like(logits))?.reshape(&[1, c])?;
+        let mask = classes.eq(&target.reshape(&[n, 1])?)?;
+        let zero = logits.detach().mul_scalar(0.0)?;
+        let picked = mask.where_cond(logits, &zero)?.sum(1, false)?;
+        return logits
+            .logsumexp(1, false)?
+            .sub(&picked)?
+            .sum(Vec::new(), false)?
+            .mul_scalar(1.0 / n.max(1) as f64);
+    }
+    if target.shape() != logits.shape() {
         return Err(bad("class probabilities must have the logits' shape"));
-    };
-    let picked = logits.log_softmax(1)?.mul(&probs)?;
+    }
+    let picked = logits.log_softmax(1)?.mul(target)?;
     picked
         .sum(Vec::new(), false)?
         .mul_scalar(-1.0 / n.max(1) as f64)
 }
 
-/// Rows of the `c`-by-`c` identity picked by the indices: one-hot vectors (not differentiable).
-fn one_hot(indices: &Tensor, c: usize, dtype: DType, target: Target) -> Result<Tensor> {
-    let eye: Vec<f64> = (0..c * c)
-        .map(|i| if i / c == i % c { 1.0 } else { 0.0 })
-        .collect();
-    let eye = match dtype {
-        DType::F64 => Tensor::from_vec(eye, &[c, c], target)?,
-        _ => Tensor::from_vec(
-            eye.into_iter().map(|x| x as f32).collect::<Vec<_>>(),
-            &[c, c],
-            target,
-        )?,
+/// `IndexOutOfRange` when a class index lies outside `0..c` (on every rank alike: the count of
+/// bad indices is reduced over the placement).
+fn check_classes(target: &Tensor, c: usize) -> Result<()> {
+    let t = target.detach();
+    let inside = t.clamp(Some(0.0), Some(c.saturating_sub(1) as f64))?;
+    let outside = inside.ne(&t)?;
+    let count = match outside.sum(Vec::new(), false)?.to_vec::<i64>() {
+        // A rank outside the placement holds nothing to check.
+        Err(Error::NotInPlacement { .. }) => return Ok(()),
+        other => other?,
     };
-    eye.gather_rows(indices)
+    if count.first().copied().unwrap_or(0) == 0 {
+        return Ok(());
+    }
+    // Name one offending index where this rank holds it.
+    let index = t
+        .to_local()
+        .ok()
+        .and_then(|l| l.to_vec::<i64>().ok())
+        .and_then(|v| v.into_iter().find(|&i| i < 0 || i as u64 >= c as u64))
+        .unwrap_or(-1);
+    Err(Error::IndexOutOfRange {
+        op: "cross_entropy",
+        index,
+        size: c,
+    })
+}
+
+/// Attention as PyTorch's `scaled_dot_product_attention`: `softmax(q kᵀ / sqrt(head_dim) +
+/// mask) v` on (batch, heads, seq, head_dim) tensors. `mask` (broadcasting to (.., seq_q,
+/// seq_k)) is Bool (true = may attend) or a float added to the scores; `is_causal` lets query
+/// `i` attend to keys `0..=i`. With heads split, every step keeps the split: no communication.
+///
+/// # Errors
+/// `ShapeMismatch` for inputs that are not 4-D or do not fit; operator errors.
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    is_causal: bool,
+) -> Result<Tensor> {
+    let fits = q.ndim() == 4
+        && k.ndim() == 4
+        && v.ndim() == 4
+        && q.shape()[3] == k.shape()[3]
+        && k.shape()[2] == v.shape()[2];
+    if !fits {
+        return Err(Error::ShapeMismatch {
+            op: "scaled_dot_product_attention",
+            shapes: vec![q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec()],
+            reason: "q, k, v must be (batch, heads, seq, head_dim) with matching head_dim and \
+                     key/value lengths"
+                .into(),
+        });
+    }
+    let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
+    let mut scores = q
+        .matmul(&k.transpose(2, 3)?)?
+        .mul_scalar(1.0 / (d as f64).sqrt())?;
+    if is_causal {
+        let above = Tensor::full_dtype(&[tq, tk], 1.0, DType::Bool, target_like(q))?.triu(1)?;
+        scores = scores.masked_fill(&above, f64::NEG_INFINITY)?;
+    }
+    if let Some(m) = mask {
+        scores = if m.dtype() == DType::Bool {
+            let blocked = m.eq(&Tensor::full_dtype(&[], 0.0, DType::Bool, target_like(m))?)?;
+            scores.masked_fill(&blocked, f64::NEG_INFINITY)?
+        } else {
+            scores.add(m)?
+        };
+    }
+    scores.softmax(3)?.matmul(v)
 }

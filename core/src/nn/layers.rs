@@ -133,6 +133,11 @@ activation!(
     relu
 );
 activation!(
+    /// SiLU (swish): `x * sigmoid(x)`.
+    SiLU,
+    silu
+);
+activation!(
     /// GELU (tanh approximation).
     #[allow(clippy::upper_case_acronyms)]
     GELU,

@@ -5,8 +5,11 @@
 
 pub mod functional;
 mod layers;
+mod norm;
+pub mod utils;
 
-pub use layers::{Dropout, Embedding, GELU, LayerNorm, Linear, ReLU};
+pub use layers::{Dropout, Embedding, GELU, LayerNorm, Linear, ReLU, SiLU};
+pub use norm::RMSNorm;
 
 use crate::error::Result;
 use crate::placement::Placement;

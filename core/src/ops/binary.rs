@@ -41,6 +41,33 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
         .collect()
 }
 
+/// The split and broadcast signatures of an elementwise operator on broadcasting inputs:
+/// splitting output dim d splits each input along its aligned dim when it has the full size
+/// there; an input that broadcasts along d (size 1 or absent) must be whole.
+pub(super) fn broadcast_signatures(shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
+    let along = |s: &[usize], d: usize| -> Sbp {
+        let pad = out.len() - s.len();
+        if d >= pad && s[d - pad] == out[d] {
+            Sbp::Split(d - pad)
+        } else {
+            Sbp::Broadcast
+        }
+    };
+    let mut v: Vec<Signature> = (0..out.len())
+        .map(|d| {
+            Signature::new(
+                shapes.iter().map(|s| along(s, d)).collect::<Vec<_>>(),
+                Sbp::Split(d),
+            )
+        })
+        .collect();
+    v.push(Signature::new(
+        vec![Sbp::Broadcast; shapes.len()],
+        Sbp::Broadcast,
+    ));
+    v
+}
+
 pub(super) struct Binary(pub(super) BinaryOp);
 
 impl Op for Binary {
@@ -50,7 +77,13 @@ impl Op for Binary {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
         }
+    }
+
+    fn any_dtype(&self) -> bool {
+        true
     }
 
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
@@ -58,23 +91,7 @@ impl Op for Binary {
     }
 
     fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
-        // Splitting output dim d splits each input along its aligned dim when it has the full
-        // size there; an input that broadcasts along d (size 1 or absent) must be whole.
-        let along = |s: &[usize], d: usize| -> Sbp {
-            let pad = out.len() - s.len();
-            if d >= pad && s[d - pad] == out[d] {
-                Sbp::Split(d - pad)
-            } else {
-                Sbp::Broadcast
-            }
-        };
-        let mut v: Vec<Signature> = (0..out.len())
-            .map(|d| Signature::new([along(shapes[0], d), along(shapes[1], d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new(
-            [Sbp::Broadcast, Sbp::Broadcast],
-            Sbp::Broadcast,
-        ));
+        let mut v = broadcast_signatures(shapes, out);
         let p = Sbp::Partial(ReduceOp::Sum);
         match self.0 {
             BinaryOp::Add | BinaryOp::Sub => v.push(Signature::new([p, p], p)),
@@ -83,6 +100,14 @@ impl Op for Binary {
                 v.push(Signature::new([Sbp::Broadcast, p], p));
             }
             BinaryOp::Div => v.push(Signature::new([p, Sbp::Broadcast], p)),
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                for r in [ReduceOp::Max, ReduceOp::Min] {
+                    let (p, take) = (Sbp::Partial(r), (self.0 == BinaryOp::Maximum) == (r == ReduceOp::Max));
+                    if take {
+                        v.push(Signature::new([p, p], p));
+                    }
+                }
+            }
         }
         v
     }
@@ -119,6 +144,15 @@ fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<T
             grad(0, &|| g.div(b))?,
             grad(1, &|| g.mul(c.out)?.div(b)?.neg())?,
         ],
+        // As PyTorch: the gradient goes to the larger (smaller) input, split in half on ties.
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let wins = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+                let better = if op == BinaryOp::Maximum { x.gt(y)? } else { x.lt(y)? };
+                let tie = x.eq(y)?.to_dtype(g.dtype())?.mul_scalar(0.5)?;
+                g.mul(&better.to_dtype(g.dtype())?.add(&tie)?)
+            };
+            vec![grad(0, &|| wins(a, b))?, grad(1, &|| wins(b, a))?]
+        }
     })
 }
 
@@ -132,13 +166,7 @@ macro_rules! binary_methods {
                 /// `ShapeMismatch` for shapes that do not broadcast, `PlacementMismatch`,
                 /// `DTypeMismatch`; communication failures of boxing.
                 pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
-                    let op = Binary(BinaryOp::$op);
-                    record(
-                        super::dispatch(&op, &[self, other]),
-                        op.name(),
-                        &[self, other],
-                        |c, g| binary_backward(BinaryOp::$op, c, g),
-                    )
+                    self.binary(BinaryOp::$op, other)
                 }
             )*
         }
@@ -160,6 +188,47 @@ binary_methods! {
     sub, Sub, sub => Sub;
     /// `self * other` elementwise, with broadcasting.
     mul, Mul, mul => Mul;
-    /// `self / other` elementwise, with broadcasting.
+    /// `self / other` elementwise, with broadcasting (integers divide as floats, as PyTorch's
+    /// true division).
     div, Div, div => Div;
+}
+
+impl Tensor {
+    /// `op(self, other)` after PyTorch's type promotion, recorded for autograd.
+    pub(crate) fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        let mut dtype = self.dtype().promote(other.dtype());
+        if op == BinaryOp::Div && !dtype.is_float() {
+            dtype = crate::DType::F32;
+        }
+        if !dtype.is_float() && !dtype.is_int() {
+            // Arithmetic on booleans computes in i64 (PyTorch keeps bool for some ops; gflow
+            // has no boolean arithmetic).
+            dtype = crate::DType::I64;
+        }
+        let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
+        let k = Binary(op);
+        record(
+            super::dispatch(&k, &[&a, &b]),
+            k.name(),
+            &[&a, &b],
+            move |c, g| binary_backward(op, c, g),
+        )
+    }
+
+    /// `max(self, other)` elementwise, with broadcasting (NaN if either is NaN); on ties the
+    /// gradient is split in half, as PyTorch's.
+    ///
+    /// # Errors
+    /// As [`Tensor::add`].
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, other)
+    }
+
+    /// `min(self, other)` elementwise, with broadcasting (see [`Tensor::maximum`]).
+    ///
+    /// # Errors
+    /// As [`Tensor::add`].
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, other)
+    }
 }

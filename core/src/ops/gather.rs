@@ -10,21 +10,32 @@ use crate::sbp::Sbp;
 use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
-/// Checks for integer indices and a float table/source; the output has the float dtype.
-fn index_dtypes(op: &'static str, index: DType, values: DType) -> Result<DType> {
-    if index != DType::I64 {
+/// Checks for integer indices (I64 or I32); the output has the table's dtype (a scatter-add
+/// needs a float source).
+fn index_dtypes(op: &'static str, index: DType, values: DType, float: bool) -> Result<DType> {
+    if !index.is_int() {
         return Err(Error::DTypeMismatch {
             expected: DType::I64,
             got: index,
         });
     }
-    if values == DType::I64 {
+    if float && !values.is_float() {
         return Err(Error::InvalidArgument {
             op,
-            reason: "the table must hold floating-point values".into(),
+            reason: format!("the source must hold floating-point values, got {values}"),
         });
     }
     Ok(values)
+}
+
+/// Checks integer indices (a local component's) against a dimension of `size`, once, in core:
+/// `IndexOutOfRange` on every backend alike. Negative indices are out of range.
+pub(super) fn check_indices(op: &'static str, idx: &Buffer, size: usize) -> Result<()> {
+    let v = crate::cpu::select::indices(idx.host()?)?;
+    match v.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
+        Some(&index) => Err(Error::IndexOutOfRange { op, index, size }),
+        None => Ok(()),
+    }
 }
 
 /// `table[indices]`: inputs (table (rows, ...), indices (any shape, I64)).
@@ -34,8 +45,11 @@ impl Op for Gather {
     fn name(&self) -> &'static str {
         "gather_rows"
     }
+    fn arithmetic(&self) -> bool {
+        false
+    }
     fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
-        index_dtypes(self.name(), dtypes[1], dtypes[0])
+        index_dtypes(self.name(), dtypes[1], dtypes[0], false)
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let (table, idx) = (shapes[0], shapes[1]);
@@ -57,12 +71,20 @@ impl Op for Gather {
         v.extend((1..nt).map(|j| Signature::new([Sbp::Split(j), b], Sbp::Split(ni + j - 1))));
         v.push(Signature::new([b, b], b));
         v.push(Signature::new([p, b], p));
+        // A table split over its rows (vocabulary parallel): each rank looks up the rows it
+        // holds and gives zeros for the others, so the parts sum to the lookup.
+        v.push(Signature::new([Sbp::Split(0), b], p));
         v
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let t = &k.shapes[0];
+        check_indices("gather_rows", k.inputs[1], k.global_shapes[0][0])?;
+        let row_len = t[1..].iter().product();
+        if t[0] == k.global_shapes[0][0] {
+            return k.backend.gather_rows(k.inputs[0], t[0], row_len, k.inputs[1]);
+        }
         k.backend
-            .gather_rows(k.inputs[0], t[0], t[1..].iter().product(), k.inputs[1])
+            .gather_rows_partial(k.inputs[0], t[0], row_len, k.inputs[1], k.offsets[0][0])
     }
 }
 
@@ -77,7 +99,7 @@ impl Op for ScatterRows {
         "scatter_add_rows"
     }
     fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
-        index_dtypes(self.name(), dtypes[0], dtypes[1])
+        index_dtypes(self.name(), dtypes[0], dtypes[1], true)
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let (idx, src) = (shapes[0], shapes[1]);
@@ -107,6 +129,7 @@ impl Op for ScatterRows {
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let o = &k.out_shape;
+        check_indices("scatter_add_rows", k.inputs[0], self.rows)?;
         k.backend
             .scatter_add_rows(k.inputs[1], o[0], o[1..].iter().product(), k.inputs[0])
     }
@@ -118,9 +141,10 @@ impl Tensor {
     /// lookup; its gradient adds the output gradient's rows back at their indices.
     ///
     /// # Errors
-    /// `DTypeMismatch` for non-integer indices, `InvalidArgument` for an index out of range or
-    /// an integer table, `PlacementMismatch`.
+    /// `DTypeMismatch` for non-integer indices, `IndexOutOfRange` for an index outside the
+    /// table, `PlacementMismatch`.
     pub fn gather_rows(&self, indices: &Tensor) -> Result<Tensor> {
+        let indices = &indices.detach();
         record(
             super::dispatch(&Gather, &[self, indices]),
             "gather_rows",

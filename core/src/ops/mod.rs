@@ -10,8 +10,11 @@
 
 mod binary;
 mod gather;
+mod index;
+mod layout;
 mod matmul;
 mod reduce;
+mod select;
 mod shape_ops;
 mod softmax;
 mod unary;
@@ -57,6 +60,9 @@ pub(crate) struct Kernel<'a> {
     pub out_shape: Vec<usize>,
     /// Inputs' logical shapes.
     pub global_shapes: Vec<Vec<usize>>,
+    /// Where each input's local box starts in its logical tensor (zeros for local tensors).
+    pub offsets: Vec<Vec<usize>>,
+
     /// The kernels of this rank's device.
     pub backend: &'a dyn Kernels,
 }
@@ -74,6 +80,16 @@ pub(crate) trait Op {
     /// Whether integer inputs are allowed (data movement ops) or only floats.
     fn any_dtype(&self) -> bool {
         false
+    }
+    /// Whether the op does arithmetic on its inputs' values (data movement, casts and
+    /// selection do not, and run on every device in every dtype).
+    fn arithmetic(&self) -> bool {
+        true
+    }
+    /// [`Op::signatures`] on a placement of this hierarchy (for signatures that hold only for
+    /// some part counts, as a reshape that keeps a split).
+    fn signatures_on(&self, shapes: &[&[usize]], out: &[usize], _hierarchy: &[usize]) -> Vec<Signature> {
+        self.signatures(shapes, out)
     }
     /// The output's dtype from the inputs' (by default: all inputs share one dtype, a float
     /// unless [`Op::any_dtype`]).
@@ -105,6 +121,14 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let out_shape = op.infer(&shapes)?;
     if inputs.iter().all(|t| t.is_local()) {
         let device = inputs.first().map_or(Device::Cpu, |t| t.device());
+        if let Some(other) = inputs.iter().map(|t| t.device()).find(|d| *d != device) {
+            return Err(Error::DeviceMismatch {
+                op: op.name(),
+                left: device.to_string(),
+                right: other.to_string(),
+            });
+        }
+        check_computes(op, inputs, std::iter::once(device.device_type()))?;
         let backend = kernels(device.device_type())?;
         let guards: Vec<_> = inputs.iter().map(|t| t.read()).collect();
         let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
@@ -113,6 +137,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             shapes: shapes.iter().map(|s| s.to_vec()).collect(),
             out_shape: out_shape.clone(),
             global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            offsets: shapes.iter().map(|s| vec![0; s.len()]).collect(),
             backend: &*backend,
         };
         let out = op.compute(&k)?;
@@ -143,7 +168,15 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             Some(_) => {}
         }
     }
-    let sigs = op.signatures(&shapes, &out_shape);
+    check_computes(
+        op,
+        inputs,
+        placement
+            .ranks()
+            .iter()
+            .map(|&r| crate::env::device_type_of(r, placement.device_type())),
+    )?;
+    let sigs = op.signatures_on(&shapes, &out_shape, placement.hierarchy());
     let current: Vec<&NdSbp> = inputs.iter().filter_map(|t| t.sbp()).collect();
     let elem = inputs.iter().map(|t| t.dtype().size()).max().unwrap_or(4);
     let choice = choose(&sigs, &current, &shapes, elem, placement)?;
@@ -168,17 +201,23 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             let guards: Vec<_> = boxed.iter().map(|t| t.read()).collect();
             let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
             let coords = placement.coords_of_index(i);
+            let out_region = out_dist.region_of_index(&out_shape, i);
+            let regions: Vec<_> = boxed
+                .iter()
+                .map(|t| {
+                    t.sbp().map_or_else(Vec::new, |s| {
+                        s.local_region(t.shape(), &coords, placement.hierarchy())
+                    })
+                })
+                .collect();
             let k = Kernel {
                 inputs: data,
-                shapes: boxed
+                shapes: regions.iter().map(|r| region_shape(r)).collect(),
+                offsets: regions
                     .iter()
-                    .map(|t| {
-                        t.sbp().map_or_else(Vec::new, |s| {
-                            region_shape(&s.local_region(t.shape(), &coords, placement.hierarchy()))
-                        })
-                    })
+                    .map(|r| r.iter().map(|x| x.start).collect())
                     .collect(),
-                out_shape: region_shape(&out_dist.region_of_index(&out_shape, i)),
+                out_shape: region_shape(&out_region),
                 global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
                 backend: &*backend,
             };
@@ -186,6 +225,32 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
         }
     };
     Tensor::from_component(component, &out_shape, dtype, out_dist)
+}
+
+/// Refuses arithmetic in a dtype that one of `devices` cannot compute, before any kernel runs
+/// (for a global op `devices` are those of every rank of the placement, so every rank refuses
+/// alike).
+fn check_computes(
+    op: &dyn Op,
+    inputs: &[&Tensor],
+    devices: impl Iterator<Item = crate::placement::DeviceType>,
+) -> Result<()> {
+    if !op.arithmetic() {
+        return Ok(());
+    }
+    for device in devices {
+        if let Some(t) = inputs
+            .iter()
+            .find(|t| !crate::backend::device_computes(device, t.dtype()))
+        {
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype: t.dtype(),
+                device: device.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The chosen n-d signature.

@@ -3,7 +3,7 @@
 use super::{Kernel, Op, Signature, check_dim};
 use crate::autograd::{Ctx, record};
 use crate::backend::ReduceKind;
-use crate::backend::UnaryOp;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
@@ -15,6 +15,7 @@ pub(super) enum Kind {
     Sum,
     Mean,
     Max,
+    Min,
 }
 
 pub(super) struct Reduce {
@@ -25,10 +26,10 @@ pub(super) struct Reduce {
 
 impl Reduce {
     fn partial(&self) -> ReduceOp {
-        if self.kind == Kind::Max {
-            ReduceOp::Max
-        } else {
-            ReduceOp::Sum
+        match self.kind {
+            Kind::Max => ReduceOp::Max,
+            Kind::Min => ReduceOp::Min,
+            Kind::Sum | Kind::Mean => ReduceOp::Sum,
         }
     }
 }
@@ -39,7 +40,12 @@ impl Op for Reduce {
             Kind::Sum => "sum",
             Kind::Mean => "mean",
             Kind::Max => "max",
+            Kind::Min => "min",
         }
+    }
+
+    fn any_dtype(&self) -> bool {
+        true
     }
 
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
@@ -79,10 +85,10 @@ impl Op for Reduce {
     }
 
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
-        let kind = if self.kind == Kind::Max {
-            ReduceKind::Max
-        } else {
-            ReduceKind::Sum
+        let kind = match self.kind {
+            Kind::Max => ReduceKind::Max,
+            Kind::Min => ReduceKind::Min,
+            Kind::Sum | Kind::Mean => ReduceKind::Sum,
         };
         let out = k
             .backend
@@ -147,10 +153,22 @@ fn reduce(t: &Tensor, kind: Kind, dims: impl Dims, keepdim: bool) -> Result<Tens
         dims,
         keepdim,
     };
+    // As PyTorch: sums of Bool and integers are I64, a mean of them is F32, a max or min of
+    // Bool is computed on integers and stays Bool.
+    let dtype = t.dtype();
+    let t = &match kind {
+        _ if dtype.is_float() => t.clone(),
+        Kind::Sum | Kind::Max | Kind::Min => t.to_dtype(DType::I64)?,
+        Kind::Mean => t.to_dtype(DType::F32)?,
+    };
     let out = super::dispatch(&op, &[t]);
-    record(out, op.name(), &[t], move |c, g| {
+    let out = record(out, op.name(), &[t], move |c, g| {
         Ok(vec![Some(reduce_backward(&op, c, g)?)])
-    })
+    })?;
+    match kind {
+        Kind::Max | Kind::Min if dtype == DType::Bool || dtype == DType::I32 => out.to_dtype(dtype),
+        _ => Ok(out),
+    }
 }
 
 /// Sum: the gradient spreads over the reduced dims; mean: divided by the count; max: it goes to
@@ -173,10 +191,9 @@ fn reduce_backward(op: &Reduce, c: &Ctx<'_>, g: &Tensor) -> Result<Tensor> {
             let count: usize = op.dims.iter().map(|&d| x.shape()[d]).product();
             g.mul_scalar(1.0 / count.max(1) as f64)?.expand(x.shape())
         }
-        Kind::Max => {
+        Kind::Max | Kind::Min => {
             let m = c.out.reshape(&keep)?.expand(x.shape())?;
-            // x <= max everywhere, so step(max - x) is 0 exactly at the maxima.
-            let mask = m.sub(x)?.unary(UnaryOp::Step)?.neg()?.add_scalar(1.0)?;
+            let mask = x.eq(&m)?.to_dtype(g.dtype())?;
             let ties = mask.sum(op.dims.clone(), true)?;
             g.div(&ties)?.expand(x.shape())?.mul(&mask)
         }
@@ -207,5 +224,104 @@ impl Tensor {
     /// As [`Tensor::sum`].
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Max, dims, keepdim)
+    }
+
+    /// Minimum over `dims` (all dims when empty); the gradient is shared between ties.
+    ///
+    /// # Errors
+    /// As [`Tensor::sum`].
+    pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        reduce(self, Kind::Min, dims, keepdim)
+    }
+
+    /// `log(sum(exp(x)))` over `dims` (all dims when empty), computed stably: the maximum is
+    /// taken out first. Over a split dim it runs as a max and a sum of partials (two small
+    /// all-reduces), never gathering the dim.
+    ///
+    /// # Errors
+    /// As [`Tensor::sum`].
+    pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = dims.dims();
+        let m = self.detach().max(dims.clone(), true)?;
+        // Rows of infinities (all -inf, or a +inf) subtract nothing, as PyTorch.
+        let inf = m.abs()?.eq(&m.scalar_like(f64::INFINITY)?)?;
+        let m = m.masked_fill(&inf, 0.0)?;
+        let out = self.sub(&m)?.exp()?.sum(dims.clone(), true)?.log()?.add(&m)?;
+        if keepdim {
+            return Ok(out);
+        }
+        let all: Vec<usize> = if dims.is_empty() {
+            (0..self.ndim()).collect()
+        } else {
+            dims
+        };
+        let shape: Vec<usize> = (0..self.ndim())
+            .filter(|d| !all.contains(d))
+            .map(|d| self.shape()[d])
+            .collect();
+        out.reshape(&shape)
+    }
+
+    /// The index (I64) of the largest element along `dim`; ties take the lowest index (also
+    /// across ranks: a split `dim` is gathered first).
+    ///
+    /// # Errors
+    /// `DimOutOfRange`; communication failures of boxing.
+    pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
+        super::dispatch(&ArgReduce { dim, keepdim, max: true }, &[&self.detach()])
+    }
+
+    /// The index (I64) of the smallest element along `dim`; ties take the lowest index.
+    ///
+    /// # Errors
+    /// As [`Tensor::argmax`].
+    pub fn argmin(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
+        super::dispatch(&ArgReduce { dim, keepdim, max: false }, &[&self.detach()])
+    }
+}
+
+/// `argmax`/`argmin` along one dim.
+struct ArgReduce {
+    dim: usize,
+    keepdim: bool,
+    max: bool,
+}
+
+impl Op for ArgReduce {
+    fn name(&self) -> &'static str {
+        if self.max { "argmax" } else { "argmin" }
+    }
+    fn out_dtype(&self, _: &[DType]) -> Result<DType> {
+        Ok(DType::I64)
+    }
+    fn arithmetic(&self) -> bool {
+        false
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let s = shapes[0];
+        check_dim(self.name(), self.dim, s.len())?;
+        Ok((0..s.len())
+            .filter_map(|d| match (d == self.dim, self.keepdim) {
+                (false, _) => Some(s[d]),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        // Indices are positions in the whole dim: that dim must be whole on each rank.
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .filter(|&d| d != self.dim)
+            .map(|d| {
+                let shift = usize::from(!self.keepdim && d > self.dim);
+                Signature::new([Sbp::Split(d)], Sbp::Split(d - shift))
+            })
+            .collect();
+        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend
+            .arg_reduce(k.inputs[0], &k.shapes[0], self.dim, self.max)
     }
 }

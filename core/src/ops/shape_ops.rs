@@ -31,6 +31,9 @@ impl Op for Reshape {
     fn any_dtype(&self) -> bool {
         true
     }
+    fn arithmetic(&self) -> bool {
+        false
+    }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let (from, to): (usize, usize) = (shapes[0].iter().product(), self.0.iter().product());
         if from != to {
@@ -43,10 +46,37 @@ impl Op for Reshape {
         Ok(self.0.clone())
     }
     fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
+        self.signatures_on(shapes, out, &[])
+    }
+    fn signatures_on(&self, shapes: &[&[usize]], out: &[usize], hierarchy: &[usize]) -> Vec<Signature> {
         // A split survives when its dim maps to an output dim of the same size with the same
-        // number of elements before it: then every local slice reshapes on its own.
+        // number of elements before it: then every local slice reshapes on its own. It also
+        // survives a dim cut into (outer, inner...) when it falls on the outer factor, and
+        // (outer, inner...) merged into one dim when it was on the outer one, provided the
+        // outer size is a multiple of the ranks (then the balanced splits coincide), as
+        // (B, T, H*D) split on the last dim <-> (B, T, H, D) split on heads.
         let s = shapes[0];
+        let parts: usize = hierarchy.iter().product::<usize>().max(1);
         let mut v = vec![];
+        let prefix = |x: &[usize], k: usize| x[..k].iter().product::<usize>();
+        for d in 0..s.len() {
+            let before = prefix(s, d);
+            for e in 0..out.len() {
+                if prefix(out, e) != before || out[e] == s[d] || hierarchy.is_empty() {
+                    continue;
+                }
+                // Cut: s[d] = out[e] * out[e+1] * ... * out[f].
+                let cut = (e + 1..=out.len())
+                    .any(|f| prefix(out, f) == before * s[d] && f > e + 1);
+                // Merge: out[e] = s[d] * s[d+1] * ... * s[g].
+                let merge = (d + 1..=s.len())
+                    .any(|g| prefix(s, g) == before * out[e] && g > d + 1);
+                let outer = if cut { out[e] } else { s[d] };
+                if (cut || merge) && outer % parts == 0 {
+                    v.push(Signature::new([Sbp::Split(d)], Sbp::Split(e)));
+                }
+            }
+        }
         for d in 0..s.len() {
             let before: usize = s[..d].iter().product();
             if let Some(e) = (0..out.len())
@@ -71,6 +101,9 @@ impl Op for Transpose {
     }
     fn any_dtype(&self) -> bool {
         true
+    }
+    fn arithmetic(&self) -> bool {
+        false
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         check_dim("transpose", self.0, shapes[0].len())?;
@@ -110,6 +143,9 @@ impl Op for Cat {
     }
     fn any_dtype(&self) -> bool {
         true
+    }
+    fn arithmetic(&self) -> bool {
+        false
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let first = shapes.first().ok_or(Error::InvalidArgument {
@@ -162,6 +198,9 @@ impl Op for Narrow {
     }
     fn any_dtype(&self) -> bool {
         true
+    }
+    fn arithmetic(&self) -> bool {
+        false
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let s = shapes[0];

@@ -35,11 +35,24 @@ impl Op for Softmax {
 }
 
 impl Tensor {
-    /// Softmax over `dim`.
+    /// Whether a global tensor is split along `dim` on some placement axis.
+    fn splits_dim(&self, dim: usize) -> bool {
+        self.sbp()
+            .is_some_and(|s| s.as_slice().contains(&Sbp::Split(dim)))
+    }
+
+    /// Softmax over `dim`. Over a split dim it runs as a max and a sum of partials (two small
+    /// all-reduces), so a vocabulary-parallel row is never gathered.
     ///
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        if self.splits_dim(dim) {
+            // Over a split dim: a max and a sum of partials, never gathering the dim.
+            let m = self.detach().max(dim, true)?;
+            let e = self.sub(&m)?.exp()?;
+            return e.div(&e.sum(dim, true)?);
+        }
         record(
             super::dispatch(&Softmax { dim, log: false }, &[self]),
             "softmax",
@@ -53,11 +66,15 @@ impl Tensor {
         )
     }
 
-    /// Log-softmax over `dim` (computed stably, not as `log(softmax)`).
+    /// Log-softmax over `dim` (computed stably, not as `log(softmax)`); over a split dim as
+    /// `x - logsumexp(x)`, never gathering the dim.
     ///
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
+        if self.splits_dim(dim) {
+            return self.sub(&self.logsumexp(dim, true)?);
+        }
         record(
             super::dispatch(&Softmax { dim, log: true }, &[self]),
             "log_softmax",

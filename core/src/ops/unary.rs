@@ -41,7 +41,20 @@ impl Op for Unary {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Step => "step",
             UnaryOp::GeluGrad => "gelu_grad",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Erf => "erf",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Sign => "sign",
+            UnaryOp::SiluGrad => "silu_grad",
+            UnaryOp::GeluErfGrad => "gelu_erf_grad",
         }
+    }
+    fn any_dtype(&self) -> bool {
+        int_unary(self.0)
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         Ok(shapes[0].to_vec())
@@ -100,19 +113,53 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
         UnaryOp::Gelu => g.mul(&x.unary(UnaryOp::GeluGrad)?)?,
         UnaryOp::Sigmoid => g.mul(&y.sub(&y.square()?)?)?,
         UnaryOp::Tanh => g.sub(&g.mul(&y.square()?)?)?,
-        // A step is flat almost everywhere. The GELU derivative is only used inside backward
-        // passes, which record nothing, so its own derivative is never asked for.
-        UnaryOp::Step | UnaryOp::GeluGrad => return Ok(None),
+        UnaryOp::Abs => g.mul(&x.unary(UnaryOp::Sign)?)?,
+        // d(x^-1/2) = -1/2 x^-3/2 = -1/2 y^3.
+        UnaryOp::Rsqrt => g.mul(&y.mul(&y.square()?)?)?.mul_scalar(-0.5)?,
+        UnaryOp::Sin => g.mul(&x.cos()?)?,
+        UnaryOp::Cos => g.mul(&x.sin()?)?.neg()?,
+        UnaryOp::Silu => g.mul(&x.unary(UnaryOp::SiluGrad)?)?,
+        // d erf = 2/sqrt(pi) e^{-x^2}.
+        UnaryOp::Erf => g
+            .mul(&x.square()?.neg()?.exp()?)?
+            .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
+        UnaryOp::GeluErf => g.mul(&x.unary(UnaryOp::GeluErfGrad)?)?,
+        // A step and a sign are flat almost everywhere. The derivatives' own derivatives are
+        // only used inside backward passes, which record nothing, so they are never asked for.
+        UnaryOp::Step
+        | UnaryOp::GeluGrad
+        | UnaryOp::Sign
+        | UnaryOp::SiluGrad
+        | UnaryOp::GeluErfGrad => return Ok(None),
     }))
+}
+
+/// Whether `op` computes on integers too (others cast integer and Bool inputs to F32 first,
+/// as PyTorch's int-to-float promotion of such functions).
+fn int_unary(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Relu | UnaryOp::Sign
+    )
 }
 
 impl Tensor {
     /// `op(x)` elementwise, recorded for autograd.
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let x = match self.dtype() {
+            d if d.is_float() => self.clone(),
+            crate::DType::Bool => self.to_dtype(if int_unary(op) {
+                crate::DType::I64
+            } else {
+                crate::DType::F32
+            })?,
+            _ if int_unary(op) => self.clone(),
+            _ => self.to_dtype(crate::DType::F32)?,
+        };
         record(
-            super::dispatch(&Unary(op), &[self]),
+            super::dispatch(&Unary(op), &[&x]),
             Unary(op).name(),
-            &[self],
+            &[&x],
             move |c, g| Ok(vec![unary_backward(op, &c.inputs[0], c.out, g)?]),
         )
     }
@@ -153,6 +200,113 @@ unary_methods! {
     sigmoid => Sigmoid;
     /// Hyperbolic tangent, elementwise.
     tanh => Tanh;
+    /// `|x|`, elementwise.
+    abs => Abs;
+    /// `1 / sqrt(x)`, elementwise.
+    rsqrt => Rsqrt;
+    /// Sine, elementwise.
+    sin => Sin;
+    /// Cosine, elementwise.
+    cos => Cos;
+    /// SiLU (swish), `x * sigmoid(x)`, elementwise.
+    silu => Silu;
+    /// The error function, elementwise.
+    erf => Erf;
+    /// GELU in its exact form `x * Phi(x)` (PyTorch's default `gelu`), elementwise.
+    gelu_erf => GeluErf;
+}
+
+/// `x^e` for a scalar exponent.
+pub(super) struct PowScalar(pub(super) f64);
+
+impl Op for PowScalar {
+    fn name(&self) -> &'static str {
+        "pow"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        elementwise_signatures(shapes[0].len(), false)
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend.pow_scalar(k.inputs[0], self.0)
+    }
+}
+
+/// `x` clamped to `[lo, hi]` (either bound optional).
+pub(super) struct Clamp(pub(super) Option<f64>, pub(super) Option<f64>);
+
+impl Op for Clamp {
+    fn name(&self) -> &'static str {
+        "clamp"
+    }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v = elementwise_signatures(shapes[0].len(), false);
+        // Clamping is monotone: it commutes with a partial max or min.
+        for r in [ReduceOp::Max, ReduceOp::Min] {
+            v.push(Signature::new([Sbp::Partial(r)], Sbp::Partial(r)));
+        }
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend.clamp(k.inputs[0], self.0, self.1)
+    }
+}
+
+impl Tensor {
+    /// `x^e` elementwise for a scalar exponent (integer inputs compute as F32).
+    ///
+    /// # Errors
+    /// Communication failures of boxing.
+    pub fn pow(&self, e: f64) -> Result<Tensor> {
+        let x = if self.dtype().is_float() {
+            self.clone()
+        } else {
+            self.to_dtype(crate::DType::F32)?
+        };
+        record(
+            super::dispatch(&PowScalar(e), &[&x]),
+            "pow",
+            &[&x],
+            move |c, g| {
+                if e == 0.0 {
+                    return Ok(vec![Some(g.mul_scalar(0.0)?)]);
+                }
+                Ok(vec![Some(g.mul(&c.inputs[0].pow(e - 1.0)?)?.mul_scalar(e)?)])
+            },
+        )
+    }
+
+    /// `x` clamped to `[min, max]`; either bound may be `None`. The gradient passes where the
+    /// input lies inside the bounds (bounds included, as PyTorch).
+    ///
+    /// # Errors
+    /// `InvalidArgument` when both bounds are `None`; communication failures of boxing.
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if min.is_none() && max.is_none() {
+            return Err(crate::Error::InvalidArgument {
+                op: "clamp",
+                reason: "at least one of min and max must be given".into(),
+            });
+        }
+        record(
+            super::dispatch(&Clamp(min, max), &[self]),
+            "clamp",
+            &[self],
+            move |c, g| {
+                // Inside the bounds (bounds included) the output is the input itself.
+                let inside = c.inputs[0].eq(c.out)?.to_dtype(g.dtype())?;
+                Ok(vec![Some(g.mul(&inside)?)])
+            },
+        )
+    }
 }
 
 impl Tensor {

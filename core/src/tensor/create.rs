@@ -229,9 +229,8 @@ impl Tensor {
     /// Placement and SBP errors for a global target.
     pub fn arange_dtype(n: usize, dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
         Tensor::build(&[n], dtype, target.into_target(), |r| match dtype {
-            DType::F32 => HostData::F32(r[0].clone().map(|i| i as f32).collect()),
-            DType::F64 => HostData::F64(r[0].clone().map(|i| i as f64).collect()),
             DType::I64 => HostData::I64(r[0].clone().map(|i| i as i64).collect()),
+            _ => HostData::F64(r[0].clone().map(|i| i as f64).collect()).cast(dtype),
         })
     }
 
@@ -280,10 +279,10 @@ impl Tensor {
         target: Target,
         draw: fn(u64, u64, u64, &mut [f64]),
     ) -> Result<Tensor> {
-        if dtype == DType::I64 {
+        if !dtype.is_float() {
             return Err(Error::InvalidArgument {
                 op: "randn",
-                reason: "random values need a floating-point dtype".into(),
+                reason: format!("random values need a floating-point dtype, got {dtype}"),
             });
         }
         let env = env::current();
@@ -299,7 +298,8 @@ impl Tensor {
             });
             match dtype {
                 DType::F64 => HostData::F64(out),
-                _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()),
+                // Other floats round through f32, so an F16 randn is the F32 one rounded.
+                _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()).cast(dtype),
             }
         })
     }

@@ -1,0 +1,140 @@
+//! Round 2's dtypes and the signatures that matter at scale, against hand-worked values and the
+//! single-device results: casts and promotion as PyTorch, Bool comparisons, argmax ties,
+//! vocabulary-parallel lookups (partial sums), reshapes that keep a head split, softmax and
+//! cross-entropy over a split class dim without gathering it.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use gflow_core::{DType, Device, Error, Placement, Result, Sbp, Tensor, bf16, f16, simulate};
+
+#[test]
+fn casts_and_promotion_follow_pytorch() -> Result<()> {
+    let x = Tensor::from_vec(vec![-1.7f64, -0.5, 0.0, 2.5, 3.9], &[5], Device::Cpu)?;
+    assert_eq!(x.to_dtype(DType::I64)?.to_vec::<i64>()?, vec![-1, 0, 0, 2, 3]);
+    assert_eq!(x.to_dtype(DType::I32)?.to_vec::<i32>()?, vec![-1, 0, 0, 2, 3]);
+    assert_eq!(
+        x.to_dtype(DType::Bool)?.to_vec::<bool>()?,
+        vec![true, true, false, true, true]
+    );
+    // 1 + 2^-11 is halfway between two f16 values: ties go to the even one (1.0).
+    let t = Tensor::from_vec(vec![1.0f32 + 2f32.powi(-11), 65504.0 * 2.0], &[2], Device::Cpu)?;
+    let h = t.to_dtype(DType::F16)?;
+    assert_eq!(h.dtype(), DType::F16);
+    assert_eq!(h.to_vec::<f16>()?, vec![f16::from_f32(1.0), f16::INFINITY]);
+    assert_eq!(
+        t.to_dtype(DType::BF16)?.to_vec::<bf16>()?[0],
+        bf16::from_f32(1.0)
+    );
+    let i = Tensor::from_vec(vec![1i32, 2], &[2], Device::Cpu)?;
+    let f = Tensor::from_vec(vec![f16::from_f32(0.5), f16::from_f32(0.25)], &[2], Device::Cpu)?;
+    let b = Tensor::from_vec(vec![bf16::from_f32(1.0)], &[1], Device::Cpu)?;
+    assert_eq!(i.add(&f)?.dtype(), DType::F16);
+    assert_eq!(f.add(&b)?.dtype(), DType::F32);
+    assert_eq!(i.add(&i)?.to_vec::<i32>()?, vec![2, 4]);
+    assert_eq!(i.div(&i)?.dtype(), DType::F32);
+    let m = i.gt(&Tensor::from_vec(vec![1i64], &[1], Device::Cpu)?)?;
+    assert_eq!(m.dtype(), DType::Bool);
+    assert_eq!(m.to_vec::<bool>()?, vec![false, true]);
+    assert_eq!(m.sum(Vec::new(), false)?.dtype(), DType::I64);
+    assert_eq!(m.sum(Vec::new(), false)?.to_vec::<i64>()?, vec![1]);
+    // 16-bit matmul accumulates in f32: 256 products of 1 + 2^-8 each.
+    let a = Tensor::full_dtype(&[1, 256], 1.0 + 2f64.powi(-8), DType::BF16, Device::Cpu)?;
+    let ones = Tensor::full_dtype(&[256, 1], 1.0, DType::BF16, Device::Cpu)?;
+    assert_eq!(a.matmul(&ones)?.to_vec::<f64>()?, vec![257.0]);
+    Ok(())
+}
+
+#[test]
+fn argmax_takes_the_lowest_index_on_ties_also_across_ranks() -> Result<()> {
+    let data = vec![1.0f64, 3.0, 3.0, 0.0, 5.0, 2.0, 5.0, 5.0];
+    let out = simulate(4, |_| {
+        let p = Placement::new("cpu", [0, 1, 2, 3])?;
+        let x = Tensor::from_vec(data.clone(), &[2, 4], (&p, Sbp::split(1)))?;
+        Ok((
+            x.argmax(1, false)?.to_vec::<i64>()?,
+            x.argmin(1, true)?.to_vec::<i64>()?,
+            x.min(1, false)?.to_vec::<f64>()?,
+        ))
+    })?;
+    for (amax, amin, min) in out {
+        assert_eq!(amax, vec![1, 0]);
+        assert_eq!(amin, vec![3, 1]);
+        assert_eq!(min, vec![0.0, 2.0]);
+    }
+    Ok(())
+}
+
+#[test]
+fn vocabulary_parallel_lookup_is_a_partial_sum() -> Result<()> {
+    let table: Vec<f64> = (0..15).map(f64::from).collect();
+    let idx = vec![4i64, 0, 2, 4, 1, 3];
+    let out = simulate(3, |_| {
+        let p = Placement::new("cpu", [0, 1, 2])?;
+        let t = Tensor::from_vec(table.clone(), &[5, 3], (&p, Sbp::split(0)))?;
+        let i = Tensor::from_vec(idx.clone(), &[2, 3], (&p, Sbp::broadcast()))?;
+        let e = t.gather_rows(&i)?;
+        Ok((e.sbp().cloned(), e.shape().to_vec(), e.to_vec::<f64>()?))
+    })?;
+    let want: Vec<f64> = idx
+        .iter()
+        .flat_map(|&r| (0..3).map(move |c| (r * 3 + c) as f64))
+        .collect();
+    for (sbp, shape, vals) in out {
+        assert_eq!(sbp, Some(Sbp::partial_sum().into()));
+        assert_eq!(shape, vec![2, 3, 3]);
+        assert_eq!(vals, want);
+    }
+    let bad = simulate(1, |_| {
+        let t = Tensor::zeros(&[5, 3], Device::Cpu)?;
+        t.gather_rows(&Tensor::from_vec(vec![5i64], &[1], Device::Cpu)?)
+    });
+    assert!(
+        matches!(bad, Err(Error::IndexOutOfRange { index: 5, size: 5, .. })),
+        "{bad:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn heads_split_reshape_attention_and_split_class_loss_stay_split() -> Result<()> {
+    let (b, t, h, d, c) = (2, 3, 4, 2, 6);
+    let x: Vec<f64> = (0..b * t * h * d).map(|i| (i as f64 * 0.37).sin()).collect();
+    let logits: Vec<f64> = (0..b * c).map(|i| (i as f64 * 0.71).cos() * 3.0).collect();
+    let targets = vec![5i64, 2];
+    let single = simulate(1, |_| {
+        let q = Tensor::from_vec(x.clone(), &[b, t, h * d], Device::Cpu)?
+            .reshape(&[b, t, h, d])?
+            .permute(&[0, 2, 1, 3])?;
+        let a = gflow_core::nn::functional::scaled_dot_product_attention(&q, &q, &q, None, true)?;
+        let l = Tensor::from_vec(logits.clone(), &[b, c], Device::Cpu)?;
+        let tg = Tensor::from_vec(targets.clone(), &[b], Device::Cpu)?;
+        Ok((
+            a.to_vec::<f64>()?,
+            l.softmax(1)?.to_vec::<f64>()?,
+            gflow_core::nn::functional::cross_entropy(&l, &tg)?.to_vec::<f64>()?,
+        ))
+    })?
+    .remove(0);
+    let out = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let x = Tensor::from_vec(x.clone(), &[b, t, h * d], (&p, Sbp::split(2)))?;
+        let heads = x.reshape(&[b, t, h, d])?;
+        assert_eq!(heads.sbp(), Some(&Sbp::split(2).into()), "reshape kept the split");
+        let q = heads.permute(&[0, 2, 1, 3])?;
+        assert_eq!(q.sbp(), Some(&Sbp::split(1).into()));
+        let a = gflow_core::nn::functional::scaled_dot_product_attention(&q, &q, &q, None, true)?;
+        assert_eq!(a.sbp(), Some(&Sbp::split(1).into()), "heads split in, heads split out");
+        let l = Tensor::from_vec(logits.clone(), &[b, c], (&p, Sbp::split(1)))?;
+        let s = l.softmax(1)?;
+        assert_eq!(s.sbp(), Some(&Sbp::split(1).into()), "softmax kept the class split");
+        let tg = Tensor::from_vec(targets.clone(), &[b], (&p, Sbp::broadcast()))?;
+        let loss = gflow_core::nn::functional::cross_entropy(&l, &tg)?;
+        Ok((a.to_vec::<f64>()?, s.to_vec::<f64>()?, loss.to_vec::<f64>()?))
+    })?;
+    for (a, s, loss) in out {
+        for (x, y) in a.iter().zip(&single.0).chain(s.iter().zip(&single.1)) {
+            assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+        }
+        assert!((loss[0] - single.2[0]).abs() < 1e-12);
+    }
+    Ok(())
+}
