@@ -218,8 +218,27 @@ pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
         for op in [
-            Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad, Abs, Rsqrt,
-            Sin, Cos, Silu, Erf, GeluErf, Sign, SiluGrad, GeluErfGrad,
+            Neg,
+            Exp,
+            Log,
+            Sqrt,
+            Square,
+            Relu,
+            Gelu,
+            Sigmoid,
+            Tanh,
+            Step,
+            GeluGrad,
+            Abs,
+            Rsqrt,
+            Sin,
+            Cos,
+            Silu,
+            Erf,
+            GeluErf,
+            Sign,
+            SiluGrad,
+            GeluErfGrad,
         ]
         .into_iter()
         // The GPU kernels have the round-1 ops; `Resident` runs the others on the host.

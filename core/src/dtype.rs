@@ -149,9 +149,7 @@ impl fmt::Display for DType {
 }
 
 /// A Rust type that can be a tensor element: `f32 f64 i64 i32 bool`, `half::f16`, `half::bf16`.
-pub trait Element:
-    Copy + Send + Sync + PartialOrd + fmt::Debug + fmt::Display + 'static
-{
+pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + fmt::Display + 'static {
     /// The matching [`DType`].
     const DTYPE: DType;
     /// Conversion from f64, as PyTorch casts: rounding to nearest for floats, truncation toward

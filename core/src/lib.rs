@@ -42,7 +42,7 @@ pub use autograd::{is_grad_enabled, no_grad};
 pub use comm::{
     CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag, schedule,
 };
-pub use dtype::{DType, Element};
+pub use dtype::{DType, Element, bf16, f16};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};
 pub use ops::Dims;

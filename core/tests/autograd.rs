@@ -66,10 +66,18 @@ fn cases() -> Vec<Case> {
         }),
         ("pow", vec![vec![3, 4]], |x| x[0].pow(2.5)),
         ("pow_neg", vec![vec![3, 4]], |x| x[0].pow(-1.0)),
-        ("clamp", vec![vec![3, 4]], |x| x[0].clamp(Some(0.6), Some(1.2))),
-        ("clamp_min", vec![vec![3, 4]], |x| x[0].clamp(Some(0.9), None)),
-        ("maximum", vec![vec![3, 4], vec![4]], |x| x[0].maximum(&x[1])),
-        ("minimum", vec![vec![3, 4], vec![3, 1]], |x| x[0].minimum(&x[1])),
+        ("clamp", vec![vec![3, 4]], |x| {
+            x[0].clamp(Some(0.6), Some(1.2))
+        }),
+        ("clamp_min", vec![vec![3, 4]], |x| {
+            x[0].clamp(Some(0.9), None)
+        }),
+        ("maximum", vec![vec![3, 4], vec![4]], |x| {
+            x[0].maximum(&x[1])
+        }),
+        ("minimum", vec![vec![3, 4], vec![3, 1]], |x| {
+            x[0].minimum(&x[1])
+        }),
         ("where_cond", vec![vec![3, 4], vec![3, 4]], |x| {
             x[0].gt(&x[1])?.where_cond(&x[0], &x[1].mul_scalar(2.0)?)
         }),
@@ -82,11 +90,17 @@ fn cases() -> Vec<Case> {
         ("tril_neg", vec![vec![4, 3]], |x| x[0].tril(-1)),
         ("min", vec![vec![3, 4, 2]], |x| x[0].min(1, true)),
         ("logsumexp", vec![vec![3, 4]], |x| x[0].logsumexp(1, false)),
-        ("logsumexp_all", vec![vec![3, 4]], |x| x[0].logsumexp(Vec::new(), true)),
+        ("logsumexp_all", vec![vec![3, 4]], |x| {
+            x[0].logsumexp(Vec::new(), true)
+        }),
         ("permute", vec![vec![3, 4, 2]], |x| x[0].permute(&[2, 0, 1])),
         ("flatten", vec![vec![3, 4, 2]], |x| x[0].flatten(1, 2)),
-        ("unsqueeze", vec![vec![3, 4]], |x| x[0].unsqueeze(1)?.squeeze(1)?.unsqueeze(2)),
-        ("stack", vec![vec![3, 4], vec![3, 4]], |x| Tensor::stack(x, 1)),
+        ("unsqueeze", vec![vec![3, 4]], |x| {
+            x[0].unsqueeze(1)?.squeeze(1)?.unsqueeze(2)
+        }),
+        ("stack", vec![vec![3, 4], vec![3, 4]], |x| {
+            Tensor::stack(x, 1)
+        }),
         ("split", vec![vec![3, 5]], |x| {
             let parts = x[0].split(2, 1)?;
             parts[2].mul(&parts[1].narrow(1, 0, 1)?)
@@ -108,9 +122,15 @@ fn cases() -> Vec<Case> {
             let t = ints(&x[0], vec![4, 0, 2, 2], &[4])?;
             gflow_core::nn::functional::cross_entropy(&x[0].mul_scalar(3.0)?, &t)
         }),
-        ("attention", vec![vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 4]], |x| {
-            gflow_core::nn::functional::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, true)
-        }),
+        (
+            "attention",
+            vec![vec![1, 2, 3, 4], vec![1, 2, 3, 4], vec![1, 2, 3, 4]],
+            |x| {
+                gflow_core::nn::functional::scaled_dot_product_attention(
+                    &x[0], &x[1], &x[2], None, true,
+                )
+            },
+        ),
         ("chain", vec![vec![4, 3], vec![3, 3]], |x| {
             let h = x[0].matmul(&x[1])?.tanh()?;
             h.mul(&h.softmax(1)?)?

@@ -93,7 +93,10 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
         UnaryOp::Sin => x.iter().map(|v| v.sin()).collect(),
         UnaryOp::Cos => x.iter().map(|v| v.cos()).collect(),
         UnaryOp::Silu => x.iter().map(|&v| v / (one + (-v).exp())).collect(),
-        UnaryOp::Erf => x.iter().map(|&v| T::from_f64(libm::erf(v.to_f64()))).collect(),
+        UnaryOp::Erf => x
+            .iter()
+            .map(|&v| T::from_f64(libm::erf(v.to_f64())))
+            .collect(),
         UnaryOp::GeluErf => x
             .iter()
             .map(|&v| T::from_f64(gelu_erf(v.to_f64())))

@@ -63,7 +63,11 @@ fn int_unary(op: UnaryOp, x: &HostData) -> Result<HostData> {
             });
         }
     };
-    let f = if op == UnaryOp::Step { |a: i64| i64::from(a > 0) } else { f };
+    let f = if op == UnaryOp::Step {
+        |a: i64| i64::from(a > 0)
+    } else {
+        f
+    };
     int_map(x, f).ok_or(Error::DTypeMismatch {
         expected: DType::F32,
         got: x.dtype(),
@@ -203,11 +207,17 @@ impl Backend for CpuBackend {
     }
 
     fn scale(&self, x: &HostData, s: f64) -> Result<HostData> {
-        via_f32(x, |x| float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect()))
+        via_f32(
+            x,
+            |x| float_op!(x, v, T => v.iter().map(|&e| e * <T as Element>::from_f64(s)).collect()),
+        )
     }
 
     fn add_scalar(&self, x: &HostData, s: f64) -> Result<HostData> {
-        via_f32(x, |x| float_op!(x, v, T => v.iter().map(|&e| e + <T as Element>::from_f64(s)).collect()))
+        via_f32(
+            x,
+            |x| float_op!(x, v, T => v.iter().map(|&e| e + <T as Element>::from_f64(s)).collect()),
+        )
     }
 
     fn gather_rows(
@@ -235,16 +245,18 @@ impl Backend for CpuBackend {
         indices: &HostData,
     ) -> Result<HostData> {
         let idx = checked_rows(indices, rows)?;
-        via_f32(src, |src| float_op!(src, v, T => {
-            let mut out = vec![<T as Element>::from_f64(0.0); rows * row_len];
-            for (r, &i) in idx.iter().enumerate() {
-                let dst = &mut out[i * row_len..(i + 1) * row_len];
-                for (d, &x) in dst.iter_mut().zip(&v[r * row_len..(r + 1) * row_len]) {
-                    *d += x;
+        via_f32(src, |src| {
+            float_op!(src, v, T => {
+                let mut out = vec![<T as Element>::from_f64(0.0); rows * row_len];
+                for (r, &i) in idx.iter().enumerate() {
+                    let dst = &mut out[i * row_len..(i + 1) * row_len];
+                    for (d, &x) in dst.iter_mut().zip(&v[r * row_len..(r + 1) * row_len]) {
+                        *d += x;
+                    }
                 }
-            }
-            out
-        }))
+                out
+            })
+        })
     }
 
     fn reduce(
@@ -257,11 +269,17 @@ impl Backend for CpuBackend {
         if x.dtype().is_int() {
             return int_reduce(op, x, shape, dims);
         }
-        via_f32(x, |x| float_op!(x, v, T => kernels::reduce::<T>(op, v, shape, dims)))
+        via_f32(
+            x,
+            |x| float_op!(x, v, T => kernels::reduce::<T>(op, v, shape, dims)),
+        )
     }
 
     fn softmax(&self, x: &HostData, shape: &[usize], dim: usize, log: bool) -> Result<HostData> {
-        via_f32(x, |x| float_op!(x, v, T => kernels::softmax::<T>(v, shape, dim, log)))
+        via_f32(
+            x,
+            |x| float_op!(x, v, T => kernels::softmax::<T>(v, shape, dim, log)),
+        )
     }
 
     fn matmul(&self, a: &HostData, b: &HostData, d: MatmulDims) -> Result<HostData> {

@@ -213,7 +213,10 @@ pub(crate) fn arg_reduce(x: &HostData, shape: &[usize], dim: usize, max: bool) -
         for i in 0..inner {
             let mut best = 0usize;
             for l in 1..len {
-                let (v, b) = (vals[(o * len + l) * inner + i], vals[(o * len + best) * inner + i]);
+                let (v, b) = (
+                    vals[(o * len + l) * inner + i],
+                    vals[(o * len + best) * inner + i],
+                );
                 let better = if b.is_nan() {
                     false
                 } else if v.is_nan() {
@@ -247,7 +250,12 @@ pub(crate) fn indices(idx: &HostData) -> Result<Vec<i64>> {
 
 /// The flat offsets in `x_shape` picked by `torch.gather(x, dim, idx)`; indices already
 /// checked by core, and those outside `0..x_shape[dim]` skipped (`None`).
-fn gather_offsets(x_shape: &[usize], dim: usize, idx: &[i64], idx_shape: &[usize]) -> Vec<Option<usize>> {
+fn gather_offsets(
+    x_shape: &[usize],
+    dim: usize,
+    idx: &[i64],
+    idx_shape: &[usize],
+) -> Vec<Option<usize>> {
     let xs = strides(x_shape);
     let is = strides(idx_shape);
     (0..idx.len())
@@ -332,7 +340,9 @@ mod tests {
     #[test]
     fn broadcast_iteration_matches_the_definition() {
         let mut seen = vec![];
-        for_each_broadcast(&[2, 3], &[&[2, 1], &[3]], |o, off| seen.push((o, off.to_vec())));
+        for_each_broadcast(&[2, 3], &[&[2, 1], &[3]], |o, off| {
+            seen.push((o, off.to_vec()))
+        });
         assert_eq!(
             seen,
             vec![

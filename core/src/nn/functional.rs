@@ -57,7 +57,7 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
         let classes = Tensor::arange_dtype(c, DType::I64, target_like(logits))?.reshape(&[1, c])?;
         let mask = classes.eq(&target.reshape(&[n, 1])?)?;
         let zero = logits.detach().mul_scalar(0.0)?;
-        let picked = mask.where_cond(logits, &zero)?.sum(1, false)?;
+        let picked = mask.where_cond(logits, &zero)?.sum(1, false)?.resolved()?;
         return logits
             .logsumexp(1, false)?
             .sub(&picked)?

@@ -59,7 +59,11 @@ impl Module for RMSNorm {
             });
         }
         let last = x.ndim() - 1;
-        let inv = x.square()?.mean(last, true)?.add_scalar(self.eps)?.rsqrt()?;
+        let inv = x
+            .square()?
+            .mean(last, true)?
+            .add_scalar(self.eps)?
+            .rsqrt()?;
         x.mul(&inv)?.mul(&self.weight)
     }
 

@@ -102,7 +102,10 @@ impl Op for Binary {
             BinaryOp::Div => v.push(Signature::new([p, Sbp::Broadcast], p)),
             BinaryOp::Maximum | BinaryOp::Minimum => {
                 for r in [ReduceOp::Max, ReduceOp::Min] {
-                    let (p, take) = (Sbp::Partial(r), (self.0 == BinaryOp::Maximum) == (r == ReduceOp::Max));
+                    let (p, take) = (
+                        Sbp::Partial(r),
+                        (self.0 == BinaryOp::Maximum) == (r == ReduceOp::Max),
+                    );
                     if take {
                         v.push(Signature::new([p, p], p));
                     }
@@ -147,7 +150,11 @@ fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<T
         // As PyTorch: the gradient goes to the larger (smaller) input, split in half on ties.
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let wins = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
-                let better = if op == BinaryOp::Maximum { x.gt(y)? } else { x.lt(y)? };
+                let better = if op == BinaryOp::Maximum {
+                    x.gt(y)?
+                } else {
+                    x.lt(y)?
+                };
                 let tie = x.eq(y)?.to_dtype(g.dtype())?.mul_scalar(0.5)?;
                 g.mul(&better.to_dtype(g.dtype())?.add(&tie)?)
             };

@@ -81,7 +81,9 @@ impl Op for Gather {
         check_indices("gather_rows", k.inputs[1], k.global_shapes[0][0])?;
         let row_len = t[1..].iter().product();
         if t[0] == k.global_shapes[0][0] {
-            return k.backend.gather_rows(k.inputs[0], t[0], row_len, k.inputs[1]);
+            return k
+                .backend
+                .gather_rows(k.inputs[0], t[0], row_len, k.inputs[1]);
         }
         k.backend
             .gather_rows_partial(k.inputs[0], t[0], row_len, k.inputs[1], k.offsets[0][0])

@@ -80,8 +80,7 @@ impl Op for ScatterDim {
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         check_index_shape("scatter_add", &self.out, shapes[0], self.dim)?;
-        if shapes[1].len() != shapes[0].len()
-            || shapes[0].iter().zip(shapes[1]).any(|(i, s)| i > s)
+        if shapes[1].len() != shapes[0].len() || shapes[0].iter().zip(shapes[1]).any(|(i, s)| i > s)
         {
             return Err(Error::ShapeMismatch {
                 op: "scatter_add",

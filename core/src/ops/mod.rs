@@ -88,7 +88,12 @@ pub(crate) trait Op {
     }
     /// [`Op::signatures`] on a placement of this hierarchy (for signatures that hold only for
     /// some part counts, as a reshape that keeps a split).
-    fn signatures_on(&self, shapes: &[&[usize]], out: &[usize], _hierarchy: &[usize]) -> Vec<Signature> {
+    fn signatures_on(
+        &self,
+        shapes: &[&[usize]],
+        out: &[usize],
+        _hierarchy: &[usize],
+    ) -> Vec<Signature> {
         self.signatures(shapes, out)
     }
     /// The output's dtype from the inputs' (by default: all inputs share one dtype, a float

@@ -242,11 +242,17 @@ impl Tensor {
     /// As [`Tensor::sum`].
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = dims.dims();
-        let m = self.detach().max(dims.clone(), true)?;
+        let m = self.detach().max(dims.clone(), true)?.resolved()?;
         // Rows of infinities (all -inf, or a +inf) subtract nothing, as PyTorch.
         let inf = m.abs()?.eq(&m.scalar_like(f64::INFINITY)?)?;
         let m = m.masked_fill(&inf, 0.0)?;
-        let out = self.sub(&m)?.exp()?.sum(dims.clone(), true)?.log()?.add(&m)?;
+        let out = self
+            .sub(&m)?
+            .exp()?
+            .sum(dims.clone(), true)?
+            .resolved()?
+            .log()?
+            .add(&m)?;
         if keepdim {
             return Ok(out);
         }
@@ -268,7 +274,14 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
-        super::dispatch(&ArgReduce { dim, keepdim, max: true }, &[&self.detach()])
+        super::dispatch(
+            &ArgReduce {
+                dim,
+                keepdim,
+                max: true,
+            },
+            &[&self.detach()],
+        )
     }
 
     /// The index (I64) of the smallest element along `dim`; ties take the lowest index.
@@ -276,7 +289,14 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::argmax`].
     pub fn argmin(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
-        super::dispatch(&ArgReduce { dim, keepdim, max: false }, &[&self.detach()])
+        super::dispatch(
+            &ArgReduce {
+                dim,
+                keepdim,
+                max: false,
+            },
+            &[&self.detach()],
+        )
     }
 }
 

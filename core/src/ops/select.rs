@@ -216,7 +216,10 @@ compare_methods! {
 impl Tensor {
     fn compare(&self, op: CmpOp, other: &Tensor) -> Result<Tensor> {
         let dtype = self.dtype().promote(other.dtype());
-        let (a, b) = (self.to_dtype(dtype)?.detach(), other.to_dtype(dtype)?.detach());
+        let (a, b) = (
+            self.to_dtype(dtype)?.detach(),
+            other.to_dtype(dtype)?.detach(),
+        );
         super::dispatch(&Compare(op), &[&a, &b])
     }
 
@@ -248,13 +251,14 @@ impl Tensor {
             |c, g| {
                 let zero = g.zeros_like()?;
                 let cond = &c.inputs[0];
-                let pick = |i: usize, taken: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
-                    if c.needs[i] {
-                        Ok(Some(sum_to(&taken()?, c.inputs[i].shape())?))
-                    } else {
-                        Ok(None)
-                    }
-                };
+                let pick =
+                    |i: usize, taken: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
+                        if c.needs[i] {
+                            Ok(Some(sum_to(&taken()?, c.inputs[i].shape())?))
+                        } else {
+                            Ok(None)
+                        }
+                    };
                 Ok(vec![
                     None,
                     pick(1, &|| cond.where_cond(g, &zero))?,

@@ -48,7 +48,12 @@ impl Op for Reshape {
     fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
         self.signatures_on(shapes, out, &[])
     }
-    fn signatures_on(&self, shapes: &[&[usize]], out: &[usize], hierarchy: &[usize]) -> Vec<Signature> {
+    fn signatures_on(
+        &self,
+        shapes: &[&[usize]],
+        out: &[usize],
+        hierarchy: &[usize],
+    ) -> Vec<Signature> {
         // A split survives when its dim maps to an output dim of the same size with the same
         // number of elements before it: then every local slice reshapes on its own. It also
         // survives a dim cut into (outer, inner...) when it falls on the outer factor, and
@@ -66,11 +71,9 @@ impl Op for Reshape {
                     continue;
                 }
                 // Cut: s[d] = out[e] * out[e+1] * ... * out[f].
-                let cut = (e + 1..=out.len())
-                    .any(|f| prefix(out, f) == before * s[d] && f > e + 1);
+                let cut = (e + 1..=out.len()).any(|f| prefix(out, f) == before * s[d] && f > e + 1);
                 // Merge: out[e] = s[d] * s[d+1] * ... * s[g].
-                let merge = (d + 1..=s.len())
-                    .any(|g| prefix(s, g) == before * out[e] && g > d + 1);
+                let merge = (d + 1..=s.len()).any(|g| prefix(s, g) == before * out[e] && g > d + 1);
                 let outer = if cut { out[e] } else { s[d] };
                 if (cut || merge) && outer % parts == 0 {
                     v.push(Signature::new([Sbp::Split(d)], Sbp::Split(e)));

@@ -35,6 +35,17 @@ impl Op for Softmax {
 }
 
 impl Tensor {
+    /// A global tensor with its partial axes reduced to broadcast (an all-reduce of a small
+    /// statistic), so that combining it with the split operand needs no other move.
+    pub(crate) fn resolved(&self) -> Result<Tensor> {
+        match (self.placement(), self.sbp()) {
+            (Some(p), Some(s)) if s.as_slice().iter().any(|x| matches!(x, Sbp::Partial(_))) => {
+                self.to_global(p, crate::autograd::partial_to_broadcast(s))
+            }
+            _ => Ok(self.clone()),
+        }
+    }
+
     /// Whether a global tensor is split along `dim` on some placement axis.
     fn splits_dim(&self, dim: usize) -> bool {
         self.sbp()
@@ -49,9 +60,9 @@ impl Tensor {
     pub fn softmax(&self, dim: usize) -> Result<Tensor> {
         if self.splits_dim(dim) {
             // Over a split dim: a max and a sum of partials, never gathering the dim.
-            let m = self.detach().max(dim, true)?;
+            let m = self.detach().max(dim, true)?.resolved()?;
             let e = self.sub(&m)?.exp()?;
-            return e.div(&e.sum(dim, true)?);
+            return e.div(&e.sum(dim, true)?.resolved()?);
         }
         record(
             super::dispatch(&Softmax { dim, log: false }, &[self]),
@@ -73,7 +84,7 @@ impl Tensor {
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
         if self.splits_dim(dim) {
-            return self.sub(&self.logsumexp(dim, true)?);
+            return self.sub(&self.logsumexp(dim, true)?.resolved()?);
         }
         record(
             super::dispatch(&Softmax { dim, log: true }, &[self]),

@@ -279,7 +279,9 @@ impl Tensor {
                 if e == 0.0 {
                     return Ok(vec![Some(g.mul_scalar(0.0)?)]);
                 }
-                Ok(vec![Some(g.mul(&c.inputs[0].pow(e - 1.0)?)?.mul_scalar(e)?)])
+                Ok(vec![Some(
+                    g.mul(&c.inputs[0].pow(e - 1.0)?)?.mul_scalar(e)?,
+                )])
             },
         )
     }
