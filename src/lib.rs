@@ -24,6 +24,9 @@ pub use gflow_core::{
 /// (see [`gflow_transport::arena`]).
 pub use gflow_transport::arena::ShmAlloc;
 
+/// The 16-bit float element types (`DType::F16`, `DType::BF16`), from the `half` crate.
+pub use gflow_core::{bf16, f16};
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {

@@ -28,12 +28,12 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// loss, from the signatures alone).
 ///
 /// ```
-/// use gflow::prelude::*;
+/// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
 /// let logits = Tensor::from_vec(vec![0.0f64, 0.0, 0.0, 0.0], &[2, 2], Device::Cpu)?;
 /// let target = Tensor::from_vec(vec![0i64, 1], &[2], Device::Cpu)?;
 /// let loss = nn::functional::cross_entropy(&logits, &target)?.to_vec::<f64>()?[0];
 /// assert!((loss - 2f64.ln()).abs() < 1e-12);
-/// # Ok::<(), gflow::Error>(())
+/// # Ok::<(), gflow_core::Error>(())
 /// ```
 ///
 /// # Errors

@@ -17,13 +17,13 @@ impl RMSNorm {
     /// Normalises over a last dim of size `dim`.
     ///
     /// ```
-    /// use gflow::prelude::*;
+    /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
     /// let norm = nn::RMSNorm::new(2)?;
     /// let x = Tensor::from_vec(vec![3.0f64, 4.0], &[1, 2], Device::Cpu)?;
     /// let y = norm.forward(&x.to_dtype(DType::F32)?)?.to_vec::<f32>()?;
     /// let rms = (12.5f32 + 1e-6).sqrt();
     /// assert!((y[0] - 3.0 / rms).abs() < 1e-6 && (y[1] - 4.0 / rms).abs() < 1e-6);
-    /// # Ok::<(), gflow::Error>(())
+    /// # Ok::<(), gflow_core::Error>(())
     /// ```
     ///
     /// # Errors

@@ -10,14 +10,14 @@ use crate::tensor::Tensor;
 /// norm before clipping.
 ///
 /// ```
-/// use gflow::prelude::*;
+/// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
 /// let w = Tensor::from_vec(vec![1.0f64, 2.0], &[2], Device::Cpu)?.set_requires_grad(true);
 /// w.mul(&w)?.sum(Vec::new(), false)?.backward()?; // grad = 2w = (2, 4)
 /// let norm = nn::utils::clip_grad_norm(&[w.clone()], 1.0)?;
 /// assert!((norm - 20f64.sqrt()).abs() < 1e-12);
 /// let g = w.grad().unwrap().to_vec::<f64>()?;
 /// assert!(((g[0] * g[0] + g[1] * g[1]).sqrt() - 1.0).abs() < 1e-5);
-/// # Ok::<(), gflow::Error>(())
+/// # Ok::<(), gflow_core::Error>(())
 /// ```
 ///
 /// # Errors

@@ -129,11 +129,11 @@ impl Tensor {
     /// for `dim == 0`, and so on; the output has the index's shape.
     ///
     /// ```
-    /// use gflow::prelude::*;
+    /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
     /// let i = Tensor::from_vec(vec![1i64, 0, 0, 0], &[2, 2], Device::Cpu)?;
     /// assert_eq!(x.gather(1, &i)?.to_vec::<f32>()?, vec![2.0, 1.0, 3.0, 3.0]);
-    /// # Ok::<(), gflow::Error>(())
+    /// # Ok::<(), gflow_core::Error>(())
     /// ```
     ///
     /// # Errors

@@ -82,10 +82,10 @@ impl Tensor {
     /// `permute`). A split dim stays split (wherever it moves to).
     ///
     /// ```
-    /// use gflow::prelude::*;
+    /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
     /// let x = Tensor::zeros(&[2, 3, 4], Device::Cpu)?;
     /// assert_eq!(x.permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
-    /// # Ok::<(), gflow::Error>(())
+    /// # Ok::<(), gflow_core::Error>(())
     /// ```
     ///
     /// # Errors

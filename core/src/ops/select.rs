@@ -229,12 +229,12 @@ impl Tensor {
     /// that was taken.
     ///
     /// ```
-    /// use gflow::prelude::*;
+    /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
     /// let c = Tensor::from_vec(vec![true, false], &[2], Device::Cpu)?;
     /// let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?;
     /// let b = Tensor::from_vec(vec![-1.0f32], &[1], Device::Cpu)?;
     /// assert_eq!(c.where_cond(&a, &b)?.to_vec::<f32>()?, vec![1.0, -1.0]);
-    /// # Ok::<(), gflow::Error>(())
+    /// # Ok::<(), gflow_core::Error>(())
     /// ```
     ///
     /// # Errors
@@ -320,11 +320,11 @@ impl Tensor {
     /// tensor's own dtype returns the same tensor.
     ///
     /// ```
-    /// use gflow::prelude::*;
+    /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
     /// let x = Tensor::from_vec(vec![-1.7f32, 0.0, 2.5], &[3], Device::Cpu)?;
     /// assert_eq!(x.to_dtype(DType::I64)?.to_vec::<i64>()?, vec![-1, 0, 2]);
     /// assert_eq!(x.to_dtype(DType::Bool)?.to_vec::<bool>()?, vec![true, false, true]);
-    /// # Ok::<(), gflow::Error>(())
+    /// # Ok::<(), gflow_core::Error>(())
     /// ```
     ///
     /// # Errors
