@@ -214,6 +214,10 @@ impl HostData {
             (HostData::F32(v), DType::BF16) => {
                 return HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect());
             }
+            // PyTorch's CPU casts f64 to 16-bit through f32 (two roundings); so does gflow.
+            (HostData::F64(v), DType::F16 | DType::BF16) => {
+                return HostData::F32(v.iter().map(|&x| x as f32).collect()).cast(dtype);
+            }
             (HostData::I64(v), DType::I32) => {
                 return HostData::I32(v.iter().map(|&x| x as i32).collect());
             }
