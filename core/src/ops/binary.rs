@@ -100,16 +100,15 @@ impl Op for Binary {
                 v.push(Signature::new([Sbp::Broadcast, p], p));
             }
             BinaryOp::Div => v.push(Signature::new([p, Sbp::Broadcast], p)),
-            BinaryOp::Maximum | BinaryOp::Minimum => {
-                for r in [ReduceOp::Max, ReduceOp::Min] {
-                    let (p, take) = (
-                        Sbp::Partial(r),
-                        (self.0 == BinaryOp::Maximum) == (r == ReduceOp::Max),
-                    );
-                    if take {
-                        v.push(Signature::new([p, p], p));
-                    }
-                }
+            // max(a1, a2, b1, b2) = max(max(a1, b1), max(a2, b2)): a partial of the same
+            // reduction passes through.
+            BinaryOp::Maximum => {
+                let p = Sbp::Partial(ReduceOp::Max);
+                v.push(Signature::new([p, p], p));
+            }
+            BinaryOp::Minimum => {
+                let p = Sbp::Partial(ReduceOp::Min);
+                v.push(Signature::new([p, p], p));
             }
         }
         v

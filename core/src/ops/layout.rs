@@ -64,19 +64,6 @@ impl Op for Permute {
     }
 }
 
-/// Normalizes a PyTorch-style dim (negative counts from the end) for a tensor of `ndim` dims.
-fn dim_of(op: &'static str, dim: isize, ndim: usize) -> Result<usize> {
-    let d = if dim < 0 { dim + ndim as isize } else { dim };
-    if d < 0 || d as usize >= ndim {
-        return Err(Error::DimOutOfRange {
-            op,
-            dim: dim.unsigned_abs(),
-            ndim,
-        });
-    }
-    Ok(d as usize)
-}
-
 impl Tensor {
     /// The dims reordered: dim `i` of the result is dim `perm[i]` of this tensor (PyTorch's
     /// `permute`). A split dim stays split (wherever it moves to).
@@ -216,13 +203,5 @@ impl Tensor {
         }
         let len = self.shape()[dim];
         self.split(len.div_ceil(n).max(1), dim)
-    }
-
-    /// Normalizes a PyTorch-style dim (`-1` the last) for this tensor.
-    ///
-    /// # Errors
-    /// `DimOutOfRange`.
-    pub fn dim_index(&self, dim: isize) -> Result<usize> {
-        dim_of("dim_index", dim, self.ndim())
     }
 }

@@ -23,6 +23,7 @@ use crate::backend::{Kernels, kernels};
 use crate::boxing::{self, Dist};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::placement::DeviceType;
 use crate::reduce::ReduceOp;
 use crate::sbp::{NdSbp, Sbp};
 use crate::shape::region_shape;
@@ -238,9 +239,16 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
 fn check_computes(
     op: &dyn Op,
     inputs: &[&Tensor],
-    devices: impl Iterator<Item = crate::placement::DeviceType>,
+    devices: impl Iterator<Item = DeviceType>,
 ) -> Result<()> {
-    if !op.arithmetic() {
+    // The hot path: a dtype every device type computes needs no look at the ranks' devices.
+    let all = [DeviceType::Cpu, DeviceType::Wgpu, DeviceType::Cuda];
+    if !op.arithmetic()
+        || inputs.iter().all(|t| {
+            all.iter()
+                .all(|&d| crate::backend::device_computes(d, t.dtype()))
+        })
+    {
         return Ok(());
     }
     for device in devices {

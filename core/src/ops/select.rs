@@ -2,12 +2,12 @@
 //! `tril`, `triu`) and casts (`to_dtype`), with their SBP signatures and gradients.
 
 use super::binary::{broadcast_shapes, broadcast_signatures};
+use super::unary::elementwise_signatures;
 use super::{Kernel, Op, PARTIALS, Signature};
 use crate::autograd::{record, sum_to};
 use crate::backend::CmpOp;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
 use crate::tensor::Tensor;
@@ -129,13 +129,7 @@ impl Op for Triangle {
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         // Every element knows its global (row, column) from its box's offset: any split works;
         // zeroing commutes with a partial sum.
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
-        let p = Sbp::Partial(ReduceOp::Sum);
-        v.push(Signature::new([p], p));
-        v
+        elementwise_signatures(shapes[0].len(), true)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let n = k.shapes[0].len();
@@ -167,11 +161,7 @@ impl Op for Cast {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
-        v
+        elementwise_signatures(shapes[0].len(), false)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.cast(k.inputs[0], self.0)

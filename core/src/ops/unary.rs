@@ -11,7 +11,7 @@ use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
 /// Elementwise ops keep any split and broadcast; linear ones also keep partial sums.
-fn elementwise_signatures(ndim: usize, linear: bool) -> Vec<Signature> {
+pub(super) fn elementwise_signatures(ndim: usize, linear: bool) -> Vec<Signature> {
     let mut v: Vec<Signature> = (0..ndim)
         .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
         .collect();
