@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check of the project: formatting, lints, and all tests of the workspace.
 # Usage: ./scripts/test.sh   (from any directory; installs rustfmt/clippy and, as root on Debian,
-# Mesa's software Vulkan driver for the wgpu tests)
+# Mesa's software Vulkan driver for the wgpu tests and Open MPI for the mpirun test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,17 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
       echo "!!! could not install mesa-vulkan-drivers: the wgpu tests will skip (or fail under GFLOW_REQUIRE_BACKEND=wgpu) !!!"
   else
     echo "!!! no Vulkan driver and cannot install one: the wgpu tests will skip !!!"
+  fi
+fi
+# Open MPI's mpirun for the scheduler tests (tests/schedulers.rs skips loudly without it).
+if ! command -v mpirun >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing openmpi-bin for the mpirun test"
+    apt-get install -y -qq openmpi-bin >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq openmpi-bin >/dev/null 2>&1; } ||
+      echo "!!! could not install openmpi-bin: the mpirun test will skip !!!"
+  else
+    echo "!!! no mpirun and cannot install one: the mpirun test will skip !!!"
   fi
 fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"

@@ -24,6 +24,8 @@ pub use gflow_core::{
 /// (see [`gflow_transport::arena`]).
 pub use gflow_transport::arena::ShmAlloc;
 
+pub mod scheduler;
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {
@@ -82,8 +84,8 @@ where
     gflow_core::simulate(n, f)
 }
 
-/// Runs `f` as the ranks of a job. Under a launcher (`WORLD_SIZE` set) this process is one rank
-/// ([`init`]); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
+/// Runs `f` as the ranks of a job. Under a launcher ([`launched`]) this process is one rank
+/// ([`init`], whose errors for an incomplete job come back: never threads in its place); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
 /// ranks run in this process, so one program serves both ways.
 ///
 /// # Errors
@@ -104,9 +106,10 @@ pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec
     Ok(simulate(n, f)?.into_iter().enumerate().collect())
 }
 
-/// Whether this process was started as one rank of a job (`WORLD_SIZE` is set).
+/// Whether this process was started as one rank of a job: the variables of gflow-launch /
+/// torchrun (`WORLD_SIZE`), Open MPI (`OMPI_COMM_WORLD_*`) or Slurm (`SLURM_PROCID`) are set.
 pub fn launched() -> bool {
-    std::env::var("WORLD_SIZE").is_ok_and(|v| !v.is_empty())
+    scheduler::launched()
 }
 
 /// Prints each rank's lines, every line prefixed `[rank r] ` when the ranks are threads (the
@@ -123,16 +126,19 @@ pub fn print_ranks(out: &[(usize, Vec<String>)]) {
     }
 }
 
-/// Starts (or returns) this process's environment from `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
-/// `RANK` and `LOCAL_RANK` (as set by `gflow-launch`, or by hand). With none of them set (or
-/// `WORLD_SIZE=1`) the world is this one rank, so a program runs as is. Idempotent; the env
-/// becomes the process's current env. Other variables: `GFLOW_JOB_TOKEN` (every rank must have
-/// the same; the launcher sets one), `GFLOW_TIMEOUT_SECS` (receive and rendezvous deadline,
-/// default 60), `GFLOW_MAX_FRAME` (largest accepted message, default 16 GiB).
+/// Starts (or returns) this process's environment. The job comes from whichever launcher's
+/// variables are present ([`scheduler::job_from`]): gflow-launch's / OneFlow's / torchrun's
+/// (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), Open
+/// MPI's (`mpirun`) or Slurm's (`srun`). With none of them set (or a world of one) the world is
+/// this one rank, so a program runs as is. Idempotent; the env becomes the process's current
+/// env. Other variables: `GFLOW_JOB_TOKEN` (every rank must have the same; the launcher sets
+/// one), `GFLOW_MASTER_PORT` (the rendezvous port, under any launcher), `GFLOW_TIMEOUT_SECS`
+/// (receive and rendezvous deadline, default 60), `GFLOW_MAX_FRAME` (largest accepted message,
+/// default 16 GiB).
 ///
 /// # Errors
-/// `Environment` for malformed variables or a failed rendezvous (wrong token, world size,
-/// duplicate or late rank), with the reason.
+/// `Environment` for missing or malformed variables of a multi-rank job or a failed rendezvous
+/// (wrong token, world size, duplicate or late rank), with the reason.
 pub fn init() -> Result<Env> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _serial = LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -141,35 +147,18 @@ pub fn init() -> Result<Env> {
     }
     keep_freed_memory();
     register_backends();
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let num = |k: &str, default: usize| -> Result<usize> {
-        var(k).map_or(Ok(default), |s| {
-            s.parse::<usize>().map_err(|_| Error::Environment {
-                reason: format!("{k}={s:?} is not a non-negative integer"),
-            })
-        })
-    };
-    let world = num("WORLD_SIZE", 1)?;
-    if world == 0 {
-        return Err(Error::Environment {
-            reason: "WORLD_SIZE=0".into(),
-        });
-    }
-    if world == 1 {
+    let Some(job) = scheduler::current_job()? else {
         return Ok(Env::single().install_process());
-    }
-    let (rank, local_rank) = (num("RANK", 0)?, num("LOCAL_RANK", 0)?);
-    let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-    let port = var("MASTER_PORT").ok_or_else(|| Error::Environment {
-        reason: "WORLD_SIZE > 1 needs MASTER_PORT".into(),
-    })?;
+    };
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let timeout = gflow_core::env::timeout_from_env();
+    let rank = job.rank;
     let settings = gflow_transport::Settings {
         rendezvous: gflow_transport::rendezvous::Config {
-            master: format!("{addr}:{port}"),
-            world,
+            master: format!("{}:{}", job.master_addr, job.master_port),
+            world: job.world,
             rank,
-            token: var("GFLOW_JOB_TOKEN").unwrap_or_default().into_bytes(),
+            token: job.token.into_bytes(),
             timeout,
             host: gflow_transport::rendezvous::host_identity(),
         },
@@ -189,7 +178,7 @@ pub fn init() -> Result<Env> {
     unsafe {
         libc::atexit(flush_at_exit);
     }
-    Ok(Env::new(local_rank, comm).install_process())
+    Ok(Env::new(job.local_rank, comm).install_process())
 }
 
 /// Asks glibc's allocator to keep freed tensor buffers for reuse instead of returning them to
