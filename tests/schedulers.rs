@@ -177,3 +177,44 @@ fn torchrun_no_python() {
         .expect("run torchrun");
     assert_real_world("torchrun --nproc-per-node 3", &out, 3, 3, 5);
 }
+
+/// torchrun's variables by hand, with `MASTER_PORT` held by a listener as torchrun's agent
+/// store holds it: the ranks meet on a port of their own (rank 0 would fail to listen on the
+/// store's port, and peers would talk to the store).
+#[test]
+fn torchrun_variables_by_hand_leave_the_store_port_alone() {
+    let store = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = store.local_addr().unwrap().port().to_string();
+    let prog = example("collective_loop");
+    let run_id = format!("test-{}", std::process::id());
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            clean(&mut Command::new(&prog))
+                .envs([
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", port.as_str()),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_WORLD_SIZE", "2"),
+                    ("TORCHELASTIC_RUN_ID", run_id.as_str()),
+                    ("TORCHELASTIC_RESTART_COUNT", "0"),
+                    ("GFLOW_TEST_ITERS", "5"),
+                ])
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        assert_real_world(
+            &format!("torchrun rank {r}"),
+            &k.wait_with_output().unwrap(),
+            1,
+            2,
+            5,
+        );
+    }
+    drop(store);
+}
