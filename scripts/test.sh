@@ -43,4 +43,8 @@ echo "== cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== cargo check --no-default-features (the CPU build: shared-memory links only)"
+cargo check --no-default-features
+echo "== gflow-transport without QUIC: one host links, two hosts are refused"
+cargo test -p gflow-transport --no-default-features --lib without_quic
 echo "== all checks passed"

@@ -36,23 +36,28 @@ pub mod prelude {
     };
 }
 
-/// Registers the GPU backends this build holds (wgpu, CUDA), so placements on `"wgpu"`,
-/// `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
+/// Registers the GPU backends this build holds (wgpu, CUDA: the features `wgpu` and `cuda`), so
+/// placements on `"wgpu"`, `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
 /// backend is opened on first use; where it has no device that use is `BackendUnavailable`.
 pub fn register_backends() {
-    use gflow_core::backend::{Kernels, Resident, register_backend};
-    fn make_wgpu() -> Result<std::sync::Arc<dyn Kernels>> {
-        Ok(std::sync::Arc::new(Resident::new(
-            gflow_wgpu::WgpuBackend::new()?,
-        )))
+    #[cfg(feature = "wgpu")]
+    {
+        fn make_wgpu() -> Result<std::sync::Arc<dyn backend::Kernels>> {
+            Ok(std::sync::Arc::new(backend::Resident::new(
+                gflow_wgpu::WgpuBackend::new()?,
+            )))
+        }
+        backend::register_backend(DeviceType::Wgpu, make_wgpu);
     }
-    fn make_cuda() -> Result<std::sync::Arc<dyn Kernels>> {
-        Ok(std::sync::Arc::new(Resident::new(
-            gflow_cuda::CudaBackend::new()?,
-        )))
+    #[cfg(feature = "cuda")]
+    {
+        fn make_cuda() -> Result<std::sync::Arc<dyn backend::Kernels>> {
+            Ok(std::sync::Arc::new(backend::Resident::new(
+                gflow_cuda::CudaBackend::new()?,
+            )))
+        }
+        backend::register_backend(DeviceType::Cuda, make_cuda);
     }
-    register_backend(DeviceType::Wgpu, make_wgpu);
-    register_backend(DeviceType::Cuda, make_cuda);
 }
 
 /// The device type named by a `--device TYPE` (or `--device=TYPE`) program argument, `"cpu"`
