@@ -24,6 +24,7 @@ pub use gflow_core::{
 /// (see [`gflow_transport::arena`]).
 pub use gflow_transport::arena::ShmAlloc;
 
+mod log;
 pub mod scheduler;
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
@@ -86,7 +87,17 @@ where
     F: Fn(Env) -> Result<T> + Sync,
 {
     register_backends();
-    gflow_core::simulate(n, f)
+    log::install();
+    gflow_core::simulate(n, |env| {
+        tracing::info!(
+            rank = env.rank(),
+            world = env.world_size(),
+            backends = log::backends(),
+            device_override = ?env.device_override().ok().flatten(),
+            "rank started as a thread (in-process links)"
+        );
+        f(env)
+    })
 }
 
 /// Runs `f` as the ranks of a job. Under a launcher ([`launched`]) this process is one rank
@@ -98,6 +109,7 @@ where
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
     keep_freed_memory();
     register_backends();
+    log::install();
     if launched() {
         let env = init()?;
         let rank = env.rank();
@@ -152,7 +164,9 @@ pub fn init() -> Result<Env> {
     }
     keep_freed_memory();
     register_backends();
+    log::install();
     let Some(job) = scheduler::current_job()? else {
+        tracing::info!(backends = log::backends(), "a world of one rank");
         return Ok(Env::single().install_process());
     };
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -183,7 +197,17 @@ pub fn init() -> Result<Env> {
     unsafe {
         libc::atexit(flush_at_exit);
     }
-    Ok(Env::new(job.local_rank, comm).install_process())
+    let env = Env::new(job.local_rank, comm).install_process();
+    tracing::info!(
+        rank,
+        world = job.world,
+        local_rank = job.local_rank,
+        launcher = ?job.launcher,
+        backends = log::backends(),
+        device_override = ?env.device_override().ok().flatten(),
+        "rank started (its GPU ordinal on this host follows local_rank)"
+    );
+    Ok(env)
 }
 
 /// Asks glibc's allocator to keep freed tensor buffers for reuse instead of returning them to

@@ -406,3 +406,48 @@ fn launcher_pins_processes_to_their_share_of_the_cpus() {
     let over = cpu_lists(cpus + 1, &[]);
     assert!(over.iter().all(|l| *l == free[0]), "{over:?}");
 }
+
+/// `RUST_LOG=info` names each rank's start and links; `debug` adds each boxing plan and
+/// collective schedule; without `RUST_LOG` nothing is logged.
+#[test]
+fn rust_log_shows_ranks_links_plans_and_schedules() {
+    let prog = example("collective_loop");
+    let run = |log: Option<&str>| {
+        let mut cmd = Command::new(launcher());
+        cmd.args(["--nproc-per-node", "2"])
+            .arg(&prog)
+            .env("GFLOW_TEST_ITERS", "1")
+            .env("GFLOW_TIMEOUT_SECS", "20")
+            .env_remove("RUST_LOG");
+        if let Some(l) = log {
+            cmd.env("RUST_LOG", l);
+        }
+        let out = cmd.output().expect("run launcher");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let info = run(Some("info"));
+    for r in 0..2 {
+        let started = info
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {r}]")) && l.contains("rank started"))
+            .unwrap_or_else(|| panic!("no start line of rank {r}: {info}"));
+        assert!(started.contains("world=2") && started.contains(&format!("local_rank={r}")));
+        let links = info
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {r}]")) && l.contains("links"))
+            .unwrap_or_else(|| panic!("no links line of rank {r}: {info}"));
+        assert!(links.contains(&format!("shm=[{}]", 1 - r)), "{links}");
+    }
+    assert!(!info.contains("DEBUG"), "{info}");
+    let debug = run(Some("debug"));
+    assert!(
+        debug.contains("boxing plan") && debug.contains("(partial_sum,) -> (broadcast,)"),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("collective schedule op=AllReduce members=2"),
+        "{debug}"
+    );
+    assert_eq!(run(None), "");
+}

@@ -199,6 +199,18 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         && members
             .iter()
             .all(|m| m.shared_arena && m.host == members[me].host);
+    if tracing::enabled!(tracing::Level::INFO) {
+        let shm: Vec<usize> = (0..cfg.world).filter(|&p| p != me && !by_quic(p)).collect();
+        let quic: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_quic(p)).collect();
+        tracing::info!(
+            rank = me,
+            host = %members[me].host,
+            ?shm,
+            ?quic,
+            one_copy,
+            "links (shared memory, QUIC) to the other ranks"
+        );
+    }
     Ok(NetComm::new(me, links, s.timeout, s.max_frame).with_one_copy(one_copy))
 }
 
