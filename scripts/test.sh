@@ -47,4 +47,11 @@ echo "== cargo check --no-default-features (the CPU build: shared-memory links o
 cargo check --no-default-features
 echo "== gflow-transport without QUIC: one host links, two hosts are refused"
 cargo test -p gflow-transport --no-default-features --lib without_quic
+echo "== cargo check for macOS (aarch64-apple-darwin, CPU build): the Linux-only paths are cfg-gated"
+if rustup target list --installed 2>/dev/null | grep -q aarch64-apple-darwin ||
+  rustup target add aarch64-apple-darwin >/dev/null 2>&1; then
+  cargo check --no-default-features --target aarch64-apple-darwin --all-targets
+else
+  echo "!!! cannot install the aarch64-apple-darwin target: the macOS build is NOT checked !!!"
+fi
 echo "== all checks passed"

@@ -60,6 +60,30 @@ pub struct Settings {
     pub force_quic: bool,
 }
 
+/// Whether the portable paths are in use: always off Linux, and on Linux under
+/// `GFLOW_PORTABLE=1` (so CI tests them): no memfd arena (large blocks come from the system
+/// allocator and move as bytes) and `kill(pid, 0)` liveness instead of `/proc`. Read without
+/// allocating, as the allocator asks it.
+pub fn portable() -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    static PORTABLE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+    match PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        2 => {
+            // SAFETY: getenv reads the environment with a NUL-terminated name; the result is
+            // only read, at once.
+            let on = unsafe {
+                let v = libc::getenv(c"GFLOW_PORTABLE".as_ptr());
+                !v.is_null() && std::ffi::CStr::from_ptr(v).to_bytes() == b"1"
+            };
+            PORTABLE.store(u8::from(on), std::sync::atomic::Ordering::Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
 fn ring_path(job: u64, from: usize, to: usize) -> PathBuf {
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")

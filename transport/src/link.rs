@@ -116,7 +116,7 @@ pub trait LinkRx: Send {
 /// Both halves of a link to one peer.
 pub type LinkPair = (Box<dyn LinkTx>, Box<dyn LinkRx>);
 
-/// Whether a peer process still runs (checked through `/proc`, Linux).
+/// Whether a peer process still runs (checked through `/proc` on Linux, else `kill(pid, 0)`).
 #[derive(Clone, Debug)]
 pub struct Liveness {
     pid: u32,
@@ -133,8 +133,18 @@ impl Liveness {
         self.pid
     }
 
-    /// True while the process exists and is not a zombie.
+    /// True while the process exists and (on Linux, read from `/proc`) is not a zombie; on
+    /// other systems and under `GFLOW_PORTABLE=1`, while `kill(pid, 0)` finds it.
     pub fn alive(&self) -> bool {
+        if !cfg!(target_os = "linux") || crate::portable() {
+            let Ok(pid) = libc::pid_t::try_from(self.pid) else {
+                return false;
+            };
+            // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+            let found = unsafe { libc::kill(pid, 0) } == 0;
+            // EPERM: it exists, as another user's.
+            return found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        }
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
             Err(_) => false,
             // the state is the field after the parenthesised command name

@@ -461,9 +461,19 @@ pub fn host_identity() -> String {
     let netns = std::fs::read_link("/proc/self/ns/net")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    let mut hostname = read("/proc/sys/kernel/hostname");
+    if hostname.is_empty() {
+        // No /proc (macOS and other Unixes): the system's host name.
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+        if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            hostname = String::from_utf8_lossy(&buf[..end]).into_owned();
+        }
+    }
     format!(
         "{}/{}/{}",
-        read("/proc/sys/kernel/hostname"),
+        hostname,
         read("/proc/sys/kernel/random/boot_id"),
         netns
     )
