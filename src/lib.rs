@@ -172,6 +172,14 @@ pub fn init() -> Result<Env> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let timeout = gflow_core::env::timeout_from_env();
     let rank = job.rank;
+    let hint = if job.port_derived {
+        format!(
+            " (port {} was derived from the {:?} job; GFLOW_MASTER_PORT sets another)",
+            job.master_port, job.launcher
+        )
+    } else {
+        String::new()
+    };
     let settings = gflow_transport::Settings {
         rendezvous: gflow_transport::rendezvous::Config {
             master: format!("{}:{}", job.master_addr, job.master_port),
@@ -189,7 +197,7 @@ pub fn init() -> Result<Env> {
     };
     let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
         Error::Environment {
-            reason: format!("rank {rank}: {e}"),
+            reason: format!("rank {rank}: {e}{hint}"),
         }
     })?);
     let _ = NET.set(comm.clone());

@@ -43,6 +43,9 @@ pub struct Job {
     pub master_addr: String,
     /// Port of the rendezvous.
     pub master_port: u16,
+    /// Whether the port was derived from the job (no `MASTER_PORT` of its own, or torchrun's
+    /// belongs to its store) rather than given.
+    pub port_derived: bool,
     /// Shared by every rank of the job (and only by it): `GFLOW_JOB_TOKEN`, else the
     /// scheduler's job id.
     pub token: String,
@@ -72,6 +75,7 @@ pub fn job_from(vars: &HashMap<String, String>, parent_pid: u32) -> Result<Optio
     };
     if let Some(p) = v.get("GFLOW_MASTER_PORT") {
         job.master_port = v.port("GFLOW_MASTER_PORT", p)?;
+        job.port_derived = false;
     }
     if let Some(t) = v.get("GFLOW_JOB_TOKEN") {
         job.token = t.to_string();
@@ -235,6 +239,7 @@ fn gflow_vars(v: &Vars) -> Result<Option<Job>> {
         local_rank,
         master_addr,
         master_port,
+        port_derived: torchrun,
         token: if torchrun {
             format!("torchrun:{run_id}")
         } else {
@@ -294,6 +299,7 @@ fn open_mpi(v: &Vars, parent_pid: u32) -> Result<Option<Job>> {
         local_rank,
         master_addr,
         master_port,
+        port_derived: v.get("MASTER_PORT").is_none(),
         token: format!("ompi:{}", job_id.unwrap_or_else(|| parent_pid.to_string())),
     }))
 }
@@ -351,6 +357,7 @@ fn slurm(v: &Vars) -> Result<Option<Job>> {
         local_rank,
         master_addr,
         master_port,
+        port_derived: v.get("MASTER_PORT").is_none(),
         token: format!("slurm:{job_id}"),
     }))
 }
@@ -592,6 +599,9 @@ mod tests {
         );
         // MASTER_PORT and GFLOW_MASTER_PORT win
         assert_eq!(port(SLURM, &[("MASTER_PORT", Some("4000"))]), 4000);
+        assert!(job(SLURM).unwrap().unwrap().port_derived);
+        let given = with(SLURM, &[("MASTER_PORT", Some("4000"))]);
+        assert!(!job(&pairs(&given)).unwrap().unwrap().port_derived);
         assert_eq!(port(OMPI, &[("MASTER_PORT", Some("4001"))]), 4001);
         assert_eq!(port(GFLOW, &[("GFLOW_MASTER_PORT", Some("4002"))]), 4002);
         // Open MPI without a job id: the shared parent
