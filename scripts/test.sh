@@ -47,11 +47,14 @@ echo "== cargo check --no-default-features (the CPU build: shared-memory links o
 cargo check --no-default-features
 echo "== gflow-transport without QUIC: one host links, two hosts are refused"
 cargo test -p gflow-transport --no-default-features --lib without_quic
-echo "== cargo check for macOS (aarch64-apple-darwin, CPU build): the Linux-only paths are cfg-gated"
-if rustup target list --installed 2>/dev/null | grep -q aarch64-apple-darwin ||
-  rustup target add aarch64-apple-darwin >/dev/null 2>&1; then
-  cargo check --no-default-features --target aarch64-apple-darwin --all-targets
-else
-  echo "!!! cannot install the aarch64-apple-darwin target: the macOS build is NOT checked !!!"
-fi
+# The CPU build for macOS and Windows: the Linux-only paths are cfg-gated.
+for target in aarch64-apple-darwin x86_64-pc-windows-gnu; do
+  echo "== cargo check --no-default-features --target $target"
+  if rustup target list --installed 2>/dev/null | grep -q "$target" ||
+    rustup target add "$target" >/dev/null 2>&1; then
+    cargo check --no-default-features --target "$target"
+  else
+    echo "!!! cannot install the $target target: that build is NOT checked !!!"
+  fi
+done
 echo "== all checks passed"

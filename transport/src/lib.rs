@@ -115,9 +115,22 @@ fn oversubscribed(ranks: usize) -> bool {
     match std::env::var("GFLOW_OVERSUBSCRIBED").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        // SAFETY: sysconf has no preconditions.
-        _ => ranks as i64 > unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as i64,
+        _ => ranks > online_cpus(),
     }
+}
+
+/// The host's online CPUs (not this process's affinity share: a pinned rank still shares the
+/// host with the others).
+#[cfg(unix)]
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1)
+}
+
+/// The host's CPUs.
+#[cfg(not(unix))]
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// The refusal of a link this build cannot make: `why` it was needed.

@@ -134,16 +134,11 @@ impl Liveness {
     }
 
     /// True while the process exists and (on Linux, read from `/proc`) is not a zombie; on
-    /// other systems and under `GFLOW_PORTABLE=1`, while `kill(pid, 0)` finds it.
+    /// other systems and under `GFLOW_PORTABLE=1`, while `kill(pid, 0)` finds it (Windows: while
+    /// it has no exit code).
     pub fn alive(&self) -> bool {
         if !cfg!(target_os = "linux") || crate::portable() {
-            let Ok(pid) = libc::pid_t::try_from(self.pid) else {
-                return false;
-            };
-            // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-            let found = unsafe { libc::kill(pid, 0) } == 0;
-            // EPERM: it exists, as another user's.
-            return found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+            return exists(self.pid);
         }
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
             Err(_) => false,
@@ -152,6 +147,37 @@ impl Liveness {
                 .rsplit_once(')')
                 .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
         }
+    }
+}
+
+/// Whether process `pid` exists: `kill(pid, 0)` finds it (EPERM: another user's).
+#[cfg(unix)]
+fn exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether process `pid` runs: it opens, and has no exit code yet.
+#[cfg(windows)]
+fn exists(pid: u32) -> bool {
+    use windows_sys::Win32::Foundation::{CloseHandle, STILL_ACTIVE};
+    use windows_sys::Win32::System::Threading::{
+        GetExitCodeProcess, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+    // SAFETY: the handle is checked for null, read once and closed.
+    unsafe {
+        let h = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid);
+        if h.is_null() {
+            return false;
+        }
+        let mut code = 0u32;
+        let running = GetExitCodeProcess(h, &mut code) != 0 && code == STILL_ACTIVE as u32;
+        CloseHandle(h);
+        running
     }
 }
 

@@ -69,6 +69,7 @@ pub fn cpu_shares(_bind: BindTo, n: usize) -> Vec<Option<CpuSet>> {
 
 /// In the child before exec: die with the launcher (Linux's parent-death signal) and keep to
 /// `share`. Only async-signal-safe system calls.
+#[cfg(unix)]
 pub fn in_child(share: Option<&CpuSet>) {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl and sched_setaffinity only set this process's parent-death signal and CPUs.

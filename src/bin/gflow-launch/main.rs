@@ -11,11 +11,10 @@
 mod cpus;
 mod nproc;
 mod output;
+mod proc;
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -70,17 +69,9 @@ struct Args {
     program: Vec<String>,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
 fn token() -> Result<String, String> {
     let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+    getrandom::fill(&mut b).map_err(|e| format!("no random bytes for a job token: {e}"))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -94,30 +85,21 @@ fn free_port() -> Result<u16, String> {
 /// Stops every child and what it started: each child leads its own process group, so a
 /// grandchild (a shell's command) that holds the output pipes goes too.
 fn stop_all(children: &mut [(usize, Child)]) {
-    let signal_group = |c: &Child, sig: libc::c_int| {
-        // SAFETY: signalling the process group our child leads has no memory-safety
-        // preconditions.
-        unsafe {
-            libc::kill(-(c.id() as libc::pid_t), sig);
-        }
-    };
     for (_, c) in children.iter() {
-        signal_group(c, libc::SIGTERM);
+        proc::terminate(c);
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     for (_, c) in children.iter_mut() {
         while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        signal_group(c, libc::SIGKILL);
-        let _ = c.kill();
-        let _ = c.wait();
+        proc::kill(c);
     }
 }
 
 fn how(st: &std::process::ExitStatus) -> String {
     st.code().map_or_else(
-        || format!("signal {}", st.signal().unwrap_or(0)),
+        || format!("signal {}", proc::death_signal(st).unwrap_or(0)),
         |c| format!("exit code {c}"),
     )
 }
@@ -169,15 +151,7 @@ fn attempt(job: &Job, attempt: usize) -> Result<(), String> {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: the closure only makes async-signal-safe system calls (setpgid, and those
-        // of `in_child`).
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::setpgid(0, 0);
-                cpus::in_child(share.as_ref());
-                Ok(())
-            });
-        }
+        proc::prepare(&mut cmd, share);
         let logs = match &a.log_dir {
             Some(dir) => match output::log_files(dir, attempt, rank) {
                 Ok((o, e)) => (Some(o), Some(e)),
@@ -218,7 +192,7 @@ fn watch(children: &mut [(usize, Child)]) -> Option<String> {
     let mut running = children.len();
     let mut failure: Option<String> = None;
     while running > 0 && failure.is_none() {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if proc::interrupted() {
             failure = Some("interrupted; stopped every rank".into());
             break;
         }
@@ -256,9 +230,9 @@ fn watch(children: &mut [(usize, Child)]) -> Option<String> {
         }
         let root = ended
             .iter()
-            .find(|(_, st)| st.signal().is_some())
+            .find(|(_, st)| proc::death_signal(st).is_some())
             .or_else(|| ended.iter().find(|(_, st)| !st.success()));
-        if let (Some((rank, st)), false) = (root, INTERRUPTED.load(Ordering::SeqCst)) {
+        if let (Some((rank, st)), false) = (root, proc::interrupted()) {
             failure = Some(format!(
                 "rank {rank} failed ({}); stopped the other ranks",
                 how(st)
@@ -290,11 +264,7 @@ fn run(mut a: Args) -> Result<(), String> {
         }
         _ => token()?,
     };
-    // SAFETY: installing a handler that only stores to an atomic is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    proc::catch_interrupts();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let job = Job {
         nproc,
@@ -307,7 +277,7 @@ fn run(mut a: Args) -> Result<(), String> {
     loop {
         match attempt(&job, k) {
             Ok(()) => return Ok(()),
-            Err(e) if k < job.args.max_restarts && !INTERRUPTED.load(Ordering::SeqCst) => {
+            Err(e) if k < job.args.max_restarts && !proc::interrupted() => {
                 k += 1;
                 eprintln!(
                     "gflow-launch: {e}; restarting every rank (restart {k} of {})",
