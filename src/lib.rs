@@ -38,8 +38,9 @@ pub mod prelude {
 }
 
 /// Registers the GPU backends this build holds (wgpu, CUDA: the features `wgpu` and `cuda`), so
-/// placements on `"wgpu"`, `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
-/// backend is opened on first use; where it has no device that use is `BackendUnavailable`.
+/// placements on `"wgpu"`, `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and
+/// [`simulate`]; idempotent. A backend is opened on first use; where it has no device (or this
+/// build lacks it) that use is `BackendUnavailable`.
 pub fn register_backends() {
     #[cfg(feature = "wgpu")]
     {
@@ -101,8 +102,9 @@ where
 }
 
 /// Runs `f` as the ranks of a job. Under a launcher ([`launched`]) this process is one rank
-/// ([`init`], whose errors for an incomplete job come back: never threads in its place); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
-/// ranks run in this process, so one program serves both ways.
+/// ([`init`], whose errors for an incomplete job come back: never threads in its place);
+/// otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank,
+/// result) for the ranks run in this process, so one program serves both ways.
 ///
 /// # Errors
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
