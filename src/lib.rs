@@ -27,6 +27,9 @@ pub use gflow_transport::arena::ShmAlloc;
 /// The 16-bit float element types (`DType::F16`, `DType::BF16`), from the `half` crate.
 pub use gflow_core::{bf16, f16};
 
+mod log;
+pub mod scheduler;
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {
@@ -37,23 +40,29 @@ pub mod prelude {
     };
 }
 
-/// Registers the GPU backends this build holds (wgpu, CUDA), so placements on `"wgpu"`,
-/// `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and [`simulate`]; idempotent. A
-/// backend is opened on first use; where it has no device that use is `BackendUnavailable`.
+/// Registers the GPU backends this build holds (wgpu, CUDA: the features `wgpu` and `cuda`), so
+/// placements on `"wgpu"`, `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and
+/// [`simulate`]; idempotent. A backend is opened on first use; where it has no device (or this
+/// build lacks it) that use is `BackendUnavailable`.
 pub fn register_backends() {
-    use gflow_core::backend::{Kernels, Resident, register_backend};
-    fn make_wgpu() -> Result<std::sync::Arc<dyn Kernels>> {
-        Ok(std::sync::Arc::new(Resident::new(
-            gflow_wgpu::WgpuBackend::new()?,
-        )))
+    #[cfg(feature = "wgpu")]
+    {
+        fn make_wgpu() -> Result<std::sync::Arc<dyn backend::Kernels>> {
+            Ok(std::sync::Arc::new(backend::Resident::new(
+                gflow_wgpu::WgpuBackend::new()?,
+            )))
+        }
+        backend::register_backend(DeviceType::Wgpu, make_wgpu);
     }
-    fn make_cuda() -> Result<std::sync::Arc<dyn Kernels>> {
-        Ok(std::sync::Arc::new(Resident::new(
-            gflow_cuda::CudaBackend::new()?,
-        )))
+    #[cfg(feature = "cuda")]
+    {
+        fn make_cuda() -> Result<std::sync::Arc<dyn backend::Kernels>> {
+            Ok(std::sync::Arc::new(backend::Resident::new(
+                gflow_cuda::CudaBackend::new()?,
+            )))
+        }
+        backend::register_backend(DeviceType::Cuda, make_cuda);
     }
-    register_backend(DeviceType::Wgpu, make_wgpu);
-    register_backend(DeviceType::Cuda, make_cuda);
 }
 
 /// The device type named by a `--device TYPE` (or `--device=TYPE`) program argument, `"cpu"`
@@ -82,18 +91,30 @@ where
     F: Fn(Env) -> Result<T> + Sync,
 {
     register_backends();
-    gflow_core::simulate(n, f)
+    log::install();
+    gflow_core::simulate(n, |env| {
+        tracing::info!(
+            rank = env.rank(),
+            world = env.world_size(),
+            backends = log::backends(),
+            device_override = ?env.device_override().ok().flatten(),
+            "rank started as a thread (in-process links)"
+        );
+        f(env)
+    })
 }
 
-/// Runs `f` as the ranks of a job. Under a launcher (`WORLD_SIZE` set) this process is one rank
-/// ([`init`]); otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank, result) for the
-/// ranks run in this process, so one program serves both ways.
+/// Runs `f` as the ranks of a job. Under a launcher ([`launched`]) this process is one rank
+/// ([`init`], whose errors for an incomplete job come back: never threads in its place);
+/// otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank,
+/// result) for the ranks run in this process, so one program serves both ways.
 ///
 /// # Errors
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
     keep_freed_memory();
     register_backends();
+    log::install();
     if launched() {
         let env = init()?;
         let rank = env.rank();
@@ -107,9 +128,10 @@ pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec
     Ok(simulate(n, f)?.into_iter().enumerate().collect())
 }
 
-/// Whether this process was started as one rank of a job (`WORLD_SIZE` is set).
+/// Whether this process was started as one rank of a job: the variables of gflow-launch /
+/// torchrun (`WORLD_SIZE`), Open MPI (`OMPI_COMM_WORLD_*`) or Slurm (`SLURM_PROCID`) are set.
 pub fn launched() -> bool {
-    std::env::var("WORLD_SIZE").is_ok_and(|v| !v.is_empty())
+    scheduler::launched()
 }
 
 /// Prints each rank's lines, every line prefixed `[rank r] ` when the ranks are threads (the
@@ -126,16 +148,19 @@ pub fn print_ranks(out: &[(usize, Vec<String>)]) {
     }
 }
 
-/// Starts (or returns) this process's environment from `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
-/// `RANK` and `LOCAL_RANK` (as set by `gflow-launch`, or by hand). With none of them set (or
-/// `WORLD_SIZE=1`) the world is this one rank, so a program runs as is. Idempotent; the env
-/// becomes the process's current env. Other variables: `GFLOW_JOB_TOKEN` (every rank must have
-/// the same; the launcher sets one), `GFLOW_TIMEOUT_SECS` (receive and rendezvous deadline,
-/// default 60), `GFLOW_MAX_FRAME` (largest accepted message, default 16 GiB).
+/// Starts (or returns) this process's environment. The job comes from whichever launcher's
+/// variables are present ([`scheduler::job_from`]): gflow-launch's / OneFlow's / torchrun's
+/// (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), Open
+/// MPI's (`mpirun`) or Slurm's (`srun`). With none of them set (or a world of one) the world is
+/// this one rank, so a program runs as is. Idempotent; the env becomes the process's current
+/// env. Other variables: `GFLOW_JOB_TOKEN` (every rank must have the same; the launcher sets
+/// one), `GFLOW_MASTER_PORT` (the rendezvous port, under any launcher), `GFLOW_TIMEOUT_SECS`
+/// (receive and rendezvous deadline, default 60), `GFLOW_MAX_FRAME` (largest accepted message,
+/// default 16 GiB).
 ///
 /// # Errors
-/// `Environment` for malformed variables or a failed rendezvous (wrong token, world size,
-/// duplicate or late rank), with the reason.
+/// `Environment` for missing or malformed variables of a multi-rank job or a failed rendezvous
+/// (wrong token, world size, duplicate or late rank), with the reason.
 pub fn init() -> Result<Env> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _serial = LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -144,35 +169,28 @@ pub fn init() -> Result<Env> {
     }
     keep_freed_memory();
     register_backends();
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let num = |k: &str, default: usize| -> Result<usize> {
-        var(k).map_or(Ok(default), |s| {
-            s.parse::<usize>().map_err(|_| Error::Environment {
-                reason: format!("{k}={s:?} is not a non-negative integer"),
-            })
-        })
-    };
-    let world = num("WORLD_SIZE", 1)?;
-    if world == 0 {
-        return Err(Error::Environment {
-            reason: "WORLD_SIZE=0".into(),
-        });
-    }
-    if world == 1 {
+    log::install();
+    let Some(job) = scheduler::current_job()? else {
+        tracing::info!(backends = log::backends(), "a world of one rank");
         return Ok(Env::single().install_process());
-    }
-    let (rank, local_rank) = (num("RANK", 0)?, num("LOCAL_RANK", 0)?);
-    let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-    let port = var("MASTER_PORT").ok_or_else(|| Error::Environment {
-        reason: "WORLD_SIZE > 1 needs MASTER_PORT".into(),
-    })?;
+    };
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let timeout = gflow_core::env::timeout_from_env();
+    let rank = job.rank;
+    let hint = if job.port_derived {
+        format!(
+            " (port {} was derived from the {:?} job; GFLOW_MASTER_PORT sets another)",
+            job.master_port, job.launcher
+        )
+    } else {
+        String::new()
+    };
     let settings = gflow_transport::Settings {
         rendezvous: gflow_transport::rendezvous::Config {
-            master: format!("{addr}:{port}"),
-            world,
+            master: format!("{}:{}", job.master_addr, job.master_port),
+            world: job.world,
             rank,
-            token: var("GFLOW_JOB_TOKEN").unwrap_or_default().into_bytes(),
+            token: job.token.into_bytes(),
             timeout,
             host: gflow_transport::rendezvous::host_identity(),
         },
@@ -184,7 +202,7 @@ pub fn init() -> Result<Env> {
     };
     let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
         Error::Environment {
-            reason: format!("rank {rank}: {e}"),
+            reason: format!("rank {rank}: {e}{hint}"),
         }
     })?);
     let _ = NET.set(comm.clone());
@@ -192,7 +210,17 @@ pub fn init() -> Result<Env> {
     unsafe {
         libc::atexit(flush_at_exit);
     }
-    Ok(Env::new(local_rank, comm).install_process())
+    let env = Env::new(job.local_rank, comm).install_process();
+    tracing::info!(
+        rank,
+        world = job.world,
+        local_rank = job.local_rank,
+        launcher = ?job.launcher,
+        backends = log::backends(),
+        device_override = ?env.device_override().ok().flatten(),
+        "rank started (its GPU ordinal on this host follows local_rank)"
+    );
+    Ok(env)
 }
 
 /// Asks glibc's allocator to keep freed tensor buffers for reuse instead of returning them to

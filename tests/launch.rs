@@ -112,11 +112,18 @@ fn a_killed_rank_fails_the_job_and_is_named() {
 #[test]
 fn survivors_of_a_killed_rank_error_within_ten_seconds() {
     for transport in ["shm", "quic"] {
-        survivors_error_within_ten_seconds(transport);
+        survivors_error_within_ten_seconds(transport, "0");
     }
 }
 
-fn survivors_error_within_ten_seconds(transport: &str) {
+/// The portable paths (`GFLOW_PORTABLE=1`: `kill(pid, 0)` liveness instead of `/proc`, no
+/// memfd arena) still notice a killed peer.
+#[test]
+fn survivors_of_a_killed_rank_error_on_the_portable_paths() {
+    survivors_error_within_ten_seconds("shm", "1");
+}
+
+fn survivors_error_within_ten_seconds(transport: &str, portable: &str) {
     let prog = example("collective_loop");
     let port = common::free_port();
     let mut kids: Vec<_> = (0..3)
@@ -134,6 +141,7 @@ fn survivors_error_within_ten_seconds(transport: &str) {
                 .env("GFLOW_TEST_ITERS", "1000000")
                 .env("GFLOW_TIMEOUT_SECS", "60")
                 .env("GFLOW_TRANSPORT", transport)
+                .env("GFLOW_PORTABLE", portable)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -141,10 +149,13 @@ fn survivors_error_within_ten_seconds(transport: &str) {
         })
         .collect();
     let t = Instant::now();
-    let mut outs = vec![];
-    for k in kids.drain(..) {
-        outs.push(k.wait_with_output().expect("wait"));
-    }
+    // Each rank is reaped as soon as it ends (as a launcher does): a dead rank left a zombie
+    // would still exist for `kill(pid, 0)`.
+    let waits: Vec<_> = kids
+        .drain(..)
+        .map(|k| std::thread::spawn(move || k.wait_with_output().expect("wait")))
+        .collect();
+    let outs: Vec<_> = waits.into_iter().map(|w| w.join().unwrap()).collect();
     assert!(
         t.elapsed() < Duration::from_secs(20),
         "{transport}: survivors took {:?}",
@@ -405,4 +416,49 @@ fn launcher_pins_processes_to_their_share_of_the_cpus() {
     // more processes than CPUs: not pinned, as Open MPI does
     let over = cpu_lists(cpus + 1, &[]);
     assert!(over.iter().all(|l| *l == free[0]), "{over:?}");
+}
+
+/// `RUST_LOG=info` names each rank's start and links; `debug` adds each boxing plan and
+/// collective schedule; without `RUST_LOG` nothing is logged.
+#[test]
+fn rust_log_shows_ranks_links_plans_and_schedules() {
+    let prog = example("collective_loop");
+    let run = |log: Option<&str>| {
+        let mut cmd = Command::new(launcher());
+        cmd.args(["--nproc-per-node", "2"])
+            .arg(&prog)
+            .env("GFLOW_TEST_ITERS", "1")
+            .env("GFLOW_TIMEOUT_SECS", "20")
+            .env_remove("RUST_LOG");
+        if let Some(l) = log {
+            cmd.env("RUST_LOG", l);
+        }
+        let out = cmd.output().expect("run launcher");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let info = run(Some("info"));
+    for r in 0..2 {
+        let started = info
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {r}]")) && l.contains("rank started"))
+            .unwrap_or_else(|| panic!("no start line of rank {r}: {info}"));
+        assert!(started.contains("world=2") && started.contains(&format!("local_rank={r}")));
+        let links = info
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {r}]")) && l.contains("links"))
+            .unwrap_or_else(|| panic!("no links line of rank {r}: {info}"));
+        assert!(links.contains(&format!("shm=[{}]", 1 - r)), "{links}");
+    }
+    assert!(!info.contains("DEBUG"), "{info}");
+    let debug = run(Some("debug"));
+    assert!(
+        debug.contains("boxing plan") && debug.contains("(partial_sum,) -> (broadcast,)"),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("collective schedule op=AllReduce members=2"),
+        "{debug}"
+    );
+    assert_eq!(run(None), "");
 }

@@ -26,11 +26,14 @@ const PAGE: usize = 4096;
 /// Every process of a host also maps each peer's arena, so 256 GiB leaves room in the 128 TiB
 /// of user address space for hundreds of ranks per host; a process whose large blocks outgrow
 /// its arena gets the rest from the system allocator (sent as bytes).
+#[cfg(target_os = "linux")]
 const ARENA_SIZES: [usize; 3] = [1 << 38, 1 << 35, 1 << 33];
 /// At most this many bytes of freed blocks keep their pages (so that reusing them skips page
 /// faults and zeroing), and at most a [`KEEP_SHARE`]th of the host's memory; blocks freed
 /// beyond that give their pages back to the system.
+#[cfg(target_os = "linux")]
 const KEEP_FREED: usize = 2 << 30;
+#[cfg(target_os = "linux")]
 const KEEP_SHARE: usize = 32;
 /// Size classes: four per power of two from `ARENA_MIN` (at most 25 % rounding).
 const CLASSES: usize = 4 * 24;
@@ -90,8 +93,14 @@ fn capacity(c: usize) -> usize {
     (1usize << e) + (c % 4) * (1usize << (e - 2))
 }
 
-/// Creates and maps the arena: a sparse memfd, shared so peers can map it too.
+/// Creates and maps the arena: a sparse memfd, shared so peers can map it too. Linux only, and
+/// not under `GFLOW_PORTABLE=1` ([`crate::portable`]): elsewhere every block comes from the
+/// system allocator and payloads move as bytes through the rings.
+#[cfg(target_os = "linux")]
 fn open() -> Option<Arena> {
+    if crate::portable() {
+        return None;
+    }
     // SAFETY: plain system calls on a descriptor this function owns; the mapping is used only
     // through the allocator's bookkeeping.
     unsafe {
@@ -131,7 +140,14 @@ fn open() -> Option<Arena> {
     }
 }
 
+/// No arena off Linux (no memfd, nor `/proc/PID/fd` for peers to map it by).
+#[cfg(not(target_os = "linux"))]
+fn open() -> Option<Arena> {
+    None
+}
+
 /// [`KEEP_FREED`], or a [`KEEP_SHARE`]th of the host's memory if less (ranks share a host).
+#[cfg(target_os = "linux")]
 fn keep_max() -> usize {
     // SAFETY: sysconf has no preconditions.
     let (pages, size) = unsafe {
@@ -184,6 +200,7 @@ impl Arena {
         } else {
             // SAFETY: the block is ours, page-aligned and `cap` long inside the mapping; its
             // contents are dead. MADV_REMOVE frees the file's pages (reads give zeros).
+            #[cfg(target_os = "linux")]
             unsafe {
                 libc::madvise(p.cast(), cap, libc::MADV_REMOVE);
             }

@@ -1,21 +1,27 @@
 //! gflow's transport: makes one process per rank a world. `connect` runs the rendezvous on
 //! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory
-//! and every other pair through QUIC, and returns a [`NetComm`], core's `Communicator` over those links.
+//! and every other pair through QUIC (feature `quic`, on by default; without it a job must stay
+//! on one host), and returns a [`NetComm`], core's `Communicator` over those links.
 
 pub mod arena;
 pub mod comm;
 pub mod frame;
 pub mod link;
+#[cfg(feature = "quic")]
 pub mod quic;
 pub mod rendezvous;
 pub mod shm;
 
+#[cfg(feature = "quic")]
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "quic")]
+use std::time::Instant;
 
 pub use comm::NetComm;
 use link::{LinkPair, Liveness};
+#[cfg(feature = "quic")]
 use quic::{Peer, QuicNode};
 use rendezvous::Config;
 use shm::{Ring, ShmRx, ShmTx};
@@ -54,6 +60,30 @@ pub struct Settings {
     pub force_quic: bool,
 }
 
+/// Whether the portable paths are in use: always off Linux, and on Linux under
+/// `GFLOW_PORTABLE=1` (so CI tests them): no memfd arena (large blocks come from the system
+/// allocator and move as bytes) and `kill(pid, 0)` liveness instead of `/proc`. Read without
+/// allocating, as the allocator asks it.
+pub fn portable() -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    static PORTABLE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+    match PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        2 => {
+            // SAFETY: getenv reads the environment with a NUL-terminated name; the result is
+            // only read, at once.
+            let on = unsafe {
+                let v = libc::getenv(c"GFLOW_PORTABLE".as_ptr());
+                !v.is_null() && std::ffi::CStr::from_ptr(v).to_bytes() == b"1"
+            };
+            PORTABLE.store(u8::from(on), std::sync::atomic::Ordering::Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
 fn ring_path(job: u64, from: usize, to: usize) -> PathBuf {
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")
@@ -63,6 +93,7 @@ fn ring_path(job: u64, from: usize, to: usize) -> PathBuf {
     dir.join(format!("gflow-{job:016x}-{from}-{to}"))
 }
 
+#[cfg(feature = "quic")]
 /// The wildcard address of the family `MASTER_ADDR` resolves to: the QUIC endpoint listens on
 /// every interface of that family, and rank 0 tells each peer which address reached it.
 fn wildcard_for(master: &str) -> IpAddr {
@@ -84,9 +115,31 @@ fn oversubscribed(ranks: usize) -> bool {
     match std::env::var("GFLOW_OVERSUBSCRIBED").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        // SAFETY: sysconf has no preconditions.
-        _ => ranks as i64 > unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as i64,
+        _ => ranks > online_cpus(),
     }
+}
+
+/// The host's online CPUs (not this process's affinity share: a pinned rank still shares the
+/// host with the others).
+#[cfg(unix)]
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1)
+}
+
+/// The host's CPUs.
+#[cfg(not(unix))]
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// The refusal of a link this build cannot make: `why` it was needed.
+#[cfg(not(feature = "quic"))]
+fn no_quic(why: &str) -> TransportError {
+    TransportError::Unsupported(format!(
+        "{why}, and this build of gflow has no QUIC (its `quic` feature is off): run every \
+         rank on one host, or build with the `quic` feature"
+    ))
 }
 
 /// Joins the job and links this process to every other rank: shared memory to the ranks of
@@ -97,10 +150,19 @@ fn oversubscribed(ranks: usize) -> bool {
 /// be set up in time.
 pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let cfg = &s.rendezvous;
+    #[cfg(feature = "quic")]
     let node = QuicNode::bind(wildcard_for(&cfg.master))?;
+    #[cfg(feature = "quic")]
+    let (quic_port, cert) = (node.port()?, node.fingerprint());
+    #[cfg(not(feature = "quic"))]
+    let (quic_port, cert) = if s.force_quic {
+        return Err(no_quic("GFLOW_TRANSPORT=quic asks for QUIC links"));
+    } else {
+        (0, [0; 32])
+    };
     let offer = rendezvous::Offer {
-        quic_port: node.port()?,
-        cert: node.fingerprint(),
+        quic_port,
+        cert,
         force_quic: s.force_quic,
         shared_arena: arena::installed() && comm::refs_enabled(),
     };
@@ -110,6 +172,14 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let members = &table.members;
     let everywhere = members.iter().any(|m| m.force_quic);
     let by_quic = |peer: usize| everywhere || members[peer].host != members[me].host;
+    #[cfg(not(feature = "quic"))]
+    if let Some(p) = (0..cfg.world).find(|&p| p != me && by_quic(p)) {
+        return Err(no_quic(&format!(
+            "rank {p} runs on host {:?}, not on this rank's ({me}) host {:?}",
+            members[p].host, members[me].host
+        )));
+    }
+    #[cfg(feature = "quic")]
     let quic_peers: Vec<Peer> = (0..cfg.world)
         .filter(|&p| p != me && by_quic(p))
         .map(|p| Peer {
@@ -134,8 +204,11 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             )
         });
     }
-    let dialing_me: Vec<Peer> = quic_peers.iter().filter(|p| p.rank > me).cloned().collect();
-    node.serve(&dialing_me)?;
+    #[cfg(feature = "quic")]
+    {
+        let dialing_me: Vec<Peer> = quic_peers.iter().filter(|p| p.rank > me).cloned().collect();
+        node.serve(&dialing_me)?;
+    }
     session.barrier()?;
     let mut links: Vec<Option<LinkPair>> = Vec::with_capacity(cfg.world);
     for (peer, out) in outgoing.into_iter().enumerate() {
@@ -152,6 +225,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             }
         });
     }
+    #[cfg(feature = "quic")]
     if !quic_peers.is_empty() {
         let deadline = Instant::now() + cfg.timeout;
         for (peer, pair) in node.link_all(me, table.job, &quic_peers, deadline)? {
@@ -162,5 +236,70 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         && members
             .iter()
             .all(|m| m.shared_arena && m.host == members[me].host);
+    if tracing::enabled!(tracing::Level::INFO) {
+        let shm: Vec<usize> = (0..cfg.world).filter(|&p| p != me && !by_quic(p)).collect();
+        let quic: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_quic(p)).collect();
+        tracing::info!(
+            rank = me,
+            host = %members[me].host,
+            ?shm,
+            ?quic,
+            one_copy,
+            "links (shared memory, QUIC) to the other ranks"
+        );
+    }
     Ok(NetComm::new(me, links, s.timeout, s.max_frame).with_one_copy(one_copy))
+}
+
+/// A build without QUIC links the ranks of one host, and refuses, clearly and on every rank, a
+/// job whose ranks are on two hosts (`cargo test -p gflow-transport --no-default-features`).
+#[cfg(all(test, not(feature = "quic")))]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod without_quic {
+    use super::*;
+
+    fn world_of_two(hosts: [&str; 2]) -> Vec<Result<NetComm, TransportError>> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..2)
+                .map(|rank| {
+                    let settings = Settings {
+                        rendezvous: Config {
+                            master: format!("127.0.0.1:{port}"),
+                            world: 2,
+                            rank,
+                            token: b"t".to_vec(),
+                            timeout: Duration::from_secs(10),
+                            host: hosts[rank].to_string(),
+                        },
+                        timeout: Duration::from_secs(10),
+                        max_frame: 1 << 20,
+                        force_quic: false,
+                    };
+                    s.spawn(move || connect(&settings))
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn one_host_links_and_two_hosts_are_refused_by_name() {
+        for r in world_of_two(["a", "a"]) {
+            assert!(r.is_ok(), "{:?}", r.err());
+        }
+        for (rank, r) in world_of_two(["a", "b"]).into_iter().enumerate() {
+            let err = r
+                .err()
+                .expect("two hosts without QUIC must fail")
+                .to_string();
+            assert!(
+                err.contains("no QUIC") && err.contains(&format!("rank {}", 1 - rank)),
+                "{err}"
+            );
+        }
+    }
 }

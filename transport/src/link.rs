@@ -116,7 +116,7 @@ pub trait LinkRx: Send {
 /// Both halves of a link to one peer.
 pub type LinkPair = (Box<dyn LinkTx>, Box<dyn LinkRx>);
 
-/// Whether a peer process still runs (checked through `/proc`, Linux).
+/// Whether a peer process still runs (checked through `/proc` on Linux, else `kill(pid, 0)`).
 #[derive(Clone, Debug)]
 pub struct Liveness {
     pid: u32,
@@ -133,8 +133,13 @@ impl Liveness {
         self.pid
     }
 
-    /// True while the process exists and is not a zombie.
+    /// True while the process exists and (on Linux, read from `/proc`) is not a zombie; on
+    /// other systems and under `GFLOW_PORTABLE=1`, while `kill(pid, 0)` finds it (Windows: while
+    /// it has no exit code).
     pub fn alive(&self) -> bool {
+        if !cfg!(target_os = "linux") || crate::portable() {
+            return exists(self.pid);
+        }
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
             Err(_) => false,
             // the state is the field after the parenthesised command name
@@ -142,6 +147,37 @@ impl Liveness {
                 .rsplit_once(')')
                 .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
         }
+    }
+}
+
+/// Whether process `pid` exists: `kill(pid, 0)` finds it (EPERM: another user's).
+#[cfg(unix)]
+fn exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether process `pid` runs: it opens, and has no exit code yet.
+#[cfg(windows)]
+fn exists(pid: u32) -> bool {
+    use windows_sys::Win32::Foundation::{CloseHandle, STILL_ACTIVE};
+    use windows_sys::Win32::System::Threading::{
+        GetExitCodeProcess, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+    // SAFETY: the handle is checked for null, read once and closed.
+    unsafe {
+        let h = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid);
+        if h.is_null() {
+            return false;
+        }
+        let mut code = 0u32;
+        let running = GetExitCodeProcess(h, &mut code) != 0 && code == STILL_ACTIVE as u32;
+        CloseHandle(h);
+        running
     }
 }
 

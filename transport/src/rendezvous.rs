@@ -461,10 +461,32 @@ pub fn host_identity() -> String {
     let netns = std::fs::read_link("/proc/self/ns/net")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    let mut hostname = read("/proc/sys/kernel/hostname");
+    if hostname.is_empty() {
+        hostname = system_host_name();
+    }
     format!(
         "{}/{}/{}",
-        read("/proc/sys/kernel/hostname"),
+        hostname,
         read("/proc/sys/kernel/random/boot_id"),
         netns
     )
+}
+
+/// The system's host name where there is no /proc (macOS and other Unixes).
+#[cfg(unix)]
+fn system_host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The computer's name (Windows).
+#[cfg(not(unix))]
+fn system_host_name() -> String {
+    std::env::var("COMPUTERNAME").unwrap_or_default()
 }

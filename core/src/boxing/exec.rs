@@ -28,6 +28,15 @@ pub fn execute(
     data: Option<Cow<'_, HostData>>,
     comm: &dyn Communicator,
 ) -> Result<Option<HostData>> {
+    if !plan.steps.is_empty() {
+        tracing::debug!(
+            rank = comm.rank(),
+            ?shape,
+            ?dtype,
+            plan = %plan.to_string().trim_end().replace('\n', "; "),
+            "boxing plan"
+        );
+    }
     let mut cur: Option<Cow<'_, HostData>> = data;
     for step in &plan.steps {
         cur = match step {

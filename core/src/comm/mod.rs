@@ -146,17 +146,16 @@ pub fn schedule(op: CommOp, n: usize, bytes: usize) -> Schedule {
             _ => None,
         },
     );
-    if let Some(f) = forced {
-        return f;
-    }
-    match op {
+    let chosen = forced.unwrap_or(match op {
         CommOp::AllReduce if bytes <= DOUBLING_MAX_BYTES => Schedule::Doubling,
         CommOp::AllReduce | CommOp::AllGather if n >= 3 && bytes >= RING_MIN_BYTES => {
             Schedule::Ring
         }
         CommOp::Broadcast if n >= TREE_MIN_MEMBERS => Schedule::Ring,
         _ => Schedule::Direct,
-    }
+    });
+    tracing::debug!(?op, members = n, bytes, schedule = ?chosen, forced = forced.is_some(), "collective schedule");
+    chosen
 }
 
 /// All-reduces up to this many bytes use recursive doubling unless forced.

@@ -1,0 +1,289 @@
+//! gflow-launch's flags and what it passes to children: output that is not UTF-8, unknown
+//! flags, the per-child variables, `--log-dir`, `--nproc-per-node auto|gpu|cpu`,
+//! `--standalone` and `--max-restarts`. Tiny shell programs stand in for ranks where no
+//! rendezvous is needed; `collective_loop` is the real job where one is.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
+}
+
+/// The example binary, brought up to date.
+fn example(name: &str) -> PathBuf {
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", name])
+        .status()
+        .expect("cargo build");
+    assert!(st.success());
+    launcher().parent().unwrap().join("examples").join(name)
+}
+
+/// `gflow-launch FLAGS sh -c SCRIPT`.
+fn launch_sh(flags: &[&str], script: &str, env: &[(&str, &str)]) -> Output {
+    Command::new(launcher())
+        .args(flags)
+        .args(["sh", "-c", script])
+        .envs(env.iter().copied())
+        .env_remove("OMP_NUM_THREADS")
+        .env("GFLOW_TIMEOUT_SECS", "20")
+        .output()
+        .expect("run launcher")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn sorted_lines(b: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = text(b).lines().map(String::from).collect();
+    v.sort();
+    v
+}
+
+/// The lines (as bytes) of `b`, sorted.
+fn sorted_byte_lines(b: &[u8]) -> Vec<&[u8]> {
+    let mut v: Vec<&[u8]> = b.split_inclusive(|&c| c == b'\n').collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn output_that_is_not_utf8_passes_through_byte_for_byte() {
+    // \377\376 is not UTF-8; the last line has no newline (the launcher ends it)
+    let out = launch_sh(
+        &["--nproc-per-node", "2"],
+        r"printf 'a\377\376b\n\300end'; printf 'e\377\n' >&2",
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut want: Vec<&[u8]> = vec![
+        b"[rank 0] a\xff\xfeb\n",
+        b"[rank 0] \xc0end\n",
+        b"[rank 1] a\xff\xfeb\n",
+        b"[rank 1] \xc0end\n",
+    ];
+    want.sort();
+    assert_eq!(sorted_byte_lines(&out.stdout), want);
+    assert_eq!(
+        sorted_byte_lines(&out.stderr),
+        vec![&b"[rank 0] e\xff\n"[..], b"[rank 1] e\xff\n"]
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_an_error_naming_it() {
+    let dir = std::env::temp_dir().join(format!("gflow-flag-{}", std::process::id()));
+    let out = Command::new(launcher())
+        .args(["--nproc-per-node", "1", "--bogus-flag", "touch"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--bogus-flag"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.exists(), "the program must not run");
+    // after the program its own flags are its own
+    let out = launch_sh(&[], "echo \"$0\"", &[]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn each_child_gets_its_ranks_group_and_share_of_the_cores() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let script = "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK \
+                  $OMP_NUM_THREADS $GFLOW_RESTART_COUNT";
+    let out = launch_sh(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--nnodes",
+            "3",
+            "--node-rank",
+            "1",
+            "--master-port",
+            "29999",
+        ],
+        script,
+        &[("GFLOW_JOB_TOKEN", "t")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = (cores / 2).max(1);
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec![
+            format!("[rank 2] 2 0 6 2 1 {t} 0"),
+            format!("[rank 3] 3 1 6 2 1 {t} 0"),
+        ]
+    );
+    // a value the user set is kept
+    let out = Command::new(launcher())
+        .args(["sh", "-c", "echo $OMP_NUM_THREADS"])
+        .env("OMP_NUM_THREADS", "7")
+        .output()
+        .unwrap();
+    assert_eq!(sorted_lines(&out.stdout), vec!["[rank 0] 7"]);
+}
+
+#[test]
+fn log_dir_keeps_a_file_per_rank_and_the_console_output() {
+    let dir = std::env::temp_dir().join(format!("gflow-logs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = launch_sh(
+        &["--nproc-per-node", "2", "--log-dir", dir.to_str().unwrap()],
+        r"printf 'out of %s \377\n' $RANK; echo err of $RANK >&2",
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for r in 0..2 {
+        let d = dir.join("attempt_0").join(r.to_string());
+        let mut want = format!("out of {r} ").into_bytes();
+        want.extend_from_slice(b"\xff\n");
+        assert_eq!(std::fs::read(d.join("stdout.log")).unwrap(), want);
+        assert_eq!(
+            std::fs::read_to_string(d.join("stderr.log")).unwrap(),
+            format!("err of {r}\n")
+        );
+    }
+    assert_eq!(
+        sorted_byte_lines(&out.stdout),
+        vec![
+            &b"[rank 0] out of 0 \xff\n"[..],
+            b"[rank 1] out of 1 \xff\n"
+        ]
+    );
+    assert_eq!(
+        sorted_lines(&out.stderr),
+        vec!["[rank 0] err of 0", "[rank 1] err of 1"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nproc_per_node_auto_gpu_and_cpu_follow_torchrun() {
+    let count = |flags: &[&str], visible: &str| {
+        let out = launch_sh(
+            flags,
+            "echo $LOCAL_WORLD_SIZE",
+            &[("CUDA_VISIBLE_DEVICES", visible)],
+        );
+        (
+            out.status.success(),
+            sorted_lines(&out.stdout),
+            text(&out.stderr),
+        )
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    // two GPUs visible: one process per GPU
+    for word in ["auto", "gpu"] {
+        let (ok, lines, err) = count(&["--nproc-per-node", word], "0,1");
+        assert!(ok, "{err}");
+        assert_eq!(lines, vec!["[rank 0] 2", "[rank 1] 2"], "{word}");
+    }
+    // no GPU: auto is one per CPU, gpu an error
+    let (ok, lines, _) = count(&["--nproc-per-node", "auto"], "-1");
+    assert!(ok);
+    assert_eq!(lines.len(), cpus);
+    assert!(lines.iter().all(|l| l.ends_with(&format!(" {cpus}"))));
+    let (ok, lines, err) = count(&["--nproc-per-node", "gpu"], "-1");
+    assert!(!ok && lines.is_empty());
+    assert!(err.contains("no GPU"), "{err}");
+    let (ok, lines, _) = count(&["--nproc-per-node", "cpu"], "");
+    assert!(ok);
+    assert_eq!(lines.len(), cpus);
+    let (ok, _, err) = count(&["--nproc-per-node", "lots"], "");
+    assert!(!ok && err.contains("lots"), "{err}");
+}
+
+#[test]
+fn standalone_runs_a_real_job_on_a_free_port() {
+    let prog = example("collective_loop");
+    let out = Command::new(launcher())
+        .args(["--standalone", "--nproc-per-node", "2"])
+        .arg(&prog)
+        .env("GFLOW_TEST_ITERS", "5")
+        .env("GFLOW_TIMEOUT_SECS", "20")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec!["[rank 0] done: 10", "[rank 1] done: 10"]
+    );
+    let refused = launch_sh(&["--standalone", "--nnodes", "2"], "true", &[]);
+    assert!(!refused.status.success());
+    assert!(text(&refused.stderr).contains("--standalone"));
+}
+
+#[test]
+fn max_restarts_starts_the_whole_job_again() {
+    // rank 1 fails on the first start; the other rank would run long, so it must be stopped
+    let script = r#"if [ "$GFLOW_RESTART_COUNT" = 0 ]; then
+        [ "$RANK" = 1 ] && exit 3; sleep 30; fi; echo ok $GFLOW_RESTART_COUNT"#;
+    let t = std::time::Instant::now();
+    let out = launch_sh(
+        &["--nproc-per-node", "2", "--max-restarts", "1"],
+        script,
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec!["[rank 0] ok 1", "[rank 1] ok 1"]
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rank 1 failed (exit code 3)") && err.contains("restart 1 of 1"),
+        "{err}"
+    );
+    // without restarts the same job fails
+    let out = launch_sh(&["--nproc-per-node", "2"], script, &[]);
+    assert!(!out.status.success());
+    // one that always fails: 1 + 2 starts, then a non-zero exit
+    let out = launch_sh(
+        &["--nproc-per-node", "1", "--max-restarts", "2"],
+        "echo start $GFLOW_RESTART_COUNT; exit 5",
+        &[],
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec!["[rank 0] start 0", "[rank 0] start 1", "[rank 0] start 2"]
+    );
+    assert!(text(&out.stderr).contains("after 2 restarts"));
+}
+
+/// A real gflow job whose rank 1 is killed (SIGKILL) in the first attempt resumes on restart.
+#[test]
+fn max_restarts_recovers_a_real_job_from_a_killed_rank() {
+    let prog = example("collective_loop");
+    let script = r#"[ "$GFLOW_RESTART_COUNT" = 0 ] && export GFLOW_TEST_KILL=1:3; exec "$0""#;
+    let out = Command::new(launcher())
+        .args([
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "sh",
+            "-c",
+            script,
+        ])
+        .arg(&prog)
+        .env("GFLOW_TEST_ITERS", "5")
+        .env("GFLOW_TIMEOUT_SECS", "20")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("rank 1 failed (signal 9)"), "{err}");
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec!["[rank 0] done: 10", "[rank 1] done: 10"]
+    );
+}
