@@ -24,6 +24,12 @@ pub use gflow_core::{
 /// (see [`gflow_transport::arena`]).
 pub use gflow_transport::arena::ShmAlloc;
 
+/// Checkpoints: [`checkpoint::save`] / [`checkpoint::load`] of a [`StateDict`] (sharded,
+/// reshardable, atomic) and plain safetensors files.
+pub use gflow_checkpoint as checkpoint;
+pub use gflow_core::StateDict;
+pub use gflow_core::rng::{RngState, rng_state, set_rng_state};
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {
