@@ -21,15 +21,11 @@ fn python_weight() -> Vec<f32> {
 fn a_file_written_by_python_loads_into_a_tensor_parallel_model() {
     let out = gflow::simulate(2, |_| {
         let p = Placement::new("cpu", [0, 1])?;
-        let model = nn::Sequential::new()
-            .add(nn::Linear::new(3, 5, true)?)
-            .to_global_with(&p, |name, _| {
-                if name.ends_with("weight") {
-                    Sbp::split(0).into()
-                } else {
-                    Sbp::split(0).into()
-                }
-            })?;
+        // Tensor parallel: the weight's rows (and the bias) split over the two ranks.
+        let model = nn::Sequential::new().add(nn::Linear::from_tensors(
+            Tensor::zeros(&[5, 3], (&p, Sbp::split(0)))?,
+            Some(Tensor::zeros(&[5], (&p, Sbp::split(0)))?),
+        )?);
         let steps = Tensor::from_vec(vec![0i64; 2], &[2], (&p, Sbp::broadcast()))?;
         let mut sd = model.state_dict();
         sd.insert("steps", &steps);
