@@ -23,6 +23,12 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
     echo "!!! no Vulkan driver and cannot install one: the wgpu tests will skip !!!"
   fi
 fi
+# The checkpoint tests check that files gflow writes load in Python's safetensors.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "installing python safetensors and numpy for the checkpoint tests"
+  python3 -m pip install -q safetensors numpy >/dev/null 2>&1 ||
+    echo "!!! could not install python safetensors: tests/checkpoint_safetensors will fail !!!"
+fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 chmod 700 "$XDG_RUNTIME_DIR" 2>/dev/null || true
 
