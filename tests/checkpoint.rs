@@ -20,12 +20,9 @@ fn tensors(p: &Placement, sbps: [NdSbp; 4], values: bool) -> Result<Vec<Tensor>>
     let b: Vec<f64> = (0..30).map(|i| (i as f64).sqrt()).collect();
     let c: Vec<i64> = (0..45).map(|i| i * 1_000_003 - 7).collect();
     let d: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
-    let z = |n: usize| if values { 1.0 } else { 0.0 } * n as f64;
-    let _ = z;
-    let pick = |v: bool| v;
     Ok(vec![
         Tensor::from_vec(
-            if pick(values) { a } else { vec![0.0; 70] },
+            if values { a } else { vec![0.0; 70] },
             &[10, 7],
             (p, sbps[0].clone()),
         )?,
