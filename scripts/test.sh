@@ -34,6 +34,12 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "!!! no mpirun and cannot install one: the mpirun test will skip !!!"
   fi
 fi
+# The checkpoint tests check that files gflow writes load in Python's safetensors.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "installing python safetensors and numpy for the checkpoint tests"
+  python3 -m pip install -q safetensors numpy >/dev/null 2>&1 ||
+    echo "!!! could not install python safetensors: tests/checkpoint_safetensors will fail !!!"
+fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 chmod 700 "$XDG_RUNTIME_DIR" 2>/dev/null || true
 

@@ -30,6 +30,12 @@ pub use gflow_core::{bf16, f16};
 mod log;
 pub mod scheduler;
 
+/// Checkpoints: [`checkpoint::save`] / [`checkpoint::load`] of a [`StateDict`] (sharded,
+/// reshardable, atomic) and plain safetensors files.
+pub use gflow_checkpoint as checkpoint;
+pub use gflow_core::StateDict;
+pub use gflow_core::rng::{RngState, rng_state, set_rng_state};
+
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
 /// `Module` and `Optimizer` traits whose methods models and optimizers use).
 pub mod prelude {

@@ -13,12 +13,7 @@ use crate::placement::DeviceType;
 /// Default deadline of a blocking receive in `simulate` (override with `GFLOW_TIMEOUT_SECS`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Clone, Copy)]
-struct RngState {
-    seed: u64,
-    /// How many random tensors have been made since the last seeding.
-    counter: u64,
-}
+use crate::rng::RngState;
 
 struct EnvInner {
     rank: usize,
@@ -103,6 +98,16 @@ impl Env {
         if let Ok(mut s) = self.0.rng.lock() {
             *s = RngState { seed, counter: 0 };
         }
+    }
+
+    /// The random generator's state (see [`crate::rng::rng_state`]).
+    pub fn rng_state(&self) -> RngState {
+        *self.0.rng.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Restores a state [`Env::rng_state`] gave (see [`crate::rng::set_rng_state`]).
+    pub fn set_rng_state(&self, state: RngState) {
+        *self.0.rng.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
     /// The (seed, index) of the next random tensor, advancing the index.

@@ -35,6 +35,7 @@ pub mod reduce;
 pub mod rng;
 pub mod sbp;
 pub mod shape;
+pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 
@@ -49,5 +50,6 @@ pub use ops::Dims;
 pub use placement::{DeviceType, IntoRanks, Placement, Ranks};
 pub use reduce::ReduceOp;
 pub use sbp::{NdSbp, Sbp};
+pub use state_dict::StateDict;
 pub use storage::{Buffer, HostData};
 pub use tensor::{Device, IntoTarget, Target, Tensor};

@@ -5,9 +5,14 @@
 //! parameters' SBPs require in forward and backward. On a GPU the update runs with the
 //! device's kernels, and parameters and optimizer state stay in device memory.
 
+use std::sync::OnceLock;
+
 use crate::backend::{BinaryOp, Kernels, UnaryOp, kernels};
 use crate::cpu::Float;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::sbp::NdSbp;
+use crate::state_dict::StateDict;
 use crate::storage::{Buffer, HostData};
 use crate::tensor::{Device, Tensor};
 
@@ -25,6 +30,186 @@ pub trait Optimizer {
     fn lr(&self) -> f64;
     /// Changes the learning rate (for schedules).
     fn set_lr(&mut self, lr: f64);
+
+    /// Handles to the optimizer's state, named as PyTorch's (`state.{i}.step`, an I64 tensor
+    /// of shape [1] broadcast over parameter i's placement, and the buffers in parameter i's
+    /// layout: `state.{i}.momentum_buffer` for SGD with momentum, `state.{i}.exp_avg` and
+    /// `state.{i}.exp_avg_sq` for Adam). State not made by a step yet is made as zeros, so a
+    /// load (which fills these tensors in place) restores it.
+    ///
+    /// # Errors
+    /// Errors of tensor creation.
+    fn state_tensors(&self) -> Result<Vec<(String, Tensor)>>;
+
+    /// The state as a [`StateDict`] of handles (see [`Optimizer::state_tensors`]).
+    ///
+    /// # Errors
+    /// As [`Optimizer::state_tensors`].
+    fn state_dict(&self) -> Result<StateDict> {
+        let mut sd = StateDict::new();
+        sd.insert_optimizer("", self);
+        sd.check()?;
+        Ok(sd)
+    }
+
+    /// Fills the state in place from the tensors of the same names in `sd` (any layout).
+    ///
+    /// # Errors
+    /// `Checkpoint` for a missing name or another shape or dtype; conversion errors.
+    fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
+        for (name, t) in self.state_tensors()? {
+            crate::state_dict::copy_from(sd, &name, &t)?;
+        }
+        Ok(())
+    }
+}
+
+/// One parameter's optimizer state: a step count and named buffers shaped like the parameter,
+/// made as zeros on first use in the parameter's layout at that time. Handles stay valid: when
+/// the parameter has changed layout since (`Module::to_global` after the optimizer was
+/// built), the state is converted in place.
+#[derive(Debug)]
+struct ParamState {
+    step: OnceLock<Tensor>,
+    buffers: Vec<(&'static str, OnceLock<Tensor>)>,
+}
+
+impl ParamState {
+    fn new(names: &[&'static str]) -> ParamState {
+        ParamState {
+            step: OnceLock::new(),
+            buffers: names.iter().map(|&n| (n, OnceLock::new())).collect(),
+        }
+    }
+
+    /// The step tensor and the buffers, in `p`'s layout.
+    fn tensors(&self, p: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+        let step_sbp = p.dist().map(|d| NdSbp::broadcast(d.placement.ndim()));
+        let step = cell(&self.step, p, &[1], DType::I64, step_sbp.clone())?;
+        let fresh = read_step(&step)?.unwrap_or(0) == 0;
+        follow(&step, p, &[1], DType::I64, step_sbp, true)?;
+        let mut bufs = vec![];
+        for (_, c) in &self.buffers {
+            let sbp = p.sbp().cloned();
+            let b = cell(c, p, p.shape(), p.dtype(), sbp.clone())?;
+            follow(&b, p, p.shape(), p.dtype(), sbp, fresh)?;
+            bufs.push(b);
+        }
+        Ok((step, bufs))
+    }
+
+    /// The named state of parameter `i`.
+    fn named(&self, i: usize, p: &Tensor, out: &mut Vec<(String, Tensor)>) -> Result<()> {
+        let (step, bufs) = self.tensors(p)?;
+        out.push((format!("state.{i}.step"), step));
+        for ((name, _), b) in self.buffers.iter().zip(bufs) {
+            out.push((format!("state.{i}.{name}"), b));
+        }
+        Ok(())
+    }
+}
+
+/// Zeros of `shape` and `dtype` on `p`'s device, or on `p`'s placement with `sbp`.
+fn zeros_like(p: &Tensor, shape: &[usize], dtype: DType, sbp: Option<NdSbp>) -> Result<Tensor> {
+    match (p.dist(), sbp) {
+        (Some(d), Some(sbp)) => Tensor::full_dtype(shape, 0.0, dtype, (&d.placement, sbp)),
+        _ => Tensor::full_dtype(shape, 0.0, dtype, p.device()),
+    }
+}
+
+/// The tensor in `c`, made as zeros like `p` if empty.
+fn cell(
+    c: &OnceLock<Tensor>,
+    p: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    sbp: Option<NdSbp>,
+) -> Result<Tensor> {
+    if let Some(t) = c.get() {
+        return Ok(t.clone());
+    }
+    let t = zeros_like(p, shape, dtype, sbp)?;
+    Ok(c.get_or_init(|| t).clone())
+}
+
+/// Brings state tensor `t` to `p`'s layout in place when `p` has changed layout: converted
+/// when both are global, else remade as zeros when no step has run (`fresh`).
+fn follow(
+    t: &Tensor,
+    p: &Tensor,
+    shape: &[usize],
+    dtype: DType,
+    sbp: Option<NdSbp>,
+    fresh: bool,
+) -> Result<()> {
+    let same = t.shape() == shape
+        && match (t.dist(), p.dist(), &sbp) {
+            (None, None, _) => t.device() == p.device(),
+            (Some(a), Some(b), Some(s)) => a.placement == b.placement && &a.nd_sbp == s,
+            _ => false,
+        };
+    if same {
+        return Ok(());
+    }
+    let new = match (t.dist(), p.dist(), sbp.clone()) {
+        (Some(_), Some(d), Some(s)) if t.shape() == shape => {
+            crate::autograd::no_grad(|| t.to_global(&d.placement, s))?
+        }
+        _ if fresh => zeros_like(p, shape, dtype, sbp)?,
+        _ => {
+            return Err(Error::InvalidArgument {
+                op: "optimizer state",
+                reason: format!(
+                    "a parameter changed from {} to {} after steps were taken; optimizer \
+                     state can only follow a global parameter to another global layout",
+                    if t.is_global() { "global" } else { "local" },
+                    if p.is_global() { "global" } else { "local" },
+                ),
+            });
+        }
+    };
+    t.become_tensor(&new)
+}
+
+/// This rank's step count (`None` off the placement).
+fn read_step(step: &Tensor) -> Result<Option<i64>> {
+    Ok(step
+        .with_component(|h| match h {
+            HostData::I64(v) => v.first().copied(),
+            _ => None,
+        })?
+        .flatten())
+}
+
+/// Adds one to this rank's step count and returns it (`None` off the placement).
+fn bump_step(step: &Tensor) -> Result<Option<i64>> {
+    Ok(step
+        .with_component_mut(|h| {
+            Ok(match h {
+                HostData::I64(v) => v.first_mut().map(|s| {
+                    *s += 1;
+                    *s
+                }),
+                _ => None,
+            })
+        })?
+        .flatten())
+}
+
+/// The named state of every parameter.
+fn named_state(params: &[Tensor], state: &[ParamState]) -> Result<Vec<(String, Tensor)>> {
+    let mut out = vec![];
+    for (i, (p, s)) in params.iter().zip(state).enumerate() {
+        s.named(i, p, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Runs `update` with write access to the state buffers' components.
+fn with_buffers<R>(bufs: &[Tensor], update: impl FnOnce(&mut [&mut Buffer]) -> R) -> R {
+    let mut guards: Vec<_> = bufs.iter().filter_map(|b| b.write()).collect();
+    let mut refs: Vec<&mut Buffer> = guards.iter_mut().map(|g| &mut **g).collect();
+    update(&mut refs)
 }
 
 /// The gradient of `p` in `p`'s layout, if any.
@@ -45,13 +230,13 @@ fn grad_of(p: &Tensor) -> Result<Option<Tensor>> {
 type DeviceStep<'a> = &'a dyn Fn(&dyn Kernels, &Buffer, &Buffer, &mut [Buffer]) -> Result<Buffer>;
 
 /// Updates this rank's parameter component from its gradient and state; does nothing off the
-/// placement. State is created as zeros on first use. On the CPU `f32_step`/`f64_step` update
+/// placement. On the CPU `f32_step`/`f64_step` update
 /// the host data in place; on a GPU `device_step` runs the update with the device's kernels,
 /// so parameters and state stay in device memory.
 fn update_component(
     p: &Tensor,
     g: &Tensor,
-    state: &mut [Option<Buffer>],
+    state: &mut [&mut Buffer],
     f32_step: impl FnOnce(&mut [f32], &[f32], &mut [&mut [f32]]),
     f64_step: impl FnOnce(&mut [f64], &[f64], &mut [&mut [f64]]),
     device_step: DeviceStep<'_>,
@@ -72,12 +257,11 @@ fn update_component(
             reason: "a gradient must have its parameter's shape".into(),
         });
     }
-    for s in state.iter_mut() {
-        if s.is_none() {
-            *s = Some(HostData::filled(pd.dtype(), pd.len(), 0.0).into());
-        }
+    if state.iter().any(|s| s.len() != pd.len()) {
+        return Err(Error::Internal(
+            "optimizer state does not match its parameter's component".into(),
+        ));
     }
-    let mut state: Vec<&mut Buffer> = state.iter_mut().flatten().collect();
     let device = p.device();
     let k = kernels(device.device_type())?;
     if device != Device::Cpu && k.computes(pd.dtype()) {
@@ -142,14 +326,17 @@ pub struct Sgd {
     lr: f64,
     momentum: f64,
     weight_decay: f64,
-    buffers: Vec<Option<Buffer>>,
+    state: Vec<ParamState>,
 }
 
 impl Sgd {
     /// Plain SGD over `params` (handles, e.g. `model.parameters()`) with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Sgd {
         Sgd {
-            buffers: vec![None; params.len()],
+            state: params
+                .iter()
+                .map(|_| ParamState::new(&["momentum_buffer"]))
+                .collect(),
             params,
             lr,
             momentum: 0.0,
@@ -175,40 +362,40 @@ impl Sgd {
     /// See [`Optimizer::step`].
     pub fn step(&mut self) -> Result<()> {
         let (lr, mu, wd) = (self.lr, self.momentum, self.weight_decay);
-        for (p, buf) in self.params.iter().zip(&mut self.buffers) {
+        for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
-            let fresh = buf.is_none();
-            let state: &mut [Option<Buffer>] = if mu == 0.0 {
-                &mut []
-            } else {
-                std::slice::from_mut(buf)
-            };
-            update_component(
-                p,
-                &g,
-                state,
-                |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
-                |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
-                &|k, p, g, s| {
-                    let d = if wd == 0.0 {
-                        g.clone()
-                    } else {
-                        flat(k, BinaryOp::Add, g, &k.scale(p, wd)?)?
-                    };
-                    let b = match s.first_mut() {
-                        None => d,
-                        Some(b) => {
-                            *b = if fresh {
-                                d
-                            } else {
-                                flat(k, BinaryOp::Add, &k.scale(b, mu)?, &d)?
-                            };
-                            b.clone()
-                        }
-                    };
-                    flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)
-                },
-            )?;
+            let (step, bufs) = st.tensors(p)?;
+            let Some(n) = bump_step(&step)? else { continue };
+            let fresh = n == 1;
+            let bufs = if mu == 0.0 { &[][..] } else { &bufs[..] };
+            with_buffers(bufs, |state| {
+                update_component(
+                    p,
+                    &g,
+                    state,
+                    |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
+                    |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
+                    &|k, p, g, s| {
+                        let d = if wd == 0.0 {
+                            g.clone()
+                        } else {
+                            flat(k, BinaryOp::Add, g, &k.scale(p, wd)?)?
+                        };
+                        let b = match s.first_mut() {
+                            None => d,
+                            Some(b) => {
+                                *b = if fresh {
+                                    d
+                                } else {
+                                    flat(k, BinaryOp::Add, &k.scale(b, mu)?, &d)?
+                                };
+                                b.clone()
+                            }
+                        };
+                        flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)
+                    },
+                )
+            })?;
         }
         Ok(())
     }
@@ -239,6 +426,9 @@ impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
         Sgd::step(self)
     }
+    fn state_tensors(&self) -> Result<Vec<(String, Tensor)>> {
+        named_state(&self.params, &self.state)
+    }
     fn zero_grad(&mut self) {
         Sgd::zero_grad(self);
     }
@@ -260,8 +450,7 @@ pub struct Adam {
     eps: f64,
     weight_decay: f64,
     decoupled: bool,
-    steps: Vec<u32>,
-    moments: Vec<[Option<Buffer>; 2]>,
+    state: Vec<ParamState>,
 }
 
 /// Adam with decoupled weight decay (Loshchilov and Hutter), as PyTorch's `AdamW`: weight decay
@@ -312,6 +501,9 @@ impl Optimizer for AdamW {
     fn step(&mut self) -> Result<()> {
         self.0.step()
     }
+    fn state_tensors(&self) -> Result<Vec<(String, Tensor)>> {
+        self.0.state_tensors()
+    }
     fn zero_grad(&mut self) {
         self.0.zero_grad();
     }
@@ -327,8 +519,10 @@ impl Adam {
     /// Adam over `params` with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
         Adam {
-            steps: vec![0; params.len()],
-            moments: vec![[None, None]; params.len()],
+            state: params
+                .iter()
+                .map(|_| ParamState::new(&["exp_avg", "exp_avg_sq"]))
+                .collect(),
             params,
             lr,
             betas: (0.9, 0.999),
@@ -369,12 +563,7 @@ impl Adam {
             wd: self.weight_decay,
             decoupled: self.decoupled,
         };
-        for ((p, t), m) in self
-            .params
-            .iter()
-            .zip(&mut self.steps)
-            .zip(&mut self.moments)
-        {
+        for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
             if p.sbp().is_some_and(|s| s.has_partial()) {
                 return Err(Error::InvalidArgument {
@@ -386,16 +575,19 @@ impl Adam {
                     ),
                 });
             }
-            *t += 1;
-            let step = *t;
-            update_component(
-                p,
-                &g,
-                m,
-                |p, g, s| adam(p, g, s, &h, step),
-                |p, g, s| adam(p, g, s, &h, step),
-                &|k, p, g, s| adam_on_device(k, p, g, s, &h, step),
-            )?;
+            let (step, moments) = st.tensors(p)?;
+            let Some(n) = bump_step(&step)? else { continue };
+            let step = u32::try_from(n).unwrap_or(u32::MAX);
+            with_buffers(&moments, |m| {
+                update_component(
+                    p,
+                    &g,
+                    m,
+                    |p, g, s| adam(p, g, s, &h, step),
+                    |p, g, s| adam(p, g, s, &h, step),
+                    &|k, p, g, s| adam_on_device(k, p, g, s, &h, step),
+                )
+            })?;
         }
         Ok(())
     }
@@ -470,6 +662,9 @@ fn adam_on_device(
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         Adam::step(self)
+    }
+    fn state_tensors(&self) -> Result<Vec<(String, Tensor)>> {
+        named_state(&self.params, &self.state)
     }
     fn zero_grad(&mut self) {
         Adam::zero_grad(self);

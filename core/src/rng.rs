@@ -2,6 +2,39 @@
 //! (key, counter), so a global tensor's element can be computed by whichever rank holds it: the
 //! same seed gives the same global tensor on any number of ranks, under any SBP.
 
+/// The global random generator's whole state: the seed and how many random tensors were
+/// made since seeding. Saving it with a checkpoint and restoring it with [`set_rng_state`]
+/// makes a resumed run draw the same data, dropout masks and initialisations as an unbroken
+/// one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RngState {
+    /// The seed set by `manual_seed`.
+    pub seed: u64,
+    /// How many random tensors have been made since the last seeding.
+    pub counter: u64,
+}
+
+/// The current env's random generator state (this rank's; every rank has the same after the
+/// same global operations).
+///
+/// ```
+/// gflow_core::manual_seed(3);
+/// let s = gflow_core::rng::rng_state();
+/// let a = gflow_core::Tensor::randn(&[4], gflow_core::Device::Cpu)?.to_vec::<f32>()?;
+/// gflow_core::rng::set_rng_state(s);
+/// let b = gflow_core::Tensor::randn(&[4], gflow_core::Device::Cpu)?.to_vec::<f32>()?;
+/// assert_eq!(a, b);
+/// # Ok::<(), gflow_core::Error>(())
+/// ```
+pub fn rng_state() -> RngState {
+    crate::env::current().rng_state()
+}
+
+/// Restores the current env's random generator to `state` (from [`rng_state`]).
+pub fn set_rng_state(state: RngState) {
+    crate::env::current().set_rng_state(state);
+}
+
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
 const W0: u32 = 0x9E37_79B9;

@@ -101,6 +101,12 @@ impl Module for Linear {
             .collect()
     }
 
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        std::iter::once(("weight".to_string(), self.weight.clone()))
+            .chain(self.bias.clone().map(|b| ("bias".to_string(), b)))
+            .collect()
+    }
+
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.weight = f(&self.weight)?;
         if let Some(b) = &self.bias {
@@ -193,6 +199,10 @@ impl Module for Embedding {
         vec![self.weight.clone()]
     }
 
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.weight = f(&self.weight)?;
         Ok(())
@@ -257,6 +267,13 @@ impl Module for LayerNorm {
 
     fn parameters(&self) -> Vec<Tensor> {
         vec![self.weight.clone(), self.bias.clone()]
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("weight".into(), self.weight.clone()),
+            ("bias".into(), self.bias.clone()),
+        ]
     }
 
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {

@@ -14,6 +14,7 @@ pub use norm::RMSNorm;
 use crate::error::Result;
 use crate::placement::Placement;
 use crate::sbp::NdSbp;
+use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// A layer or model.
@@ -27,8 +28,9 @@ pub trait Module: Send + Sync {
     /// Handles to the module's own parameters (not copies), in a fixed order.
     fn parameters(&self) -> Vec<Tensor>;
 
-    /// Replaces every parameter with `f(parameter)`, in [`Module::parameters`] order (used by
-    /// [`Module::to_global`] and [`Module::to_local`]). Modules without parameters need not
+    /// Replaces every parameter with `f(parameter)`, in [`Module::parameters`] order (a new
+    /// tensor in each field; [`Module::to_global`] converts in place instead, so handles held
+    /// elsewhere follow). Modules without parameters need not
     /// implement it; the default refuses when there are parameters to replace.
     ///
     /// # Errors
@@ -42,10 +44,22 @@ pub trait Module: Send + Sync {
             Err(crate::Error::InvalidArgument {
                 op: "Module::map_parameters",
                 reason: "this module has parameters but does not implement map_parameters, \
-                         which to_global and to_local need"
+                         which this call needs"
                     .into(),
             })
         }
+    }
+
+    /// Handles to the module's parameters with dotted names: field names in layers
+    /// (`"weight"`, `"bias"`), positions in a [`Sequential`] (`"0.weight"`). The default names
+    /// [`Module::parameters`] by position (`"0"`, `"1"`, ...); a module with fields should name
+    /// them, as checkpoints key parameters by these names.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.parameters()
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (i.to_string(), t))
+            .collect()
     }
 
     /// Switches training behaviour (dropout) on or off; on by default.
@@ -53,30 +67,104 @@ pub trait Module: Send + Sync {
 
     /// This module with every parameter converted to a global tensor on `placement` with
     /// `sbp` (see [`Tensor::to_global`]); parameters stay leaves that require gradients.
+    /// Conversion is in place ([`Tensor::become_tensor`]): handles taken before it, such as an
+    /// optimizer's, see the converted parameters.
     ///
     /// # Errors
     /// Errors of [`Tensor::to_global`].
-    fn to_global(mut self, placement: &Placement, sbp: impl Into<NdSbp>) -> Result<Self>
+    fn to_global(self, placement: &Placement, sbp: impl Into<NdSbp>) -> Result<Self>
     where
         Self: Sized,
     {
         let sbp = sbp.into();
-        self.map_parameters(&mut |t| as_parameter(t, |t| t.to_global(placement, sbp.clone())))?;
+        self.to_global_with(placement, |_, _| sbp.clone())
+    }
+
+    /// This module with each parameter converted to a global tensor on `placement` with the
+    /// SBP `layout(name, shape)` gives it (names as [`Module::named_parameters`], the shape the
+    /// parameter's current one): tensor parallelism or FSDP in one call. In place, as
+    /// [`Module::to_global`].
+    ///
+    /// ```
+    /// use gflow_core::nn::{Linear, Module};
+    /// use gflow_core::{simulate, Placement, Sbp};
+    /// let sbps = simulate(2, |_env| {
+    ///     let p = Placement::new("cpu", [0, 1])?;
+    ///     let layer = Linear::new(4, 6, true)?.to_global_with(&p, |name, _shape| {
+    ///         if name == "weight" { Sbp::split(0).into() } else { Sbp::broadcast().into() }
+    ///     })?;
+    ///     Ok(layer.weight().sbp().map(ToString::to_string))
+    /// })?;
+    /// assert_eq!(sbps[0].as_deref(), Some("(split(dim=0),)"));
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Errors of [`Tensor::to_global`] (e.g. an SBP that does not fit the placement).
+    fn to_global_with(
+        self,
+        placement: &Placement,
+        layout: impl Fn(&str, &[usize]) -> NdSbp,
+    ) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        convert_in_place(&self, |name, t| {
+            t.to_global(placement, layout(name, t.shape()))
+        })?;
         Ok(self)
     }
 
     /// This module with every parameter replaced by this rank's component (see
-    /// [`Tensor::to_local`]).
+    /// [`Tensor::to_local`]), in place as [`Module::to_global`].
     ///
     /// # Errors
     /// `NotInPlacement` on a rank outside a parameter's placement.
-    fn to_local(mut self) -> Result<Self>
+    fn to_local(self) -> Result<Self>
     where
         Self: Sized,
     {
-        self.map_parameters(&mut |t| as_parameter(t, Tensor::to_local))?;
+        convert_in_place(&self, |_, t| t.to_local())?;
         Ok(self)
     }
+
+    /// The parameters as a [`StateDict`], keyed by [`Module::named_parameters`]: handles, so
+    /// [`Module::load_state_dict`] or a checkpoint load into it fills this module.
+    fn state_dict(&self) -> StateDict {
+        let mut sd = StateDict::new();
+        sd.insert_module("", self);
+        sd
+    }
+
+    /// Copies every parameter's value from the tensor of the same name in `sd` (any layout:
+    /// converted to the parameter's), in place. Collective for global parameters.
+    ///
+    /// # Errors
+    /// `Checkpoint` for a name `sd` lacks or a tensor of another shape or dtype; errors of
+    /// the conversion.
+    fn load_state_dict(&self, sd: &StateDict) -> Result<()> {
+        self.named_parameters()
+            .iter()
+            .try_for_each(|(name, p)| crate::state_dict::copy_from(sd, name, p))
+    }
+}
+
+/// Converts each distinct parameter of `m` with `f(name, parameter)` and makes the parameter
+/// that result in place, a leaf requiring gradients as before.
+fn convert_in_place(
+    m: &(impl Module + ?Sized),
+    mut f: impl FnMut(&str, &Tensor) -> Result<Tensor>,
+) -> Result<()> {
+    let mut done: Vec<Tensor> = vec![];
+    for (name, p) in m.named_parameters() {
+        if done.iter().any(|d| d.same_as(&p)) {
+            continue;
+        }
+        let new = as_parameter(&p, |t| f(&name, t))?;
+        p.become_tensor(&new)?;
+        done.push(p);
+    }
+    Ok(())
 }
 
 /// `f(t)` as a new leaf parameter (unrecorded), requiring a gradient when `t` did.
@@ -136,6 +224,18 @@ impl Module for Sequential {
 
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.layers.iter_mut().try_for_each(|m| m.map_parameters(f))
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                m.named_parameters()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("{i}.{n}"), t))
+            })
+            .collect()
     }
 
     fn set_training(&self, training: bool) {

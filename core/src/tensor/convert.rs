@@ -70,7 +70,7 @@ impl Tensor {
             return self.to_global(&dist.placement, dist.nd_sbp.clone());
         };
         let (shape, dtype) = (self.shape().to_vec(), self.dtype());
-        let data = match std::sync::Arc::try_unwrap(self.0) {
+        let data = match self.0.try_unwrap() {
             Err(shared) => return Tensor(shared).to_global(&dist.placement, dist.nd_sbp.clone()),
             Ok(imp) => imp
                 .data
@@ -172,7 +172,7 @@ impl Tensor {
                 placement: dist.placement.to_string(),
             });
         };
-        let local = Tensor(std::sync::Arc::new(super::TensorImpl::new(
+        let local = Tensor(super::Handle::new(super::TensorImpl::new(
             region_shape(&dist.region_of_index(self.shape(), i)),
             self.dtype(),
             super::Kind::Local(self.device()),

@@ -12,7 +12,7 @@ mod display;
 pub use create::{IntoTarget, Target};
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::autograd::GradFn;
 
@@ -100,6 +100,8 @@ struct TensorImpl {
     grad: Mutex<Option<Tensor>>,
     /// How this tensor was computed, for the backward pass.
     grad_fn: Mutex<GradFn>,
+    /// The tensor this one became by [`Tensor::become_tensor`]: every handle reads through it.
+    next: OnceLock<Tensor>,
 }
 
 impl TensorImpl {
@@ -112,17 +114,49 @@ impl TensorImpl {
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
             grad_fn: Mutex::new(GradFn::Leaf),
+            next: OnceLock::new(),
         }
     }
 }
 
 /// A local or global tensor.
 #[derive(Clone, Debug)]
-pub struct Tensor(Arc<TensorImpl>);
+pub struct Tensor(Handle);
+
+/// A shared tensor that follows in-place conversions: it dereferences to the last tensor of
+/// its `next` chain (usually itself), so every handle sees a parameter converted by
+/// `Module::to_global` in place.
+#[derive(Clone, Debug)]
+struct Handle(Arc<TensorImpl>);
+
+impl std::ops::Deref for Handle {
+    type Target = TensorImpl;
+    fn deref(&self) -> &TensorImpl {
+        let mut t = &*self.0;
+        while let Some(n) = t.next.get() {
+            t = &n.0.0;
+        }
+        t
+    }
+}
+
+impl Handle {
+    fn new(imp: TensorImpl) -> Handle {
+        Handle(Arc::new(imp))
+    }
+
+    /// The tensor's parts when this is its only handle and it was never converted in place.
+    fn try_unwrap(self) -> std::result::Result<TensorImpl, Handle> {
+        if self.0.next.get().is_some() {
+            return Err(self);
+        }
+        Arc::try_unwrap(self.0).map_err(Handle)
+    }
+}
 
 impl Tensor {
     fn local_from(data: Buffer, shape: Vec<usize>, device: Device) -> Tensor {
-        Tensor(Arc::new(TensorImpl::new(
+        Tensor(Handle::new(TensorImpl::new(
             shape,
             data.dtype(),
             Kind::Local(device),
@@ -131,7 +165,7 @@ impl Tensor {
     }
 
     fn global_from(data: Option<Buffer>, shape: Vec<usize>, dtype: DType, dist: Dist) -> Tensor {
-        Tensor(Arc::new(TensorImpl::new(
+        Tensor(Handle::new(TensorImpl::new(
             shape,
             dtype,
             Kind::Global(dist),
@@ -273,7 +307,7 @@ impl Tensor {
 
     /// Whether two handles refer to the same tensor.
     pub fn same_as(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        std::ptr::eq::<TensorImpl>(&*self.0, &*other.0)
     }
 
     /// A new handle with the same shape, layout and storage but no autograd history: it does not
@@ -283,7 +317,7 @@ impl Tensor {
             Kind::Local(d) => Kind::Local(*d),
             Kind::Global(d) => Kind::Global(d.clone()),
         };
-        Tensor(Arc::new(TensorImpl::new(
+        Tensor(Handle::new(TensorImpl::new(
             self.0.shape.clone(),
             self.0.dtype,
             kind,
@@ -329,6 +363,42 @@ impl Tensor {
 
     /// A key naming this tensor (not its storage) while it lives.
     pub(crate) fn key(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
+        std::ptr::from_ref::<TensorImpl>(&*self.0) as usize
+    }
+
+    /// Makes this tensor `new` for every handle, in place: shape, dtype, layout, data, gradient
+    /// and autograd state are from then on `new`'s (as PyTorch's `param.data = ...`). What
+    /// `Module::to_global` uses so that optimizers built before the conversion update the
+    /// converted parameters. This tensor's own data is freed when no other handle shares it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when `new` is this tensor or already follows it (a cycle).
+    pub fn become_tensor(&self, new: &Tensor) -> Result<()> {
+        let mut t = &*new.0;
+        loop {
+            if std::ptr::eq(t, &*self.0) {
+                return Err(Error::InvalidArgument {
+                    op: "Tensor::become_tensor",
+                    reason: "a tensor cannot become itself or a tensor that follows it".into(),
+                });
+            }
+            match t.next.get() {
+                Some(n) => t = &n.0.0,
+                None => break,
+            }
+        }
+        let old: &TensorImpl = &self.0;
+        if old.next.set(new.clone()).is_err() {
+            return Err(Error::Internal(
+                "a tensor's forward link was set twice".into(),
+            ));
+        }
+        if let Some(d) = &old.data
+            && Arc::strong_count(d) == 1
+        {
+            let mut w = d.write().unwrap_or_else(|p| p.into_inner());
+            *w = crate::storage::HostData::filled(old.dtype, 0, 0.0).into();
+        }
+        Ok(())
     }
 }
