@@ -32,4 +32,6 @@ echo "== cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== python: build the package into a venv (dev profile, in target/) and run pytest"
+./python/ci.sh
 echo "== all checks passed"
