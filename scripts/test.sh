@@ -63,4 +63,6 @@ for target in aarch64-apple-darwin x86_64-pc-windows-gnu; do
     echo "!!! cannot install the $target target: that build is NOT checked !!!"
   fi
 done
+echo "== python: build the package into a venv (dev profile, in target/) and run pytest"
+./python/ci.sh
 echo "== all checks passed"

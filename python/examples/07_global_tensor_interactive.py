@@ -1,0 +1,26 @@
+# Seed 002, "Global Tensor" (the interactive session, printed). Run with 2 processes.
+import gflow as flow
+placement = flow.placement("cpu", [0,1])
+sbp = flow.sbp.split(0)
+x = flow.randn(4,5,placement=placement, sbp=sbp)
+print(x.shape)
+print(x.to_local())
+x = flow.randn(2,5)
+placement = flow.placement("cpu", [0,1])
+sbp = flow.sbp.split(0)
+x_global = x.to_global(placement=placement, sbp=sbp)
+print(x_global.shape)
+# Data parallelism
+placement = flow.placement("cpu", [0,1])
+x = flow.randn(4,5,placement=placement, sbp=flow.sbp.split(0))
+w = flow.randn(5,8,placement=placement, sbp=flow.sbp.broadcast)
+y = flow.matmul(x,w)
+print(y.sbp)
+print(y.shape)
+# Model parallelism
+placement = flow.placement("cpu", [0,1])
+x = flow.randn(4,5,placement=placement, sbp=flow.sbp.broadcast)
+w = flow.randn(5,8,placement=placement, sbp=flow.sbp.split(1))
+y = flow.matmul(x,w)
+print(y.sbp)
+print(y.shape)

@@ -1,0 +1,107 @@
+"""gflow: OneFlow's global tensors over many processes, ``import gflow as flow``.
+
+A global tensor has a placement (a device type and an array of ranks) and an SBP per placement
+axis (``flow.sbp.split(d)``, ``flow.sbp.broadcast``, ``flow.sbp.partial_sum``); gflow moves data
+between layouts itself. Importing gflow joins the job named by the environment (``MASTER_ADDR``,
+``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, as set by
+``python -m gflow.distributed.launch``); without them the world is this one process.
+
+>>> import gflow as flow
+>>> p = flow.placement("cpu", [0])
+>>> x = flow.randn(4, 5, placement=p, sbp=flow.sbp.split(0))
+>>> x.shape
+flow.Size([4, 5])
+>>> x.sbp
+(flow.sbp.split(dim=0),)
+"""
+
+import functools as _functools
+
+from . import _gflow
+from ._gflow import (
+    Tensor,
+    placement,
+    dtype,
+    float32,
+    float,
+    float64,
+    double,
+    int64,
+    long,
+    randn,
+    rand,
+    zeros,
+    ones,
+    full,
+    arange,
+    tensor,
+    cat,
+    manual_seed,
+    is_grad_enabled,
+    Error,
+    PlacementError,
+    SbpError,
+    ShapeError,
+    DTypeError,
+    DeviceError,
+    CommunicationError,
+    EnvironmentError,
+    CheckpointError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+)
+from ._pyapi import Size, device
+
+_gflow.init()
+
+from . import sbp, env, nn, optim, distributed  # noqa: E402  (after joining the job)
+
+
+class no_grad:
+    """``with flow.no_grad():`` (or ``@flow.no_grad()``): operations inside are not recorded
+    for autograd."""
+
+    def __enter__(self):
+        self._inner = _gflow.no_grad()
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def __call__(self, f):
+        @_functools.wraps(f)
+        def wrapped(*args, **kwargs):
+            with no_grad():
+                return f(*args, **kwargs)
+
+        return wrapped
+
+
+def matmul(a, b):
+    """The matrix product ``a @ b`` (2-D and batched), local or global."""
+    return a.matmul(b)
+
+
+def from_numpy(array):
+    """A tensor holding ``array`` (its dtype kept: float32, float64, int64)."""
+    return tensor(array)
+
+
+def _method(name):
+    def f(x, *args, **kwargs):
+        return getattr(x, name)(*args, **kwargs)
+
+    f.__name__ = name
+    f.__doc__ = f"``flow.{name}(x, ...)`` is ``x.{name}(...)``."
+    return f
+
+
+for _name in (
+    "add sub mul div neg exp log sqrt square relu gelu sigmoid tanh sum mean amax max "
+    "softmax log_softmax reshape transpose narrow flatten squeeze unsqueeze"
+).split():
+    globals()[_name] = _method(_name)
+del _name
+
+__all__ = [n for n in dir() if not n.startswith("_")]

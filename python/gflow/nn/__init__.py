@@ -1,0 +1,257 @@
+"""Neural-network modules, as OneFlow's and PyTorch's: ``import gflow.nn as nn``.
+
+A module holds parameters (``nn.Parameter``, tensors that require gradients) and sub-modules;
+calling it runs ``forward``. ``module.to_global(placement=, sbp=)`` converts every parameter in
+place (optimizers built before follow it), which is how a model is spread over ranks.
+"""
+
+from collections import OrderedDict
+
+from .. import _gflow
+from .._gflow import Tensor
+from . import functional
+
+__all__ = [
+    "Module", "Parameter", "Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+    "Identity", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
+    "functional",
+]
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's parameter: it requires a gradient unless told otherwise."""
+
+    def __new__(cls, data, requires_grad=True):
+        return Tensor.__new__(cls, data, requires_grad=requires_grad)
+
+    def __init__(self, data, requires_grad=True):
+        pass
+
+
+class Module:
+    """Base class of modules: assign parameters and sub-modules as attributes, write
+    ``forward``."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("call super().__init__() before assigning attributes of a Module")
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_parameters(self, prefix=""):
+        """``(dotted name, parameter)`` pairs: ``"0.weight"`` in a Sequential."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                yield prefix + name, p
+        for name, m in self._modules.items():
+            yield from m.named_parameters(prefix + name + ".")
+
+    def parameters(self):
+        """The parameters of this module and its sub-modules, in order."""
+        return [p for _, p in self.named_parameters()]
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def children(self):
+        return list(self._modules.values())
+
+    def state_dict(self):
+        """Parameter name to tensor (detached handles on the parameters' storage)."""
+        return OrderedDict((n, p.detach()) for n, p in self.named_parameters())
+
+    def to_global(self, placement=None, sbp=None):
+        """Converts every parameter to ``placement`` and ``sbp`` in place; returns the module."""
+        with _gflow.no_grad():
+            for p in self.parameters():
+                p.data = p.to_global(placement=placement, sbp=sbp)
+        return self
+
+    def to_local(self):
+        """Every parameter back to this rank's component; returns the module."""
+        with _gflow.no_grad():
+            for p in self.parameters():
+                p.data = p.to_local()
+        return self
+
+    def train(self, mode=True):
+        for _, m in self.named_modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad = None
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"  ({n}): " + repr(m).replace("\n", "\n  ") for n, m in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``; weight (out, in) and bias (out) start as PyTorch's do
+    (uniform in ±1/sqrt(in), from gflow's generator: ``flow.manual_seed`` makes them
+    reproducible)."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        w, b = _gflow.linear_init(in_features, out_features, bias)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(w)
+        self.bias = Parameter(b) if b is not None else None
+
+    def forward(self, x):
+        return _gflow.linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+def _activation(name, method, doc):
+    def forward(self, x):
+        return getattr(x, method)()
+
+    return type(name, (Module,), {"forward": forward, "__doc__": doc})
+
+
+ReLU = _activation("ReLU", "relu", "``max(x, 0)``.")
+GELU = _activation("GELU", "gelu", "GELU (tanh form).")
+Sigmoid = _activation("Sigmoid", "sigmoid", "Logistic sigmoid.")
+Tanh = _activation("Tanh", "tanh", "Hyperbolic tangent.")
+
+
+class Identity(Module):
+    """Returns its input."""
+
+    def forward(self, x):
+        return x
+
+
+class Softmax(Module):
+    """Softmax over ``dim``."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return x.softmax(self.dim)
+
+
+class LogSoftmax(Softmax):
+    """Log-softmax over ``dim``."""
+
+    def forward(self, x):
+        return x.log_softmax(self.dim)
+
+
+class Flatten(Module):
+    """Dims ``start_dim..=end_dim`` merged."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Sequential(Module):
+    """Modules applied in order; parameters named ``"0.weight"``, ``"2.bias"``, ..."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            modules = modules[0].items()
+        else:
+            modules = ((str(i), m) for i, m in enumerate(modules))
+        for name, m in modules:
+            setattr(self, name, m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleList(Module):
+    """A list of sub-modules (registered, so their parameters are the list's)."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m):
+        setattr(self, str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class Embedding(Module):
+    """A table of ``num_embeddings`` rows of ``embedding_dim`` (standard normal start); calling it
+    with int64 indices gives their rows."""
+
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self.weight = Parameter(_gflow.randn(num_embeddings, embedding_dim))
+
+    def forward(self, indices):
+        return _gflow.embedding(indices, self.weight)
+
+
+class MSELoss(Module):
+    """Mean squared error over all elements."""
+
+    def forward(self, input, target):
+        return _gflow.mse_loss(input, target)
+
+
+class CrossEntropyLoss(Module):
+    """Cross entropy of logits against class indices, mean over the batch."""
+
+    def forward(self, input, target):
+        return _gflow.cross_entropy(input, target)

@@ -1,0 +1,43 @@
+"""Functional forms: ``flow.nn.functional.relu(x)``, ``linear``, ``mse_loss``, ``cross_entropy``,
+``softmax``, ... (gflow's own operators, so results match the Rust API's)."""
+
+from .. import _gflow
+
+linear = _gflow.linear
+mse_loss = _gflow.mse_loss
+cross_entropy = _gflow.cross_entropy
+
+
+def embedding(input, weight):
+    """Rows of ``weight`` picked by the int64 ``input``."""
+    return _gflow.embedding(input, weight)
+
+
+def relu(x):
+    return x.relu()
+
+
+def gelu(x):
+    return x.gelu()
+
+
+def sigmoid(x):
+    return x.sigmoid()
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+
+
+def log_softmax(x, dim=-1):
+    return x.log_softmax(dim)
+
+
+__all__ = [
+    "linear", "mse_loss", "cross_entropy", "embedding", "relu", "gelu", "sigmoid", "tanh",
+    "softmax", "log_softmax",
+]

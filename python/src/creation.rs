@@ -1,0 +1,222 @@
+//! Creating tensors: `flow.randn(*shape, placement=, sbp=)`, `zeros`, `ones`, `full`,
+//! `arange`, `tensor(data)`, `from_numpy(array)`. Without a placement the tensor is local, on
+//! this process's CPU.
+
+use gflow::{DType, Device, Target, Tensor};
+use numpy::{PyArrayDyn, PyArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::layout::{PyPlacement, parse_sbp};
+use crate::tensor::{PyDType, PyTensor, op, run};
+
+/// A shape given as `f(2, 3)` or `f((2, 3))` / `f([2, 3])` / `f(flow.Size(...))`.
+pub fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
+    if args.len() == 1 {
+        let a = args.get_item(0)?;
+        if a.extract::<usize>().is_err() {
+            return a.extract::<Vec<usize>>().map_err(|_| {
+                PyTypeError::new_err("a shape is non-negative integers, or one sequence of them")
+            });
+        }
+    }
+    args.extract::<Vec<usize>>().map_err(|_| {
+        PyTypeError::new_err("a shape is non-negative integers, or one sequence of them")
+    })
+}
+
+/// Where a new tensor goes: local on `device` (the CPU by default), or global with `placement`
+/// and `sbp` (broadcast on every axis when left out).
+pub fn target(
+    placement: Option<&PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&str>,
+) -> PyResult<Target> {
+    match (placement, sbp) {
+        (Some(p), s) => {
+            let sbp = match s {
+                Some(s) => parse_sbp(s)?,
+                None => gflow::NdSbp::broadcast(p.inner.ndim()),
+            };
+            Ok(Target::Global(p.inner.clone(), sbp))
+        }
+        (None, Some(_)) => Err(PyValueError::new_err("sbp= needs placement= as well")),
+        (None, None) => Ok(Target::Local(parse_device(device.unwrap_or("cpu"))?)),
+    }
+}
+
+fn parse_device(name: &str) -> PyResult<Device> {
+    let kind = name.split(':').next().unwrap_or(name);
+    match kind {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda),
+        "wgpu" => Ok(Device::Wgpu),
+        _ => Err(crate::error::to_py(gflow::Error::UnknownDeviceType {
+            name: name.into(),
+        })),
+    }
+}
+
+/// A tensor holding `data` (a NumPy array, nested lists, a scalar): NumPy arrays keep their
+/// dtype (int64 stays int64; other integers become int64, float16 float32); Python floats
+/// become float32 and Python integers int64, as in PyTorch. `dtype` converts.
+pub fn from_data(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<DType>,
+    placement: Option<&PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
+    let np = py.import("numpy")?;
+    let is_array = data.is_instance(&np.getattr("ndarray")?)?;
+    let mut arr = np.call_method1("ascontiguousarray", (data,))?;
+    let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
+    let natural = match (kind.as_str(), is_array) {
+        ("f", true)
+            if arr
+                .getattr("dtype")?
+                .getattr("itemsize")?
+                .extract::<usize>()?
+                == 8 =>
+        {
+            DType::F64
+        }
+        ("f", _) => DType::F32,
+        ("i" | "u" | "b", _) => DType::I64,
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "cannot make a tensor of NumPy kind {kind:?} (from {})",
+                data.get_type().name()?
+            )));
+        }
+    };
+    let want = dtype.unwrap_or(natural);
+    let np_name = PyDType { inner: want }.name();
+    arr = arr.call_method1("astype", (np_name,))?;
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let target = target(placement, sbp, None)?;
+    let global = matches!(target, Target::Global(..));
+    macro_rules! build {
+        ($t:ty) => {{
+            let a = arr.cast::<PyArrayDyn<$t>>()?;
+            let v: Vec<$t> = a.to_vec()?;
+            run(py, global, move || Tensor::from_vec(v, &shape, target))
+        }};
+    }
+    match want {
+        DType::F64 => build!(f64),
+        DType::I64 => build!(i64),
+        _ => build!(f32),
+    }
+}
+
+/// Keyword arguments shared by the creation functions.
+macro_rules! creator {
+    ($(#[$doc:meta])* $name:ident, |$shape:ident, $dtype:ident, $target:ident| $body:expr) => {
+        $(#[$doc])*
+        #[pyfunction]
+        #[pyo3(signature = (*size, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+        pub fn $name(
+            py: Python<'_>,
+            size: &Bound<'_, PyTuple>,
+            dtype: Option<PyDType>,
+            placement: Option<PyPlacement>,
+            sbp: Option<&Bound<'_, PyAny>>,
+            device: Option<&str>,
+            requires_grad: bool,
+        ) -> PyResult<PyTensor> {
+            let $shape = shape_args(size)?;
+            let $dtype = dtype.map_or(DType::F32, |d| d.inner);
+            let $target = target(placement.as_ref(), sbp, device)?;
+            let global = matches!($target, Target::Global(..));
+            let t = op(py, global, move || $body)?;
+            t.get().set_requires_grad(requires_grad);
+            Ok(t)
+        }
+    };
+}
+
+creator!(
+    /// Standard normal values. Global: placement-invariant (the values depend on the seed and the
+    /// index only, not on the placement or SBP).
+    randn, |s, d, t| Tensor::randn_dtype(&s, d, t)
+);
+creator!(
+    /// Uniform values in [0, 1).
+    rand, |s, d, t| Tensor::rand_dtype(&s, d, t)
+);
+creator!(
+    /// Zeros.
+    zeros, |s, d, t| Tensor::full_dtype(&s, 0.0, d, t)
+);
+creator!(
+    /// Ones.
+    ones, |s, d, t| Tensor::full_dtype(&s, 1.0, d, t)
+);
+
+/// A tensor of `size` filled with `value`.
+#[pyfunction]
+#[pyo3(signature = (size, value, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[allow(clippy::too_many_arguments)]
+pub fn full(
+    py: Python<'_>,
+    size: Vec<usize>,
+    value: f64,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&str>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    let dtype = dtype.map_or(DType::F32, |d| d.inner);
+    let target = target(placement.as_ref(), sbp, device)?;
+    let global = matches!(target, Target::Global(..));
+    let t = op(py, global, move || {
+        Tensor::full_dtype(&size, value, dtype, target)
+    })?;
+    t.get().set_requires_grad(requires_grad);
+    Ok(t)
+}
+
+/// `0, 1, ..., n - 1` (int64 unless `dtype` says otherwise).
+#[pyfunction]
+#[pyo3(signature = (n, dtype = None, placement = None, sbp = None, device = None))]
+pub fn arange(
+    py: Python<'_>,
+    n: usize,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&str>,
+) -> PyResult<PyTensor> {
+    let dtype = dtype.map_or(DType::I64, |d| d.inner);
+    let target = target(placement.as_ref(), sbp, device)?;
+    let global = matches!(target, Target::Global(..));
+    op(py, global, move || Tensor::arange_dtype(n, dtype, target))
+}
+
+/// `flow.tensor(data)`: a tensor holding a copy of `data` (NumPy array, lists, scalar, tensor).
+#[pyfunction]
+#[pyo3(signature = (data, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+pub fn tensor(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&str>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    if device.is_some_and(|d| !d.starts_with("cpu")) {
+        return Err(PyValueError::new_err(
+            "flow.tensor(data, device=...) supports the CPU; use placement= for other devices",
+        ));
+    }
+    let data = match data.cast::<PyTensor>() {
+        Ok(t) => crate::tensor::to_numpy(py, &t.get().get())?,
+        Err(_) => data.clone(),
+    };
+    let t = from_data(py, &data, dtype.map(|d| d.inner), placement.as_ref(), sbp)?;
+    Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
+}

@@ -1,0 +1,189 @@
+//! What `flow.nn` and `flow.optim` need from Rust: the functional forms of gflow's layers and
+//! losses (so Python modules compute exactly as gflow's), gflow's parameter initialisation, and
+//! its optimizers. Modules themselves are Python classes (`gflow/nn`), as in OneFlow.
+
+use std::sync::Mutex;
+
+use gflow::Tensor;
+use gflow::optim::{Adam, AdamW, Optimizer, Sgd};
+use pyo3::prelude::*;
+
+use crate::tensor::{PyTensor, op, run};
+
+/// `x @ weight.T + bias` (weight (out, in), bias (out)), as `gflow::nn::Linear`.
+#[pyfunction]
+#[pyo3(signature = (x, weight, bias = None))]
+pub fn linear(
+    py: Python<'_>,
+    x: &PyTensor,
+    weight: &PyTensor,
+    bias: Option<&PyTensor>,
+) -> PyResult<PyTensor> {
+    let (x, w, b) = (x.get(), weight.get(), bias.map(PyTensor::get));
+    let global = x.is_global() || w.is_global();
+    op(py, global, move || {
+        let flat = x.ndim() == 1;
+        let x2 = if flat {
+            x.reshape(&[1, x.shape()[0]])?
+        } else {
+            x
+        };
+        let y = x2.matmul_nt(&w)?;
+        let y = match &b {
+            Some(b) => y.add(b)?,
+            None => y,
+        };
+        if flat {
+            y.reshape(&[w.shape()[0]])
+        } else {
+            Ok(y)
+        }
+    })
+}
+
+/// Mean squared error over all elements.
+#[pyfunction]
+pub fn mse_loss(py: Python<'_>, input: &PyTensor, target: &PyTensor) -> PyResult<PyTensor> {
+    let (a, b) = (input.get(), target.get());
+    op(py, a.is_global(), move || {
+        gflow::nn::functional::mse_loss(&a, &b)
+    })
+}
+
+/// Cross entropy of logits (N, C) against int64 class indices (N), mean over the batch.
+#[pyfunction]
+pub fn cross_entropy(py: Python<'_>, input: &PyTensor, target: &PyTensor) -> PyResult<PyTensor> {
+    let (a, b) = (input.get(), target.get());
+    op(py, a.is_global(), move || {
+        gflow::nn::functional::cross_entropy(&a, &b)
+    })
+}
+
+/// The rows of a 2-D `weight` picked by int64 `indices` (an embedding lookup).
+#[pyfunction]
+pub fn embedding(py: Python<'_>, indices: &PyTensor, weight: &PyTensor) -> PyResult<PyTensor> {
+    let (i, w) = (indices.get(), weight.get());
+    op(py, w.is_global(), move || w.gather_rows(&i))
+}
+
+/// gflow's initial `Linear` parameters (PyTorch's scheme from gflow's generator): weight
+/// (out, in) and bias (out) when `bias`.
+#[pyfunction]
+pub fn linear_init(
+    py: Python<'_>,
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+) -> PyResult<(PyTensor, Option<PyTensor>)> {
+    let l = run(py, false, move || {
+        gflow::nn::Linear::new(in_features, out_features, bias)
+    })?;
+    Ok((
+        PyTensor::new(l.weight().clone()),
+        l.bias().cloned().map(PyTensor::new),
+    ))
+}
+
+/// One of gflow's optimizers over parameter handles.
+#[pyclass(name = "Optimizer", module = "gflow._gflow")]
+pub struct PyOptimizer {
+    inner: Mutex<Box<dyn Optimizer + Send>>,
+    global: bool,
+}
+
+fn handles(params: &[PyRef<'_, PyTensor>]) -> Vec<Tensor> {
+    params.iter().map(|p| p.get()).collect()
+}
+
+#[pymethods]
+impl PyOptimizer {
+    /// SGD (`momentum`, `weight_decay` as PyTorch's).
+    #[staticmethod]
+    #[pyo3(signature = (params, lr, momentum = 0.0, weight_decay = 0.0))]
+    fn sgd(params: Vec<PyRef<'_, PyTensor>>, lr: f64, momentum: f64, weight_decay: f64) -> Self {
+        let ps = handles(&params);
+        let global = ps.iter().any(Tensor::is_global);
+        PyOptimizer {
+            inner: Mutex::new(Box::new(
+                Sgd::new(ps, lr)
+                    .momentum(momentum)
+                    .weight_decay(weight_decay),
+            )),
+            global,
+        }
+    }
+
+    /// Adam (`betas`, `eps`, `weight_decay` as PyTorch's).
+    #[staticmethod]
+    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0))]
+    fn adam(
+        params: Vec<PyRef<'_, PyTensor>>,
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+    ) -> Self {
+        let ps = handles(&params);
+        let global = ps.iter().any(Tensor::is_global);
+        let opt = Adam::new(ps, lr)
+            .betas(betas.0, betas.1)
+            .eps(eps)
+            .weight_decay(weight_decay);
+        PyOptimizer {
+            inner: Mutex::new(Box::new(opt)),
+            global,
+        }
+    }
+
+    /// AdamW (decoupled weight decay, PyTorch's defaults).
+    #[staticmethod]
+    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.01))]
+    fn adamw(
+        params: Vec<PyRef<'_, PyTensor>>,
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+    ) -> Self {
+        let ps = handles(&params);
+        let global = ps.iter().any(Tensor::is_global);
+        let opt = AdamW::new(ps, lr)
+            .betas(betas.0, betas.1)
+            .eps(eps)
+            .weight_decay(weight_decay);
+        PyOptimizer {
+            inner: Mutex::new(Box::new(opt)),
+            global,
+        }
+    }
+
+    /// Updates every parameter that has a gradient.
+    fn step(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        run(py, self.global, move || {
+            inner.lock().unwrap_or_else(|p| p.into_inner()).step()
+        })
+    }
+
+    /// Clears every parameter's gradient.
+    fn zero_grad(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .zero_grad();
+    }
+
+    /// The learning rate (settable, for schedules).
+    #[getter]
+    fn get_lr(&self) -> f64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).lr()
+    }
+
+    #[setter]
+    fn set_lr(&self, lr: f64) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_lr(lr);
+    }
+}

@@ -1,0 +1,389 @@
+//! The operators of `flow.Tensor`, each one line of a table: a new gflow operator is one more
+//! line here (and in `gflow/_gflow.pyi`). Every operator is polymorphic as in gflow: local
+//! inputs compute locally, global inputs globally (signatures and boxing chosen by gflow).
+
+// pyo3's number-protocol glue (`__add__`, ...) expanded by this file's macro_rules trips
+// edition 2024's unsafe_op_in_unsafe_fn lint inside pyo3's own generated code.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use gflow::{NdSbp, Target, Tensor};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::tensor::{PyTensor, dim, op};
+
+/// Where a scalar operand of `t` goes: `t`'s device, or `t`'s placement, broadcast.
+fn target_like(t: &Tensor) -> Target {
+    match t.placement() {
+        Some(p) => Target::Global(p.clone(), NdSbp::broadcast(p.ndim())),
+        None => Target::Local(t.device()),
+    }
+}
+
+/// The other operand of a binary operator: a tensor, or a Python number made a 0-d tensor like
+/// `like` (so it broadcasts against it).
+fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    if let Ok(t) = other.cast::<PyTensor>() {
+        return Ok(t.get().get());
+    }
+    let v: f64 = other.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "an operand of a tensor must be a tensor or a number, got {}",
+            other
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })?;
+    let (dtype, target) = (like.dtype(), target_like(like));
+    crate::tensor::run(py, like.is_global(), move || {
+        gflow::no_grad(|| Tensor::full_dtype(&[], v, dtype, target))
+    })
+}
+
+fn binary(
+    py: Python<'_>,
+    a: Tensor,
+    b: Tensor,
+    f: impl FnOnce(&Tensor, &Tensor) -> gflow::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
+    let global = a.is_global() || b.is_global();
+    op(py, global, move || f(&a, &b))
+}
+
+/// Tensor-tensor operators taking a tensor or a number: `name => method of gflow::Tensor`;
+/// `reflected` ones take the operands the other way round (`2 - x`).
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $py:ident => $rs:ident $(, reflected $rpy:ident)?;)*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(
+                $(#[$doc])*
+                fn $py(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    let a = self.get();
+                    let b = operand(py, &a, other)?;
+                    binary(py, a, b, |a, b| a.$rs(b))
+                }
+                $(
+                fn $rpy(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    let a = self.get();
+                    let b = operand(py, &a, other)?;
+                    binary(py, b, a, |b, a| b.$rs(a))
+                }
+                )?
+            )*
+        }
+    };
+}
+
+binary_ops! {
+    /// `x + y` (broadcasting).
+    __add__ => add, reflected __radd__;
+    /// `x - y` (broadcasting).
+    __sub__ => sub, reflected __rsub__;
+    /// `x * y` elementwise (broadcasting).
+    __mul__ => mul, reflected __rmul__;
+    /// `x / y` elementwise (broadcasting).
+    __truediv__ => div, reflected __rtruediv__;
+    /// `x @ y`: matrix product (2-D and batched).
+    __matmul__ => matmul, reflected __rmatmul__;
+    /// `x.add(y)`.
+    add => add;
+    /// `x.sub(y)`.
+    sub => sub;
+    /// `x.mul(y)`.
+    mul => mul;
+    /// `x.div(y)`.
+    div => div;
+    /// `x.matmul(y)`: matrix product (2-D and batched).
+    matmul => matmul;
+    /// `x.mm(y)`: matrix product.
+    mm => matmul;
+}
+
+/// Elementwise operators of one tensor: `name => method of gflow::Tensor`.
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $py:ident => $rs:ident;)*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(
+                $(#[$doc])*
+                fn $py(&self, py: Python<'_>) -> PyResult<PyTensor> {
+                    let t = self.get();
+                    op(py, t.is_global(), move || t.$rs())
+                }
+            )*
+        }
+    };
+}
+
+unary_ops! {
+    /// `-x`.
+    __neg__ => neg;
+    /// `-x`.
+    neg => neg;
+    /// `e^x`.
+    exp => exp;
+    /// Natural logarithm.
+    log => log;
+    /// Square root.
+    sqrt => sqrt;
+    /// `x * x`.
+    square => square;
+    /// `max(x, 0)`.
+    relu => relu;
+    /// GELU (tanh form).
+    gelu => gelu;
+    /// Logistic sigmoid.
+    sigmoid => sigmoid;
+    /// Hyperbolic tangent.
+    tanh => tanh;
+}
+
+/// The dims of a reduction: `None` is every dim, an int one, a sequence several.
+fn reduce_dims(d: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>> {
+    let Some(d) = d else { return Ok(vec![]) };
+    let list: Vec<isize> = match d.extract::<isize>() {
+        Ok(one) => vec![one],
+        Err(_) => d.extract()?,
+    };
+    list.into_iter().map(|x| dim(x, ndim)).collect()
+}
+
+/// Reductions over dims: `name => method of gflow::Tensor`.
+macro_rules! reduce_ops {
+    ($($(#[$doc:meta])* $py:ident => $rs:ident;)*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(
+                $(#[$doc])*
+                #[pyo3(signature = (dim = None, keepdim = false))]
+                fn $py(
+                    &self,
+                    py: Python<'_>,
+                    dim: Option<&Bound<'_, PyAny>>,
+                    keepdim: bool,
+                ) -> PyResult<PyTensor> {
+                    let t = self.get();
+                    let dims = reduce_dims(dim, t.ndim())?;
+                    op(py, t.is_global(), move || t.$rs(dims, keepdim))
+                }
+            )*
+        }
+    };
+}
+
+reduce_ops! {
+    /// Sum over `dim` (an int or a tuple; every dim when left out).
+    sum => sum;
+    /// Mean over `dim` (an int or a tuple; every dim when left out).
+    mean => mean;
+    /// Maximum over `dim` (values only; every dim when left out).
+    amax => max;
+    /// Maximum over `dim` (values only; every dim when left out).
+    max => max;
+}
+
+/// A shape given as `f(2, -1)` or `f((2, -1))`, one `-1` inferred from the element count.
+fn shape_with_infer(args: &Bound<'_, PyTuple>, numel: usize) -> PyResult<Vec<usize>> {
+    let raw: Vec<isize> = if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {
+        args.get_item(0)?.extract()?
+    } else {
+        args.extract()?
+    };
+    let known: usize = raw
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
+    let infer = |d: isize| -> PyResult<usize> {
+        match d {
+            -1 if known > 0 && numel.is_multiple_of(known) => Ok(numel / known),
+            d if d >= 0 => Ok(d as usize),
+            _ => Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "reshape",
+                shapes: vec![vec![numel]],
+                reason: format!("cannot infer the shape {raw:?}"),
+            })),
+        }
+    };
+    if raw.iter().filter(|&&d| d < 0).count() > 1 {
+        return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+            op: "reshape",
+            shapes: vec![vec![numel]],
+            reason: format!("only one dimension can be -1, got {raw:?}"),
+        }));
+    }
+    raw.iter().map(|&d| infer(d)).collect()
+}
+
+#[pymethods]
+impl PyTensor {
+    /// The same data in a new shape (`-1`: inferred).
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let t = self.get();
+        let s = shape_with_infer(shape, t.numel())?;
+        op(py, t.is_global(), move || t.reshape(&s))
+    }
+
+    /// As `reshape`.
+    #[pyo3(signature = (*shape))]
+    fn view(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        self.reshape(py, shape)
+    }
+
+    /// Dims `start..=end` merged into one.
+    #[pyo3(signature = (start_dim = 0, end_dim = -1))]
+    fn flatten(&self, py: Python<'_>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
+        let t = self.get();
+        let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim())?);
+        let sh = t.shape();
+        let mut out: Vec<usize> = sh[..s].to_vec();
+        out.push(sh[s..=e.max(s)].iter().product());
+        out.extend_from_slice(&sh[(e.max(s) + 1).min(sh.len())..]);
+        op(py, t.is_global(), move || t.reshape(&out))
+    }
+
+    /// A new dim of size 1 at `dim`.
+    fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim() + 1)?;
+        let mut s = t.shape().to_vec();
+        s.insert(d, 1);
+        op(py, t.is_global(), move || t.reshape(&s))
+    }
+
+    /// Dims of size 1 removed (only `dim` when given).
+    #[pyo3(signature = (dim = None))]
+    fn squeeze(&self, py: Python<'_>, dim: Option<isize>) -> PyResult<PyTensor> {
+        let t = self.get();
+        let keep = match dim {
+            Some(d) => {
+                let d = self::dim(d, t.ndim())?;
+                (0..t.ndim())
+                    .map(|i| i != d || t.shape()[i] != 1)
+                    .collect::<Vec<_>>()
+            }
+            None => t.shape().iter().map(|&n| n != 1).collect(),
+        };
+        let s: Vec<usize> = t
+            .shape()
+            .iter()
+            .zip(keep)
+            .filter(|(_, k)| *k)
+            .map(|(n, _)| *n)
+            .collect();
+        op(py, t.is_global(), move || t.reshape(&s))
+    }
+
+    /// Dims `dim0` and `dim1` swapped.
+    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
+        let t = self.get();
+        let (a, b) = (dim(dim0, t.ndim())?, dim(dim1, t.ndim())?);
+        op(py, t.is_global(), move || t.transpose(a, b))
+    }
+
+    /// The transpose of a 2-D tensor (`x.T`).
+    #[getter(T)]
+    fn t_prop(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.t(py)
+    }
+
+    /// The transpose of a 2-D tensor.
+    fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.get();
+        if t.ndim() != 2 {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "t",
+                shapes: vec![t.shape().to_vec()],
+                reason: "t() needs a 2-D tensor".into(),
+            }));
+        }
+        op(py, t.is_global(), move || t.transpose(0, 1))
+    }
+
+    /// `length` elements of `dim` from `start`.
+    fn narrow(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        start: usize,
+        length: usize,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        op(py, t.is_global(), move || t.narrow(d, start, length))
+    }
+
+    /// Size-1 dims repeated to `sizes` (`-1` keeps a dim).
+    #[pyo3(signature = (*sizes))]
+    fn expand(&self, py: Python<'_>, sizes: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let t = self.get();
+        let raw: Vec<isize> = if sizes.len() == 1 && sizes.get_item(0)?.extract::<isize>().is_err()
+        {
+            sizes.get_item(0)?.extract()?
+        } else {
+            sizes.extract()?
+        };
+        let pad = raw.len().saturating_sub(t.ndim());
+        let s: Vec<usize> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| {
+                if d < 0 && i >= pad {
+                    t.shape()[i - pad]
+                } else {
+                    d.max(0) as usize
+                }
+            })
+            .collect();
+        op(py, t.is_global(), move || t.expand(&s))
+    }
+
+    /// Softmax over `dim`.
+    fn softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        op(py, t.is_global(), move || t.softmax(d))
+    }
+
+    /// Log-softmax over `dim`.
+    fn log_softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        op(py, t.is_global(), move || t.log_softmax(d))
+    }
+
+    /// `x ** e` for `e` of 1, 2 or 0.5 (square and square root; general powers come with
+    /// gflow's `pow`).
+    fn __pow__(
+        &self,
+        py: Python<'_>,
+        e: f64,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let g = t.is_global();
+        match e {
+            1.0 => Ok(PyTensor::new(t)),
+            2.0 => op(py, g, move || t.square()),
+            0.5 => op(py, g, move || t.sqrt()),
+            _ => Err(crate::error::InvalidArgumentError::new_err(format!(
+                "x ** {e}: only the exponents 1, 2 and 0.5 are supported"
+            ))),
+        }
+    }
+}
+
+/// `flow.cat(tensors, dim)`: concatenation along `dim`.
+#[pyfunction]
+#[pyo3(signature = (tensors, dim = 0))]
+pub fn cat(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> PyResult<PyTensor> {
+    let ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
+    let ndim = ts.first().map_or(1, Tensor::ndim);
+    let d = self::dim(dim, ndim)?;
+    let global = ts.iter().any(Tensor::is_global);
+    op(py, global, move || Tensor::cat(&ts, d))
+}

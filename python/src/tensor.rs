@@ -1,0 +1,521 @@
+//! `flow.Tensor`: a Python handle on a [`gflow::Tensor`] (local or global). The handle is
+//! mutable in one way only: `t.data = other` makes it refer to other storage (what
+//! `Module.to_global` does to parameters), so optimizers and modules holding the Python object
+//! follow the conversion.
+
+use std::cell::Cell;
+use std::sync::RwLock;
+
+use gflow::{DType, Device, Tensor};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+
+use crate::error::IntoPy;
+use crate::layout::{PyPlacement, sbp_tuple};
+
+thread_local! {
+    /// Depth of `with flow.no_grad():` blocks on this thread.
+    static NO_GRAD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A local or global tensor.
+#[pyclass(name = "Tensor", module = "gflow", subclass, frozen, weakref)]
+pub struct PyTensor {
+    inner: RwLock<Tensor>,
+}
+
+impl PyTensor {
+    /// Wraps a tensor.
+    pub fn new(t: Tensor) -> PyTensor {
+        PyTensor {
+            inner: RwLock::new(t),
+        }
+    }
+
+    /// The handle's tensor (a cheap clone).
+    pub fn get(&self) -> Tensor {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, t: Tensor) {
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+}
+
+/// Runs one gflow operation from Python: without autograd recording inside `flow.no_grad()`,
+/// and with the GIL released when `global` (a collective may wait on peers; other Python
+/// threads run meanwhile, and the launcher's SIGTERM ends the process).
+pub fn run<T: Send>(
+    py: Python<'_>,
+    global: bool,
+    f: impl FnOnce() -> gflow::Result<T> + Send,
+) -> PyResult<T> {
+    let quiet = NO_GRAD.with(Cell::get) > 0;
+    let call = move || if quiet { gflow::no_grad(f) } else { f() };
+    if global { py.detach(call) } else { call() }.py()
+}
+
+/// [`run`] for an operation giving a tensor.
+pub fn op(
+    py: Python<'_>,
+    global: bool,
+    f: impl FnOnce() -> gflow::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
+    run(py, global, f).map(PyTensor::new)
+}
+
+/// `with flow.no_grad():` (also a decorator, through the Python wrapper in `gflow`).
+#[pyclass(name = "no_grad", module = "gflow")]
+#[derive(Default)]
+pub struct NoGrad;
+
+#[pymethods]
+impl NoGrad {
+    #[new]
+    fn new() -> Self {
+        NoGrad
+    }
+    fn __enter__(&self) {
+        NO_GRAD.with(|d| d.set(d.get() + 1));
+    }
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
+        NO_GRAD.with(|d| d.set(d.get().saturating_sub(1)));
+        false
+    }
+}
+
+/// Whether operations on this thread are recorded for autograd.
+#[pyfunction]
+pub fn is_grad_enabled() -> bool {
+    NO_GRAD.with(Cell::get) == 0 && gflow::is_grad_enabled()
+}
+
+/// A dtype: `flow.float32`, `flow.float64`, `flow.int64`.
+#[pyclass(name = "dtype", module = "gflow", frozen, eq, hash, from_py_object)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyDType {
+    pub inner: DType,
+}
+
+impl PyDType {
+    /// The NumPy (and PyTorch) name of the dtype.
+    pub fn name(self) -> &'static str {
+        match self.inner {
+            DType::F64 => "float64",
+            DType::I64 => "int64",
+            _ => "float32",
+        }
+    }
+}
+
+#[pymethods]
+impl PyDType {
+    fn __repr__(&self) -> String {
+        format!("flow.{}", self.name())
+    }
+    /// Whether the dtype is a floating-point type.
+    #[getter]
+    fn is_floating_point(&self) -> bool {
+        self.inner != DType::I64
+    }
+}
+
+/// The dtypes `gflow` exports, by name.
+pub fn dtypes() -> [(&'static str, DType); 6] {
+    [
+        ("float32", DType::F32),
+        ("float", DType::F32),
+        ("float64", DType::F64),
+        ("double", DType::F64),
+        ("int64", DType::I64),
+        ("long", DType::I64),
+    ]
+}
+
+fn python_class<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    cell.get_or_try_init(py, || {
+        Ok::<_, PyErr>(
+            py.import("gflow._pyapi")?
+                .getattr(name)?
+                .cast_into::<PyType>()?
+                .unbind(),
+        )
+    })
+    .map(|t| t.bind(py).clone())
+}
+
+/// `shape` as a `flow.Size`.
+pub fn size<'py>(py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
+    static SIZE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    python_class(py, &SIZE, "Size")?.call1((PyTuple::new(py, shape)?,))
+}
+
+/// The whole logical value of `t` as a NumPy array that owns gflow's buffer (moved, not copied).
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let (t, shape) = match outside(py, t)? {
+        Some(empty) => (empty, vec![0]),
+        None => (t.clone(), t.shape().to_vec()),
+    };
+    let owned = t.clone();
+    let host = run(py, t.is_global(), move || owned.to_host())?;
+    let flat = match host {
+        gflow::HostData::F32(v) => PyArray1::from_vec(py, v).into_any(),
+        gflow::HostData::F64(v) => PyArray1::from_vec(py, v).into_any(),
+        gflow::HostData::I64(v) => PyArray1::from_vec(py, v).into_any(),
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "numpy() of a {} tensor is not supported yet",
+                other.dtype()
+            )));
+        }
+    };
+    flat.call_method1("reshape", (PyTuple::new(py, shape)?,))
+}
+
+/// On a rank outside a global tensor's placement, the empty local tensor OneFlow gives there
+/// (so SPMD scripts run on every rank); `None` where this rank holds a component.
+fn outside(py: Python<'_>, t: &Tensor) -> PyResult<Option<Tensor>> {
+    let Some(p) = t.placement() else {
+        return Ok(None);
+    };
+    let rank = run(py, false, || gflow::init().map(|e| e.rank()))?;
+    if p.contains(rank) {
+        return Ok(None);
+    }
+    let dtype = t.dtype();
+    run(py, false, move || {
+        Tensor::full_dtype(&[0], 0.0, dtype, gflow::Target::Local(Device::Cpu)).map(Some)
+    })
+}
+
+/// Dimension `d` (negative counts from the end) of a tensor with `ndim` dimensions.
+pub fn dim(d: isize, ndim: usize) -> PyResult<usize> {
+    let n = ndim as isize;
+    let i = if d < 0 { d + n } else { d };
+    if (0..n.max(1)).contains(&i) {
+        Ok(i as usize)
+    } else {
+        Err(crate::error::to_py(gflow::Error::DimOutOfRange {
+            op: "dim",
+            dim: d.unsigned_abs(),
+            ndim,
+        }))
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `flow.Tensor(data)` (float32), `flow.Tensor(*shape)` (zeros), or `flow.Tensor(t)` (a
+    /// new handle on `t`'s storage).
+    #[new]
+    #[pyo3(signature = (*args, dtype = None, placement = None, sbp = None, requires_grad = false))]
+    fn py_new(
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        dtype: Option<PyDType>,
+        placement: Option<PyPlacement>,
+        sbp: Option<&Bound<'_, PyAny>>,
+        requires_grad: bool,
+    ) -> PyResult<Self> {
+        let first = args.get_item(0).ok();
+        let t = match first {
+            Some(a) if args.len() == 1 && a.cast::<PyTensor>().is_ok() => {
+                let a = a.cast::<PyTensor>()?.get().get();
+                a.detach()
+            }
+            Some(a) if args.len() == 1 && a.extract::<usize>().is_err() => {
+                let dtype = dtype.map_or(DType::F32, |d| d.inner);
+                crate::creation::from_data(py, &a, Some(dtype), placement.as_ref(), sbp)?
+            }
+            _ => {
+                let shape = crate::creation::shape_args(args)?;
+                let target = crate::creation::target(placement.as_ref(), sbp, None)?;
+                let dtype = dtype.map_or(DType::F32, |d| d.inner);
+                run(py, false, || Tensor::full_dtype(&shape, 0.0, dtype, target))?
+            }
+        };
+        Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
+    }
+
+    /// The logical (global) shape, a `flow.Size`.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        size(py, self.get().shape())
+    }
+
+    /// `x.size()` (the shape) or `x.size(dim)`.
+    #[pyo3(signature = (dim = None))]
+    fn size<'py>(&self, py: Python<'py>, dim: Option<isize>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.get();
+        match dim {
+            None => size(py, t.shape()),
+            Some(d) => Ok(t.shape()[self::dim(d, t.ndim())?]
+                .into_pyobject(py)?
+                .into_any()),
+        }
+    }
+
+    /// Number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.get().ndim()
+    }
+
+    /// Number of dimensions.
+    fn dim(&self) -> usize {
+        self.get().ndim()
+    }
+
+    /// Number of logical elements.
+    fn numel(&self) -> usize {
+        self.get().numel()
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.get()
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+    }
+
+    /// The element type.
+    #[getter]
+    fn dtype(&self) -> PyDType {
+        PyDType {
+            inner: self.get().dtype(),
+        }
+    }
+
+    /// The SBP of a global tensor, one entry per placement axis (`None` for a local tensor).
+    #[getter]
+    fn sbp<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.get().sbp().map(|s| sbp_tuple(py, s)).transpose()
+    }
+
+    /// The placement of a global tensor (`None` for a local tensor).
+    #[getter]
+    fn placement(&self) -> Option<PyPlacement> {
+        self.get()
+            .placement()
+            .map(|p| PyPlacement { inner: p.clone() })
+    }
+
+    /// Whether this is a global tensor.
+    #[getter]
+    fn is_global(&self) -> bool {
+        self.get().is_global()
+    }
+
+    /// Whether this is a local tensor.
+    #[getter]
+    fn is_local(&self) -> bool {
+        self.get().is_local()
+    }
+
+    /// The device of the tensor (of a global tensor's components): `flow.device("cpu", i)`,
+    /// where `i` is this process's local rank (OneFlow's numbering of per-process devices).
+    #[getter]
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        static DEVICE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let kind = self.get().device().device_type().as_str();
+        let index = run(py, false, || gflow::init().map(|e| e.local_rank()))?;
+        python_class(py, &DEVICE, "device")?.call1((kind, index))
+    }
+
+    /// `to_global(placement, sbp)`: a local tensor's components become a global tensor; a
+    /// global tensor is converted (boxed) to the new layout. Either argument may be left out
+    /// for a global tensor, keeping its own.
+    #[pyo3(signature = (placement = None, sbp = None, **_kwargs))]
+    fn to_global(
+        &self,
+        py: Python<'_>,
+        placement: Option<PyPlacement>,
+        sbp: Option<&Bound<'_, PyAny>>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let placement = match (placement, t.placement()) {
+            (Some(p), _) => p.inner,
+            (None, Some(p)) => p.clone(),
+            (None, None) => {
+                return Err(PyValueError::new_err(
+                    "to_global of a local tensor needs a placement",
+                ));
+            }
+        };
+        let sbp = match (sbp, t.sbp()) {
+            (Some(s), _) => crate::layout::parse_sbp(s)?,
+            (None, Some(s)) => s.clone(),
+            (None, None) => gflow::NdSbp::broadcast(placement.ndim()),
+        };
+        op(py, true, move || t.to_global(&placement, sbp))
+    }
+
+    /// This rank's component of a global tensor (a local tensor is returned as is; on a rank
+    /// outside the placement an empty tensor, as OneFlow).
+    fn to_local(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.get();
+        if let Some(empty) = outside(py, &t)? {
+            return Ok(PyTensor::new(empty));
+        }
+        op(py, false, move || t.to_local())
+    }
+
+    /// The whole logical value as a NumPy array (for a global tensor a collective on its
+    /// placement, as OneFlow's `numpy()`; an empty array on a rank outside the placement).
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_numpy(py, &self.get())
+    }
+
+    /// The value as (nested) Python lists.
+    fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.numpy(py)?.call_method0("tolist")
+    }
+
+    /// The value of a one-element tensor as a Python number.
+    fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.get();
+        if t.numel() != 1 {
+            return Err(PyValueError::new_err(format!(
+                "item() needs a one-element tensor, this one has shape {:?}",
+                t.shape()
+            )));
+        }
+        self.numpy(py)?.call_method0("item")
+    }
+
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.item(py)?.extract()
+    }
+
+    fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
+        self.__float__(py).map(|v| v as i64)
+    }
+
+    /// The tensor on this process's CPU (a local tensor on the CPU is returned as is).
+    fn cpu(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        let t = slf.get().get();
+        match t.device() {
+            Device::Cpu => Ok(slf),
+            d => Err(crate::error::to_py(gflow::Error::DeviceMismatch {
+                op: "cpu",
+                left: d.to_string(),
+                right: "cpu".into(),
+            })),
+        }
+    }
+
+    /// Another Python object on this very tensor (history and all): what optimizers keep to
+    /// notice that `t.data = ...` pointed a parameter elsewhere.
+    fn _handle(&self) -> PyTensor {
+        PyTensor::new(self.get())
+    }
+
+    /// Whether two Python objects refer to the very same gflow tensor.
+    fn _same_as(&self, other: &PyTensor) -> bool {
+        self.get().same_as(&other.get())
+    }
+
+    /// A new handle on the same storage, without autograd history.
+    fn detach(&self) -> PyTensor {
+        PyTensor::new(self.get().detach())
+    }
+
+    /// The same storage without history; setting it points this handle at another tensor's
+    /// storage (keeping this handle's `requires_grad`), as PyTorch's `param.data = ...`.
+    #[getter]
+    fn get_data(&self) -> PyTensor {
+        self.detach()
+    }
+
+    #[setter]
+    fn set_data(&self, other: &PyTensor) {
+        let rg = self.get().requires_grad();
+        self.set(other.get().detach().set_requires_grad(rg));
+    }
+
+    /// Whether gradients are computed for this tensor.
+    #[getter]
+    fn get_requires_grad(&self) -> bool {
+        self.get().requires_grad()
+    }
+
+    #[setter]
+    fn set_requires_grad(&self, on: bool) -> PyResult<()> {
+        let t = self.get();
+        if !t.is_leaf() && !on {
+            return Err(crate::error::InvalidArgumentError::new_err(
+                "requires_grad can only be cleared on a leaf tensor; use detach()",
+            ));
+        }
+        t.set_requires_grad(on);
+        Ok(())
+    }
+
+    /// `x.requires_grad_(on)`: sets the flag and returns the tensor.
+    #[pyo3(signature = (requires_grad = true))]
+    fn requires_grad_(slf: Bound<'_, Self>, requires_grad: bool) -> PyResult<Bound<'_, Self>> {
+        slf.get().set_requires_grad(requires_grad)?;
+        Ok(slf)
+    }
+
+    /// Whether this tensor was made by the user rather than computed by a recorded operation.
+    #[getter]
+    fn is_leaf(&self) -> bool {
+        let t = self.get();
+        t.is_leaf()
+    }
+
+    /// The accumulated gradient (same placement and SBP as the tensor), or `None`.
+    #[getter]
+    fn get_grad(&self) -> Option<PyTensor> {
+        self.get().grad().map(PyTensor::new)
+    }
+
+    #[setter]
+    fn set_grad(&self, grad: Option<&PyTensor>) {
+        self.get().set_grad(grad.map(PyTensor::get));
+    }
+
+    /// Computes gradients of this tensor with respect to the leaves that require them
+    /// (`gradient`: the seed, needed unless the tensor has one element). On global tensors a
+    /// collective: every rank calls it.
+    #[pyo3(signature = (gradient = None, retain_graph = false))]
+    fn backward(
+        &self,
+        py: Python<'_>,
+        gradient: Option<&PyTensor>,
+        retain_graph: bool,
+    ) -> PyResult<()> {
+        if retain_graph {
+            return Err(crate::error::InvalidArgumentError::new_err(
+                "backward(retain_graph=True) is not supported: gflow frees the graph as it goes",
+            ));
+        }
+        let t = self.get();
+        let g = gradient.map(PyTensor::get);
+        let global = t.is_global();
+        run(py, global, move || match g {
+            Some(g) => t.backward_with(&g),
+            None => t.backward(),
+        })
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        static REPR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        let f = REPR.get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("gflow._pyapi")?.getattr("tensor_repr")?.unbind())
+        })?;
+        f.bind(py).call1((slf,))?.extract()
+    }
+}
