@@ -53,6 +53,7 @@ pub fn execute(
 }
 
 /// The data layout of one axis group: the group's logical box and the members' parts of it.
+#[derive(Clone)]
 struct Group<'a> {
     ranks: Vec<usize>,
     me: usize,
@@ -149,8 +150,22 @@ impl Group<'_> {
         (counts, Cow::Owned(packed))
     }
 
+    /// This group moving f32 elements: the sums of 16-bit floats reduce in f32 and round once
+    /// (as their matmuls and local reductions), whatever the number of members.
+    fn widened(&self, dtype: DType, op: ReduceOp) -> Option<Group<'_>> {
+        (dtype.is_half() && op == ReduceOp::Sum).then(|| Group {
+            elem: DType::F32.size(),
+            ..self.clone()
+        })
+    }
+
     fn reduce_scatter(&self, d: usize, full: &HostData, op: ReduceOp) -> Result<HostData> {
         let dtype = full.dtype();
+        if let Some(wide) = self.widened(dtype, op) {
+            return Ok(wide
+                .reduce_scatter(d, &full.cast(DType::F32), op)?
+                .cast(dtype));
+        }
         let mut out = HostData::filled(dtype, numel(&self.part_shape(d, self.me)), 0.0);
         let (counts, packed) = self.chunks(d, full);
         self.comm.reduce_scatter_into(
@@ -234,6 +249,10 @@ impl Group<'_> {
     }
 
     fn all_reduce(&self, full: Cow<'_, HostData>, op: ReduceOp) -> Result<HostData> {
+        if self.widened(full.dtype(), op).is_some() {
+            let wide = self.all_reduce(Cow::Owned(full.cast(DType::F32)), op)?;
+            return Ok(wide.cast(full.dtype()));
+        }
         let mut data = full.into_owned();
         let dtype = data.dtype();
         self.comm

@@ -11,6 +11,7 @@ pub mod utils;
 pub use layers::{Dropout, Embedding, GELU, LayerNorm, Linear, ReLU, SiLU};
 pub use norm::RMSNorm;
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::placement::Placement;
 use crate::sbp::NdSbp;
@@ -112,6 +113,35 @@ pub trait Module: Send + Sync {
         convert_in_place(&self, |name, t| {
             t.to_global(placement, layout(name, t.shape()))
         })?;
+        Ok(self)
+    }
+
+    /// This module with every parameter cast to `dtype` (PyTorch's `module.to(dtype)`: `F64`
+    /// for a float64 reference, `BF16` for mixed precision). In place, as
+    /// [`Module::to_global`].
+    ///
+    /// ```
+    /// use gflow_core::nn::{Linear, Module};
+    /// use gflow_core::DType;
+    /// let layer = Linear::new(3, 2, true)?.to_dtype(DType::F64)?;
+    /// assert_eq!(layer.weight().dtype(), DType::F64);
+    /// assert!(layer.weight().requires_grad());
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` when `dtype` is not a floating-point dtype.
+    fn to_dtype(self, dtype: DType) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        if !dtype.is_float() {
+            return Err(crate::Error::InvalidArgument {
+                op: "Module::to_dtype",
+                reason: format!("parameters cast to a floating-point dtype, got {dtype:?}"),
+            });
+        }
+        convert_in_place(&self, |_, t| t.to_dtype(dtype))?;
         Ok(self)
     }
 

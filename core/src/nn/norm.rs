@@ -71,6 +71,10 @@ impl Module for RMSNorm {
         vec![self.weight.clone()]
     }
 
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.weight = f(&self.weight)?;
         Ok(())

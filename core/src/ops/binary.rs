@@ -1,6 +1,7 @@
 //! `add sub mul div` with NumPy broadcasting, and the `&a + &b` operators.
 
 use super::{Kernel, Op, Signature};
+use crate::DType;
 use crate::autograd::{Ctx, record, sum_to};
 use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
@@ -204,12 +205,21 @@ impl Tensor {
     pub(crate) fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         let mut dtype = self.dtype().promote(other.dtype());
         if op == BinaryOp::Div && !dtype.is_float() {
-            dtype = crate::DType::F32;
+            dtype = DType::F32;
         }
-        if !dtype.is_float() && !dtype.is_int() {
-            // Arithmetic on booleans computes in i64 (PyTorch keeps bool for some ops; gflow
-            // has no boolean arithmetic).
-            dtype = crate::DType::I64;
+        if dtype == crate::DType::Bool {
+            // As PyTorch: `+` and `maximum` of booleans are a logical or, `*` and `minimum` a
+            // logical and (computed in i64, then `!= 0`); `-` of booleans is refused.
+            if op == BinaryOp::Sub {
+                return Err(Error::InvalidArgument {
+                    op: "sub",
+                    reason: "subtraction of two Bool tensors is not supported (use logical \
+                             operators, or cast an input first)"
+                        .into(),
+                });
+            }
+            let (a, b) = (self.to_dtype(DType::I64)?, other.to_dtype(DType::I64)?);
+            return super::dispatch(&Binary(op), &[&a, &b])?.to_dtype(DType::Bool);
         }
         let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
         let k = Binary(op);

@@ -287,7 +287,7 @@ impl Tensor {
     }
 
     /// `x` clamped to `[min, max]`; either bound may be `None`. The gradient passes where the
-    /// input lies inside the bounds (bounds included, as PyTorch).
+    /// input lies strictly inside the bounds (a value on a bound gets none, as PyTorch).
     ///
     /// # Errors
     /// `InvalidArgument` when both bounds are `None`; communication failures of boxing.
@@ -303,9 +303,16 @@ impl Tensor {
             "clamp",
             &[self],
             move |c, g| {
-                // Inside the bounds (bounds included) the output is the input itself.
-                let inside = c.inputs[0].eq(c.out)?.to_dtype(g.dtype())?;
-                Ok(vec![Some(g.mul(&inside)?)])
+                // Strictly inside the bounds, as PyTorch: a value on a bound gets no gradient.
+                let x = &c.inputs[0];
+                let mut pass = g.clone();
+                if let Some(lo) = min {
+                    pass = pass.mul(&x.gt(&x.scalar_like(lo)?)?.to_dtype(g.dtype())?)?;
+                }
+                if let Some(hi) = max {
+                    pass = pass.mul(&x.lt(&x.scalar_like(hi)?)?.to_dtype(g.dtype())?)?;
+                }
+                Ok(vec![Some(pass)])
             },
         )
     }
