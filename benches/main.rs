@@ -16,6 +16,8 @@ static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
 
 use gflow::prelude::*;
 
+mod gpt;
+
 struct Args {
     what: String,
     out: Option<String>,
@@ -470,6 +472,9 @@ fn emit(a: &Args, lines: &[String]) -> Result<()> {
 }
 
 fn main() {
+    if let Some(r) = std::env::args().nth(1).filter(|w| w == "gpt").map(|_| gpt::main(std::env::args().skip(2))) {
+        return r.unwrap_or_else(|e| { eprintln!("gflow-bench: {e}"); std::process::exit(1) });
+    }
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {

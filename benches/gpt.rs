@@ -1,0 +1,111 @@
+//! `gflow-bench gpt`: tokens/s of the GPT of `examples/gpt` (forward, backward, clipping and an
+//! AdamW step) in a layout, and its model FLOPs utilization: 6 x parameters x tokens/s over
+//! the f32 matmul peak of this machine (a 2048^3 matmul on all cores, as `gflow-bench matmul`
+//! measures). The peer is `benches/peers/gpt_torch.py` (its JSON lines have the same fields).
+//!
+//! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
+//! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
+
+use std::time::Instant;
+
+use clap::Parser;
+use gflow::nn::utils::clip_grad_norm;
+use gflow::prelude::*;
+
+// The example's modules, shared rather than copied; the benchmark uses part of them.
+#[allow(dead_code)]
+#[path = "../examples/gpt/data.rs"]
+mod data;
+#[allow(dead_code)]
+#[path = "../examples/gpt/layout.rs"]
+mod layout;
+#[allow(dead_code)]
+#[path = "../examples/gpt/model.rs"]
+mod model;
+
+/// `gflow-bench gpt` flags.
+#[derive(Parser, Debug)]
+#[command(name = "gflow-bench gpt")]
+struct Flags {
+    /// tiny, small or 50m.
+    #[arg(long, default_value = "small")]
+    config: String,
+    /// The parallel layout.
+    #[arg(long, value_enum, default_value_t = layout::Layout::Dp)]
+    layout: layout::Layout,
+    /// Ranks as threads when not under a launcher.
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// Timed steps (after two warm-up steps).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
+/// Runs the benchmark with the arguments after `gpt`, printing one JSON line (rank 0).
+///
+/// # Errors
+/// Bad flags (`InvalidArgument`), training and communication errors.
+pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
+    let f = Flags::try_parse_from(std::iter::once("gflow-bench gpt".to_string()).chain(args)).map_err(|e| {
+        gflow::Error::InvalidArgument { op: "gflow-bench gpt", reason: e.to_string() }
+    })?;
+    let cfg = model::Config::named(&f.config).ok_or_else(|| gflow::Error::InvalidArgument {
+        op: "--config",
+        reason: format!("tiny, small or 50m expected, got {:?}", f.config),
+    })?;
+    let peak = matmul_peak()?;
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/devils_dictionary.txt")).map_err(|e| {
+        gflow::Error::Environment { reason: format!("cannot read the corpus: {e}") }
+    })?;
+    let lines = gflow::run(f.ranks, |env| {
+        let plan = layout::Plan::new(f.layout, env.world_size(), None)?;
+        gflow::manual_seed(0);
+        let p = &plan.placement;
+        let gpt = model::Gpt::new(&cfg)?
+            .to_global(p, plan.replicated())?
+            .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
+        let params = gpt.parameters();
+        let mut opt = optim::AdamW::new(params.clone(), cfg.lr).betas(0.9, 0.95).eps(1e-8).weight_decay(0.1);
+        let sampler = data::Sampler { batch: cfg.batch, seq: cfg.seq, stride: cfg.seq };
+        let mut step = 0;
+        let t = super::time_collective(&env, f.runs, || {
+            let (x, y) = sampler.global(&plan, env.rank(), &text, step)?;
+            step += 1;
+            gpt.loss(&x, &y)?.backward()?;
+            clip_grad_norm(&params, 1.0)?;
+            opt.step()?;
+            opt.zero_grad();
+            Ok(())
+        })?;
+        let system = if gflow::launched() { super::system_name() } else { "gflow-inproc".to_string() };
+        let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
+        let mfu = 6.0 * cfg.params() as f64 * tokens_per_s / (peak * 1e9);
+        Ok(format!(
+            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}}}",
+            f.config,
+            format!("{:?}", f.layout).to_lowercase(),
+            env.world_size(),
+            cfg.batch,
+            cfg.seq,
+            cfg.params(),
+        ))
+    })?;
+    if let Some((0, line)) = lines.first() {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// GFLOP/s of a 2048^3 f32 matmul on this process's cores (the median of 3 after a warm-up).
+fn matmul_peak() -> Result<f64> {
+    let n = 2048;
+    let x = Tensor::randn(&[n, n], Device::Cpu)?;
+    let mut t = vec![];
+    for _ in 0..4 {
+        let s = Instant::now();
+        std::hint::black_box(x.matmul(&x)?);
+        t.push(s.elapsed().as_secs_f64());
+    }
+    let med = super::median(t[1..].to_vec());
+    Ok(2.0 * (n as f64).powi(3) / med / 1e9)
+}

@@ -1,0 +1,159 @@
+//! `examples/gpt`: the tiny GPT's losses equal PyTorch's for the same initial weights and
+//! batches (tests/data/gpt_tiny_*, recorded by benches/peers/gpt_torch.py), and every layout on
+//! 1, 2 and 4 ranks, as threads and as processes under `gflow-launch`, gives those losses; a
+//! run resumed from a checkpoint (by `--resume` or a launcher restart) continues bitwise.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const LAYOUTS: [&str; 5] = ["single", "dp", "tp", "2d", "fsdp"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
+}
+
+/// The example, brought up to date (`cargo test --test gpt` alone does not build examples).
+fn gpt() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let st = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--example", "gpt"])
+                .status()
+                .expect("cargo build");
+            assert!(st.success());
+            launcher().parent().unwrap().join("examples").join("gpt")
+        })
+        .clone()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gflow-gpt-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny config from the PyTorch init, 20 steps, no held-out text, losses to `out`.
+fn tiny_args(dtype: &str, layout: &str, out: &Path) -> Vec<String> {
+    let init = root().join("tests/data/gpt_tiny_init.safetensors");
+    [
+        "--config", "tiny", "--steps", "20", "--val-frac", "0", "--sample", "0", "--quiet",
+        "--dtype", dtype, "--layout", layout, "--init", init.to_str().unwrap(),
+        "--losses-out", out.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn check(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Runs the example on `n` ranks (threads, or processes under the launcher) and returns
+/// (first step, losses).
+fn run(n: usize, processes: bool, args: &[String], env: &[(&str, &str)], what: &str) -> (usize, Vec<f64>) {
+    let out = args[args.iter().position(|a| a == "--losses-out").unwrap() + 1].clone();
+    let o = if processes {
+        Command::new(launcher())
+            .args(["--nproc-per-node", &n.to_string()])
+            .arg(gpt())
+            .args(args)
+            .envs(env.iter().copied())
+            .env("GFLOW_TIMEOUT_SECS", "30")
+            .output()
+    } else {
+        Command::new(gpt()).args(["--simulate", &n.to_string()]).args(args).envs(env.iter().copied()).output()
+    }
+    .expect("run gpt");
+    check(&o, what);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let losses = v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    (v["first_step"].as_u64().unwrap() as usize, losses)
+}
+
+fn reference(dtype: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(root().join("tests/data/gpt_tiny_losses.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["losses"][dtype].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn assert_close(got: &[f64], want: &[f64], rel: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?}");
+    for (s, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= rel * w.abs(), "{what}: step {s}: {g} vs {w} (rel {rel})\n{got:?}");
+    }
+}
+
+/// Single device, f64 and f32: PyTorch's losses (f64 to 1e-9, f32 to 1e-5 relative).
+#[test]
+fn single_device_losses_equal_pytorch() {
+    let dir = scratch("single");
+    for (dtype, rel) in [("f64", 1e-9), ("f32", 1e-5)] {
+        let out = dir.join(format!("{dtype}.json"));
+        let (_, got) = run(1, false, &tiny_args(dtype, "single", &out), &[], dtype);
+        assert_close(&got, &reference(dtype), rel, &format!("single {dtype}"));
+    }
+}
+
+/// Every layout on 1, 2 and 4 ranks, as threads and as processes: PyTorch's f64 losses.
+#[test]
+fn every_layout_on_1_2_4_ranks_gives_the_single_device_losses() {
+    let dir = scratch("layouts");
+    let want = reference("f64");
+    for processes in [false, true] {
+        for n in [1, 2, 4] {
+            for layout in LAYOUTS {
+                let what = format!("{layout} on {n} {}", if processes { "processes" } else { "threads" });
+                let out = dir.join(format!("{layout}-{n}-{processes}.json"));
+                let (_, got) = run(n, processes, &tiny_args("f64", layout, &out), &[], &what);
+                assert_close(&got, &want, 1e-9, &what);
+            }
+        }
+    }
+}
+
+/// Checkpoints every 10 steps; resumed from step 10 (by `--resume`, and by a launcher restart
+/// with `GFLOW_RESTART_COUNT` set), steps 10..20 give bitwise the losses of the whole run.
+#[test]
+fn resumed_runs_continue_bitwise() {
+    let dir = scratch("resume");
+    let ckpt = dir.join("ckpt");
+    let mut args = tiny_args("f32", "fsdp", &dir.join("full.json"));
+    args.extend(["--ckpt-dir".into(), ckpt.to_str().unwrap().into(), "--ckpt-every".into(), "10".into()]);
+    let (_, full) = run(2, true, &args, &[], "full run");
+    assert!(ckpt.join("step-000010/index.json").exists() && ckpt.join("step-000020").exists());
+    let out = dir.join("resumed.json");
+    let pos = args.iter().position(|a| a == "--losses-out").unwrap();
+    args[pos + 1] = out.to_str().unwrap().into();
+    for (extra, env) in [(Some("--resume"), ("GFLOW_RESTART_COUNT", "0")), (None, ("GFLOW_RESTART_COUNT", "1"))] {
+        std::fs::remove_dir_all(ckpt.join("step-000020")).unwrap();
+        let mut a = args.clone();
+        a.extend(extra.map(String::from));
+        let (first, rest) = run(2, true, &a, &[env], "resumed run");
+        assert_eq!(first, 10);
+        assert_eq!(rest, full[10..], "resumed with {extra:?} {env:?}");
+    }
+}
+
+/// A 2-D placement that cannot be formed is a typed error naming the flag.
+#[test]
+fn a_dp_size_that_does_not_divide_the_ranks_is_refused() {
+    let o = Command::new(gpt())
+        .args(["--simulate", "4", "--layout", "2d", "--dp", "3", "--config", "tiny", "--steps", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--dp") && err.contains("divide"), "{err}");
+}
