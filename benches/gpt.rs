@@ -46,16 +46,22 @@ struct Flags {
 /// # Errors
 /// Bad flags (`InvalidArgument`), training and communication errors.
 pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
-    let f = Flags::try_parse_from(std::iter::once("gflow-bench gpt".to_string()).chain(args)).map_err(|e| {
-        gflow::Error::InvalidArgument { op: "gflow-bench gpt", reason: e.to_string() }
-    })?;
+    let f = Flags::try_parse_from(std::iter::once("gflow-bench gpt".to_string()).chain(args))
+        .map_err(|e| gflow::Error::InvalidArgument {
+            op: "gflow-bench gpt",
+            reason: e.to_string(),
+        })?;
     let cfg = model::Config::named(&f.config).ok_or_else(|| gflow::Error::InvalidArgument {
         op: "--config",
         reason: format!("tiny, small or 50m expected, got {:?}", f.config),
     })?;
     let peak = matmul_peak()?;
-    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/devils_dictionary.txt")).map_err(|e| {
-        gflow::Error::Environment { reason: format!("cannot read the corpus: {e}") }
+    let text = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/data/devils_dictionary.txt"
+    ))
+    .map_err(|e| gflow::Error::Environment {
+        reason: format!("cannot read the corpus: {e}"),
     })?;
     let lines = gflow::run(f.ranks, |env| {
         let plan = layout::Plan::new(f.layout, env.world_size(), None)?;
@@ -65,8 +71,15 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             .to_global(p, plan.replicated())?
             .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
         let params = gpt.parameters();
-        let mut opt = optim::AdamW::new(params.clone(), cfg.lr).betas(0.9, 0.95).eps(1e-8).weight_decay(0.1);
-        let sampler = data::Sampler { batch: cfg.batch, seq: cfg.seq, stride: cfg.seq };
+        let mut opt = optim::AdamW::new(params.clone(), cfg.lr)
+            .betas(0.9, 0.95)
+            .eps(1e-8)
+            .weight_decay(0.1);
+        let sampler = data::Sampler {
+            batch: cfg.batch,
+            seq: cfg.seq,
+            stride: cfg.seq,
+        };
         let mut step = 0;
         let t = super::time_collective(&env, f.runs, || {
             let (x, y) = sampler.global(&plan, env.rank(), &text, step)?;
@@ -77,7 +90,11 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             opt.zero_grad();
             Ok(())
         })?;
-        let system = if gflow::launched() { super::system_name() } else { "gflow-inproc".to_string() };
+        let system = if gflow::launched() {
+            super::system_name()
+        } else {
+            "gflow-inproc".to_string()
+        };
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
         let mfu = 6.0 * cfg.params() as f64 * tokens_per_s / (peak * 1e9);
         Ok(format!(

@@ -472,8 +472,15 @@ fn emit(a: &Args, lines: &[String]) -> Result<()> {
 }
 
 fn main() {
-    if let Some(r) = std::env::args().nth(1).filter(|w| w == "gpt").map(|_| gpt::main(std::env::args().skip(2))) {
-        return r.unwrap_or_else(|e| { eprintln!("gflow-bench: {e}"); std::process::exit(1) });
+    if let Some(r) = std::env::args()
+        .nth(1)
+        .filter(|w| w == "gpt")
+        .map(|_| gpt::main(std::env::args().skip(2)))
+    {
+        return r.unwrap_or_else(|e| {
+            eprintln!("gflow-bench: {e}");
+            std::process::exit(1)
+        });
     }
     let args = match parse() {
         Ok(a) => a,

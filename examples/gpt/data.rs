@@ -46,7 +46,10 @@ impl Corpus {
                 ),
             });
         }
-        Ok(Corpus { train: train.to_vec(), val: val.to_vec() })
+        Ok(Corpus {
+            train: train.to_vec(),
+            val: val.to_vec(),
+        })
     }
 
     /// The validation bytes (empty when none were held out).
@@ -89,11 +92,20 @@ impl Sampler {
     ///
     /// # Errors
     /// Conversion errors.
-    pub fn global(&self, plan: &Plan, rank: usize, data: &[u8], step: usize) -> Result<(Tensor, Tensor)> {
+    pub fn global(
+        &self,
+        plan: &Plan,
+        rank: usize,
+        data: &[u8],
+        step: usize,
+    ) -> Result<(Tensor, Tensor)> {
         let rows = plan.rows(rank, self.batch);
         let n = rows.len();
         let (x, y) = self.rows(data, step, rows);
-        let g = |v: Vec<i64>| Tensor::from_vec(v, &[n, self.seq], Device::Cpu)?.to_global(&plan.placement, plan.batch_sbp());
+        let g = |v: Vec<i64>| {
+            Tensor::from_vec(v, &[n, self.seq], Device::Cpu)?
+                .to_global(&plan.placement, plan.batch_sbp())
+        };
         Ok((g(x)?, g(y)?))
     }
 }

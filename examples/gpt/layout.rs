@@ -44,20 +44,32 @@ impl Plan {
         let ranks: Vec<usize> = (0..world).collect();
         let (placement, dp) = match layout {
             Layout::TwoD => {
-                let dp = dp.unwrap_or_else(|| (1..=world).filter(|k| world % k == 0 && k * k <= world).max().unwrap_or(1));
+                let dp = dp.unwrap_or_else(|| {
+                    (1..=world)
+                        .filter(|k| world % k == 0 && k * k <= world)
+                        .max()
+                        .unwrap_or(1)
+                });
                 if dp == 0 || world % dp != 0 {
                     return Err(gflow::Error::InvalidArgument {
                         op: "--dp",
-                        reason: format!("the data-parallel size must divide the {world} ranks, got {dp}"),
+                        reason: format!(
+                            "the data-parallel size must divide the {world} ranks, got {dp}"
+                        ),
                     });
                 }
-                let rows: Vec<Vec<usize>> = ranks.chunks(world / dp).map(<[usize]>::to_vec).collect();
+                let rows: Vec<Vec<usize>> =
+                    ranks.chunks(world / dp).map(<[usize]>::to_vec).collect();
                 (Placement::new("cpu", rows)?, dp)
             }
             Layout::Dp | Layout::Fsdp => (Placement::new("cpu", ranks)?, world),
             Layout::Single | Layout::Tp => (Placement::new("cpu", ranks)?, 1),
         };
-        Ok(Plan { layout, placement, dp })
+        Ok(Plan {
+            layout,
+            placement,
+            dp,
+        })
     }
 
     /// The SBP of the parameter `name` (PyTorch's name) of shape `shape`.
@@ -105,7 +117,9 @@ impl Plan {
 /// broadcast.
 fn megatron(name: &str) -> Sbp {
     let col = [".attn.qkv.", ".mlp.fc."].iter().any(|k| name.contains(k));
-    let vocab = ["tok_emb.", "pos_emb.", "head."].iter().any(|k| name.starts_with(k));
+    let vocab = ["tok_emb.", "pos_emb.", "head."]
+        .iter()
+        .any(|k| name.starts_with(k));
     if col || vocab {
         Sbp::split(0)
     } else if name.ends_with("proj.weight") {

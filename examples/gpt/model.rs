@@ -51,7 +51,8 @@ impl Config {
     /// The number of parameters.
     pub fn params(&self) -> usize {
         let (d, v) = (self.d, self.vocab);
-        let block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
+        let block =
+            2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
         v * d + self.seq * d + self.layers * block + 2 * d + v * d
     }
 }
@@ -64,7 +65,9 @@ fn normal(shape: &[usize], std: f64) -> Result<Tensor> {
 
 /// A linear layer initialised as gpt_torch.py's `fresh_init`: weight N(0, std), bias zeros.
 fn linear(inp: usize, out: usize, bias: bool, std: f64) -> Result<Linear> {
-    let b = bias.then(|| Tensor::zeros(&[out], Device::Cpu)).transpose()?;
+    let b = bias
+        .then(|| Tensor::zeros(&[out], Device::Cpu))
+        .transpose()?;
     Linear::from_tensors(normal(&[out, inp], std)?, b)
 }
 
@@ -89,7 +92,13 @@ impl Attention {
         let hd = d / self.heads;
         let qkv = self.qkv.forward(x)?.split(d, 2)?;
         let heads = |z: &Tensor| z.reshape(&[b, t, self.heads, hd])?.transpose(1, 2);
-        let y = scaled_dot_product_attention(&heads(&qkv[0])?, &heads(&qkv[1])?, &heads(&qkv[2])?, None, true)?;
+        let y = scaled_dot_product_attention(
+            &heads(&qkv[0])?,
+            &heads(&qkv[1])?,
+            &heads(&qkv[2])?,
+            None,
+            true,
+        )?;
         self.proj.forward(&y.transpose(1, 2)?.reshape(&[b, t, d])?)
     }
 
@@ -115,8 +124,19 @@ impl Block {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let attn = self.attn.named_parameters().into_iter().map(|(n, t)| (format!("attn.{n}"), t));
-        [under("ln1", &self.ln1), attn.collect(), under("ln2", &self.ln2), under("mlp.fc", &self.fc), under("mlp.proj", &self.proj)].concat()
+        let attn = self
+            .attn
+            .named_parameters()
+            .into_iter()
+            .map(|(n, t)| (format!("attn.{n}"), t));
+        [
+            under("ln1", &self.ln1),
+            attn.collect(),
+            under("ln2", &self.ln2),
+            under("mlp.fc", &self.fc),
+            under("mlp.proj", &self.proj),
+        ]
+        .concat()
     }
 }
 
@@ -186,10 +206,15 @@ impl Module for Gpt {
         let t = tokens.shape()[1];
         // Positions 0..t as indices, broadcast over the tokens' placement (weight[:t] in PyTorch).
         let pos = match tokens.placement() {
-            Some(p) => Tensor::arange_dtype(t, DType::I64, (p, NdSbp::broadcast(p.hierarchy().len())))?,
+            Some(p) => {
+                Tensor::arange_dtype(t, DType::I64, (p, NdSbp::broadcast(p.hierarchy().len())))?
+            }
             None => Tensor::arange_dtype(t, DType::I64, Device::Cpu)?,
         };
-        let mut x = self.tok_emb.forward(tokens)?.add(&self.pos_emb.forward(&pos)?)?;
+        let mut x = self
+            .tok_emb
+            .forward(tokens)?
+            .add(&self.pos_emb.forward(&pos)?)?;
         for blk in &self.blocks {
             x = blk.forward(&x)?;
         }
@@ -197,12 +222,17 @@ impl Module for Gpt {
     }
 
     fn parameters(&self) -> Vec<Tensor> {
-        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let blocks = self.blocks.iter().enumerate().flat_map(|(i, b)| {
-            b.named_parameters().into_iter().map(move |(n, t)| (format!("blocks.{i}.{n}"), t))
+            b.named_parameters()
+                .into_iter()
+                .map(move |(n, t)| (format!("blocks.{i}.{n}"), t))
         });
         [
             under("tok_emb", &self.tok_emb),

@@ -24,18 +24,27 @@ impl Progress {
         }
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::new(total as u64).with_position(first as u64);
-            if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} (eta {eta})") {
+            if let Ok(style) =
+                ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} (eta {eta})")
+            {
                 bar.set_style(style);
             }
             return Progress::Bar(bar);
         }
-        Progress::Lines { total, every: (total / 20).max(1) }
+        Progress::Lines {
+            total,
+            every: (total / 20).max(1),
+        }
     }
 
     /// Reports step `step` (0-based) done with `loss`, `tokens` tokens in `took`.
     pub fn step(&self, step: usize, loss: f64, tokens: usize, took: Duration) {
         let secs = took.as_secs_f64().max(1e-9);
-        let msg = format!("loss {loss:.4} | {:.0} tok/s | {:.1} ms/step", tokens as f64 / secs, secs * 1e3);
+        let msg = format!(
+            "loss {loss:.4} | {:.0} tok/s | {:.1} ms/step",
+            tokens as f64 / secs,
+            secs * 1e3
+        );
         match self {
             Progress::Off => {}
             Progress::Bar(bar) => {

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gflow::nn::utils::clip_grad_norm;
 use gflow::StateDict;
+use gflow::nn::utils::clip_grad_norm;
 use gflow::optim::AdamW;
 use gflow::prelude::*;
 
@@ -62,12 +62,22 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
     let model = build(a, cfg, dtype, &plan)?;
     let params = model.parameters();
     let lr = a.lr.unwrap_or(cfg.lr);
-    let mut opt = AdamW::new(params.clone(), lr).betas(0.9, 0.95).eps(1e-8).weight_decay(0.1);
+    let mut opt = AdamW::new(params.clone(), lr)
+        .betas(0.9, 0.95)
+        .eps(1e-8)
+        .weight_decay(0.1);
     let corpus = Corpus::open(&a.data, a.val_frac, cfg.seq)?;
-    let sampler = Sampler { batch: cfg.batch, seq: cfg.seq, stride: a.stride.unwrap_or(cfg.seq).max(1) };
+    let sampler = Sampler {
+        batch: cfg.batch,
+        seq: cfg.seq,
+        stride: a.stride.unwrap_or(cfg.seq).max(1),
+    };
     let warmup = a.warmup.unwrap_or((a.steps / 10).max(1));
 
-    let restarted = std::env::var("GFLOW_RESTART_COUNT").ok().and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n > 0);
+    let restarted = std::env::var("GFLOW_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > 0);
     let first = match (&a.ckpt_dir, a.resume || restarted) {
         (Some(dir), true) => resume(dir, &model, &opt)?,
         _ => 0,
@@ -84,7 +94,11 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
             cfg.batch,
             cfg.seq,
             a.dtype,
-            if first > 0 { format!(", resumed at step {first}") } else { String::new() }
+            if first > 0 {
+                format!(", resumed at step {first}")
+            } else {
+                String::new()
+            }
         );
     }
     let progress = Progress::new(lead && !a.quiet, first, a.steps);
@@ -158,13 +172,18 @@ fn state(model: &Gpt, opt: &AdamW, step: usize) -> StateDict {
 
 /// Saves the state after `step` steps as `dir/step-NNNNNN` (collective, atomic).
 fn save(dir: &Path, step: usize, model: &Gpt, opt: &AdamW) -> Result<()> {
-    gflow::checkpoint::save(&state(model, opt, step), dir.join(format!("step-{step:06}")))
+    gflow::checkpoint::save(
+        &state(model, opt, step),
+        dir.join(format!("step-{step:06}")),
+    )
 }
 
 /// Loads the latest complete checkpoint of `dir` in place and returns its step (0 when there
 /// is none yet: a fresh start).
 fn resume(dir: &Path, model: &Gpt, opt: &AdamW) -> Result<usize> {
-    let Some(latest) = latest(dir) else { return Ok(0) };
+    let Some(latest) = latest(dir) else {
+        return Ok(0);
+    };
     let mut sd = state(model, opt, 0);
     gflow::checkpoint::load(&mut sd, &latest)?;
     let step = sd.value("step").unwrap_or(0);
@@ -180,7 +199,12 @@ fn latest(dir: &Path) -> Option<PathBuf> {
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter_map(|p| {
-            let n: usize = p.file_name()?.to_str()?.strip_prefix("step-")?.parse().ok()?;
+            let n: usize = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("step-")?
+                .parse()
+                .ok()?;
             gflow::checkpoint::is_complete(&p).then_some((n, p))
         })
         .max_by_key(|(n, _)| *n)
@@ -188,7 +212,13 @@ fn latest(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The mean loss over the first `VAL_BATCHES` batches of the held-out text (None without one).
-fn validation(model: &Gpt, plan: &Plan, rank: usize, corpus: &Corpus, s: &Sampler) -> Result<Option<f64>> {
+fn validation(
+    model: &Gpt,
+    plan: &Plan,
+    rank: usize,
+    corpus: &Corpus,
+    s: &Sampler,
+) -> Result<Option<f64>> {
     if corpus.val().len() <= s.seq + 1 {
         return Ok(None);
     }
@@ -209,8 +239,15 @@ fn generate(model: &Gpt, plan: &Plan, cfg: &Config, n: usize) -> Result<Vec<u8>>
     for _ in 0..n {
         let ctx = &text[text.len().saturating_sub(cfg.seq)..];
         let t = ctx.len();
-        let tokens = Tensor::from_vec(ctx.iter().map(|&b| i64::from(b)).collect(), &[1, t], (&plan.placement, plan.replicated()))?;
-        let last = model.forward(&tokens)?.narrow(1, t - 1, 1)?.to_dtype(DType::F64)?;
+        let tokens = Tensor::from_vec(
+            ctx.iter().map(|&b| i64::from(b)).collect(),
+            &[1, t],
+            (&plan.placement, plan.replicated()),
+        )?;
+        let last = model
+            .forward(&tokens)?
+            .narrow(1, t - 1, 1)?
+            .to_dtype(DType::F64)?;
         let logits = last.to_vec::<f64>()?;
         let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let w: Vec<f64> = logits.iter().map(|l| ((l - max) / 0.8).exp()).collect();
