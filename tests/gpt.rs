@@ -199,6 +199,30 @@ fn resumed_runs_continue_bitwise() {
         assert_eq!(first, 10);
         assert_eq!(rest, full[10..], "resumed with {extra:?} {env:?}");
     }
+    // A rank lost after step 15: `gflow-launch --max-restarts 1` starts the job again, which
+    // resumes from step 10 and ends with the whole run's losses.
+    std::fs::remove_dir_all(ckpt.join("step-000020")).unwrap();
+    let mut a = args.clone();
+    a.extend(["--crash-at".into(), "15".into()]);
+    let o = Command::new(launcher())
+        .args(["--nproc-per-node", "2", "--max-restarts", "1"])
+        .arg(gpt())
+        .args(&a)
+        .env("GFLOW_TIMEOUT_SECS", "30")
+        .output()
+        .unwrap();
+    check(&o, "a run with a lost rank under --max-restarts 1");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--crash-at"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["first_step"], 10);
+    let rest: Vec<f64> = v["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(rest, full[10..]);
 }
 
 /// A 2-D placement that cannot be formed is a typed error naming the flag.

@@ -46,11 +46,11 @@ impl Plan {
             Layout::TwoD => {
                 let dp = dp.unwrap_or_else(|| {
                     (1..=world)
-                        .filter(|k| world % k == 0 && k * k <= world)
+                        .filter(|k| world.is_multiple_of(*k) && k * k <= world)
                         .max()
                         .unwrap_or(1)
                 });
-                if dp == 0 || world % dp != 0 {
+                if dp == 0 || !world.is_multiple_of(dp) {
                     return Err(gflow::Error::InvalidArgument {
                         op: "--dp",
                         reason: format!(

@@ -77,6 +77,11 @@ pub struct Args {
     /// Continue from the latest checkpoint in --ckpt-dir (implied when GFLOW_RESTART_COUNT > 0).
     #[arg(long)]
     resume: bool,
+    /// The last rank stops with an error after this many steps on a job's first attempt
+    /// (`GFLOW_RESTART_COUNT` unset or 0): a lost rank, to show `gflow-launch --max-restarts`
+    /// resuming from the latest checkpoint.
+    #[arg(long)]
+    crash_at: Option<usize>,
     /// Write the losses (JSON) here (rank 0).
     #[arg(long)]
     losses_out: Option<PathBuf>,

@@ -157,7 +157,7 @@ impl Gpt {
     /// # Errors
     /// `InvalidArgument` when `d` is not a multiple of `heads`; tensor creation errors.
     pub fn new(c: &Config) -> Result<Gpt> {
-        if c.heads == 0 || c.d % c.heads != 0 {
+        if c.heads == 0 || !c.d.is_multiple_of(c.heads) {
             return Err(gflow::Error::InvalidArgument {
                 op: "Gpt::new",
                 reason: format!("d ({}) must be a multiple of heads ({})", c.d, c.heads),

@@ -52,7 +52,7 @@ impl Progress {
                 bar.inc(1);
             }
             Progress::Lines { total, every } => {
-                if (step + 1) % every == 0 || step + 1 == *total {
+                if (step + 1).is_multiple_of(*every) || step + 1 == *total {
                     println!("step {}/{total} | {msg}", step + 1);
                 }
             }

@@ -116,9 +116,17 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
         losses.push(l);
         if let Some(dir) = &a.ckpt_dir
             && a.ckpt_every > 0
-            && (s + 1) % a.ckpt_every == 0
+            && (s + 1).is_multiple_of(a.ckpt_every)
         {
             save(dir, s + 1, &model, &opt)?;
+        }
+        if a.crash_at == Some(s + 1) && !restarted && rank + 1 == world {
+            return Err(gflow::Error::Environment {
+                reason: format!(
+                    "--crash-at: rank {rank} stops after step {} (a lost rank)",
+                    s + 1
+                ),
+            });
         }
         progress.step(s, l, cfg.batch * cfg.seq, t0.elapsed());
     }
