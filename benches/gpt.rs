@@ -1,14 +1,14 @@
 //! `gflow-bench gpt`: tokens/s of the GPT of `examples/gpt` (forward, backward, clipping and an
 //! AdamW step) in a layout, and its model FLOPs utilization: 6 x parameters x tokens/s over
-//! the f32 matmul peak of this machine (a 2048^3 matmul on all cores, as `gflow-bench matmul`
-//! measures). The peer is `benches/peers/gpt_torch.py` (its JSON lines have the same fields).
+//! the f32 matmul peak of this machine (a 2048^3 matmul, as `gflow-bench matmul` measures, on
+//! all cores; under `gflow-launch`, rank 0's share times the ranks). The peer is `benches/peers/gpt_torch.py` (its JSON lines have the same fields).
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
 
 use std::time::Instant;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use gflow::nn::utils::clip_grad_norm;
 use gflow::prelude::*;
 
@@ -55,7 +55,6 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         op: "--config",
         reason: format!("tiny, small or 50m expected, got {:?}", f.config),
     })?;
-    let peak = matmul_peak()?;
     let text = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/data/devils_dictionary.txt"
@@ -90,6 +89,19 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             opt.zero_grad();
             Ok(())
         })?;
+        if env.rank() != 0 {
+            return Ok(None);
+        }
+        // Measured after the run, by rank 0 alone (any local tensor made before the job starts
+        // would make this process a world of one).
+        // Under gflow-launch each process is pinned to its share of the cores: the machine's
+        // peak is then rank 0's times the ranks.
+        let peak = matmul_peak()?
+            * if gflow::launched() {
+                env.world_size() as f64
+            } else {
+                1.0
+            };
         let system = if gflow::launched() {
             super::system_name()
         } else {
@@ -97,19 +109,23 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         };
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
         let mfu = 6.0 * cfg.params() as f64 * tokens_per_s / (peak * 1e9);
-        Ok(format!(
+        Ok(Some(format!(
             "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}}}",
             f.config,
-            format!("{:?}", f.layout).to_lowercase(),
+            f.layout
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default(),
             env.world_size(),
             cfg.batch,
             cfg.seq,
             cfg.params(),
-        ))
+        )))
     })?;
-    if let Some((0, line)) = lines.first() {
-        println!("{line}");
-    }
+    lines
+        .into_iter()
+        .filter_map(|(_, l)| l)
+        .for_each(|l| println!("{l}"));
     Ok(())
 }
 

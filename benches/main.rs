@@ -6,7 +6,8 @@
 //! (the overhead of a global op that needs no communication) or `collectives` (run it under
 //! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout) or `train` (steps/s
 //! of a data-parallel MLP, 3 layers of `--width` (1024) at global batch `--batch` (256); under
-//! `gflow-launch`, or as simulated ranks without it).
+//! `gflow-launch`, or as simulated ranks without it) or `gpt` (tokens/s and MFU of
+//! `examples/gpt`, see `benches/gpt.rs`).
 
 use std::time::Instant;
 

@@ -247,3 +247,29 @@ fn a_dp_size_that_does_not_divide_the_ranks_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--dp") && err.contains("divide"), "{err}");
 }
+
+/// `gflow-bench gpt` prints one JSON line whose throughput fields agree with each other.
+#[test]
+fn the_benchmark_prints_consistent_json() {
+    let o = Command::new(env!("CARGO_BIN_EXE_gflow-bench"))
+        .args([
+            "gpt", "--config", "tiny", "--layout", "fsdp", "--ranks", "2", "--runs", "1",
+        ])
+        .output()
+        .unwrap();
+    check(&o, "gflow-bench gpt");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        (v["op"].as_str(), v["mode"].as_str(), v["ranks"].as_u64()),
+        (Some("gpt_train"), Some("fsdp"), Some(2))
+    );
+    assert_eq!(v["params"], 134_912);
+    let (tps, step) = (
+        v["tokens_per_s"].as_f64().unwrap(),
+        v["median_step_s"].as_f64().unwrap(),
+    );
+    assert!((tps * step - 256.0).abs() < 0.5, "{text}");
+    let mfu = 6.0 * 134_912.0 * tps / (v["peak_gflops"].as_f64().unwrap() * 1e9);
+    assert!((mfu - v["mfu"].as_f64().unwrap()).abs() < 1e-3, "{text}");
+}
