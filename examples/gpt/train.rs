@@ -18,6 +18,8 @@ use crate::progress::Progress;
 
 /// Gradient clipping threshold (PyTorch's `clip_grad_norm_(params, 1.0)`).
 const MAX_NORM: f64 = 1.0;
+/// The text the sample continues.
+const PROMPT: &[u8] = b"\nLOVE, n. ";
 /// Validation batches averaged for the validation loss.
 const VAL_BATCHES: usize = 4;
 
@@ -135,7 +137,14 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
     let text = gflow::no_grad(|| generate(&model, &plan, cfg, a.sample))?;
     if lead {
         if !text.is_empty() {
-            println!("sample: {:?}", String::from_utf8_lossy(&text));
+            let shown: String = String::from_utf8_lossy(&text)
+                .chars()
+                .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
+                .collect();
+            println!(
+                "sample (after {:?}):\n{shown}",
+                String::from_utf8_lossy(PROMPT)
+            );
         }
         match val {
             Some(v) => println!("final validation loss: {v:.4}"),
@@ -241,7 +250,7 @@ fn validation(
 /// `n` bytes sampled after a fixed prompt (temperature 0.8, a fixed seed: every rank draws the
 /// same bytes from the same broadcast logits).
 fn generate(model: &Gpt, plan: &Plan, cfg: &Config, n: usize) -> Result<Vec<u8>> {
-    let mut text: Vec<u8> = b"\nLOVE, n. ".to_vec();
+    let mut text: Vec<u8> = PROMPT.to_vec();
     let prompt = text.len();
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     for _ in 0..n {
