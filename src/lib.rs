@@ -13,9 +13,10 @@
 //! ```
 
 pub use gflow_core::{
-    Buffer, CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error,
-    HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target,
-    Tensor, backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
+    Buffer, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceType, Element, Env,
+    Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag,
+    Target, Tensor, backend, boxing, comm, comm_stats, is_grad_enabled, manual_seed, nn, no_grad,
+    no_sync, optim, reset_comm_stats, sbp,
 };
 
 /// The global allocator that puts large buffers in shared memory, so collectives between

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::comm::{Communicator, InProcComm};
+use crate::comm::{Communicator, Counted, InProcComm};
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
 
@@ -19,7 +19,8 @@ struct EnvInner {
     rank: usize,
     world_size: usize,
     local_rank: usize,
-    comm: Arc<dyn Communicator>,
+    /// The transport's communicator, wrapped to count what moves (`comm_stats`).
+    comm: Arc<Counted>,
     rng: Mutex<RngState>,
     /// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, read once when the env is made
     /// (operators resolve devices on every call), or why the variable is malformed.
@@ -49,7 +50,7 @@ impl Env {
             rank: comm.rank(),
             world_size: comm.world_size(),
             local_rank,
-            comm,
+            comm: Arc::new(Counted::new(comm)),
             rng: Mutex::new(RngState {
                 seed: 0,
                 counter: 0,
@@ -91,6 +92,11 @@ impl Env {
     /// The communicator that boxing uses.
     pub fn comm(&self) -> &dyn Communicator {
         self.0.comm.as_ref()
+    }
+
+    /// The counters of [`crate::comm_stats`].
+    pub(crate) fn comm_counts(&self) -> &Counted {
+        &self.0.comm
     }
 
     /// Sets the seed of the random generator and restarts its stream (call it on every rank).

@@ -39,9 +39,10 @@ pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 
-pub use autograd::{is_grad_enabled, no_grad};
+pub use autograd::{is_grad_enabled, no_grad, no_sync};
 pub use comm::{
-    CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag, schedule,
+    CommError, CommOp, CommStats, Communicator, Inbound, Outbound, Reduction, Schedule, Tag,
+    comm_stats, reset_comm_stats, schedule,
 };
 pub use dtype::{DType, Element, bf16, f16};
 pub use env::{Env, manual_seed, simulate};
