@@ -1,5 +1,5 @@
 //! `gflow-bench`: benchmarks printing one JSON line per measurement, in the format of
-//! `../shared/bench/README.md` (median of the slowest rank over runs after warm-ups).
+//! `docs/benchmarks.md` (median of the slowest rank over runs after warm-ups).
 //!
 //! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
 //! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`

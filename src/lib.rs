@@ -31,7 +31,7 @@ pub use gflow_core::{bf16, f16};
 mod log;
 pub mod scheduler;
 
-/// Checkpoints: [`checkpoint::save`] / [`checkpoint::load`] of a [`StateDict`] (sharded,
+/// Checkpoints: [`checkpoint::save()`] / [`checkpoint::load()`] of a [`StateDict`] (sharded,
 /// reshardable, atomic) and plain safetensors files.
 pub use gflow_checkpoint as checkpoint;
 pub use gflow_core::StateDict;

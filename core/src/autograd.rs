@@ -1,4 +1,4 @@
-//! Reverse-mode automatic differentiation. Every differentiable operator records a [`Node`] on
+//! Reverse-mode automatic differentiation. Every differentiable operator records a `Node` on
 //! its output (its inputs and a backward function) when gradients are enabled and an input
 //! requires them; [`Tensor::backward`] walks the recorded graph from the output back to the
 //! leaves. Backward functions are written with ordinary tensor operators, so on global tensors

@@ -2,7 +2,7 @@
 //!
 //! A global tensor has a logical shape, a [`Placement`] (a device type and an n-d array of
 //! ranks) and an [`NdSbp`] (split, broadcast or partial per placement axis). Converting between
-//! layouts ("boxing") is planned by a pure planner ([`boxing::plan`]) and run over a
+//! layouts ("boxing") is planned by a pure planner ([`boxing::plan()`]) and run over a
 //! [`Communicator`]. [`simulate`] runs n ranks as threads of one process.
 //!
 //! ```

@@ -1,5 +1,5 @@
 //! Operators. Each family is one file holding shape inference, its 1-D SBP signatures and the
-//! local kernel call; [`dispatch`] does the rest for every operator alike:
+//! local kernel call; `dispatch` does the rest for every operator alike:
 //!
 //! 1. all inputs local: run the kernel on the local data;
 //! 2. all global: check one placement (`PlacementMismatch`), infer the logical output shape,
