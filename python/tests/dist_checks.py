@@ -23,12 +23,15 @@ opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 x = flow.randn(8, 4, placement=P, sbp=flow.sbp.split(0))
 model(x).sum().backward()
 opt.step()
+opt.zero_grad()
 flow.save({"model": model.state_dict(), "optim": opt.state_dict()}, out / "ckpt")
 print("saved_w0:", " ".join(f"{v:.6f}" for v in model[0].weight.numpy().ravel()))
 
 flow.manual_seed(4)
 fresh = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
-fresh.to_global(placement=P, sbp=flow.sbp.split(1))  # another layout than the saved one
+fresh.to_global(placement=P, sbp=flow.sbp.broadcast)
+for m in (fresh[0], fresh[2]):  # another layout than the saved one
+    m.weight.data = m.weight.to_global(sbp=flow.sbp.split(1))
 fopt = flow.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
 ck = flow.load(out / "ckpt")
 fresh.load_state_dict(ck["model"])
