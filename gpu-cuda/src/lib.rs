@@ -18,7 +18,9 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
     ValidAsZeroBits,
 };
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::{
+    AFFINE_CODE, Backend, BinaryOp, KernelLang, MatmulDims, ReduceKind, UnaryOp, kernel_constants,
+};
 use gflow_core::shape::{StridedCopy, broadcast_strides};
 use gflow_core::{DType, Error, HostData, Result};
 
@@ -30,8 +32,6 @@ const BLOCK: u32 = 256;
 const MAX_BLOCKS: usize = 1 << 16;
 /// Elements one block of a row reduction should take at least before a row is cut in parts.
 const PER_BLOCK: usize = 1 << 14;
-/// The unary kernel's code for `a * x + b`.
-const AFFINE: i32 = 99;
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -230,8 +230,9 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let (major, minor) = ctx.compute_capability().map_err(device_error)?;
+        let source = format!("{}{SOURCE}", kernel_constants(KernelLang::Cuda));
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            SOURCE,
+            source,
             cudarc::nvrtc::CompileOptions {
                 options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
                 ..Default::default()
@@ -732,11 +733,11 @@ impl Backend for CudaBackend {
     }
 
     fn scale(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        by_float!(x, "scale", T => self.unary_t::<T>(AFFINE, x, s, 0.0))
+        by_float!(x, "scale", T => self.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
     }
 
     fn add_scalar(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        by_float!(x, "add_scalar", T => self.unary_t::<T>(AFFINE, x, 1.0, s))
+        by_float!(x, "add_scalar", T => self.unary_t::<T>(AFFINE_CODE as i32, x, 1.0, s))
     }
 
     fn gather_rows(

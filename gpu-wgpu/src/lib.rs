@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::{
+    AFFINE_CODE, Backend, BinaryOp, KernelLang, MatmulDims, ReduceKind, UnaryOp, kernel_constants,
+};
 use gflow_core::shape::{StridedCopy, broadcast_strides, strides};
 use gflow_core::{DType, Error, HostData, Result};
 use wgpu::util::DeviceExt;
@@ -35,9 +37,16 @@ const POOL_BYTES: u64 = 512 << 20;
 const GROUP: u32 = 256;
 /// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
 const MAX_GROUPS: u32 = 65535;
+/// The bits of f32 -inf (the start of a max).
 const NEG_INF: u32 = 0xff80_0000;
-/// The unary kernel's code for `a * x + b`.
-const AFFINE: u32 = 99;
+
+/// The bits of the value a reduction starts from (the sum's 0 is the shader's own).
+fn reduce_start(op: ReduceKind) -> u32 {
+    match op {
+        ReduceKind::Min => f32::INFINITY.to_bits(),
+        _ => NEG_INF,
+    }
+}
 /// Most iterations a kernel's loops run in one invocation. lavapipe (llvmpipe) silently ends
 /// an invocation's loops after 65535 iterations in all, so longer work is cut in pieces
 /// (reductions in runs, long softmax lines and scatter index lists in passes, products over
@@ -263,7 +272,8 @@ impl WgpuBackend {
             .find(|(n, _)| *n == name)
             .map(|(_, src)| *src)
             .ok_or_else(|| Error::Internal(format!("no wgpu kernel {name}")))?;
-        let source = format!("{COMMON}\n{body}");
+        let codes = kernel_constants(KernelLang::Wgsl);
+        let source = format!("{codes}{COMMON}\n{body}");
         let p = self.scoped(|| {
             let module = self
                 .device
@@ -462,7 +472,7 @@ impl WgpuBackend {
             "unary",
             x.len,
             4,
-            &|n| vec![n as u32, AFFINE, a, b],
+            &|n| vec![n as u32, AFFINE_CODE, a, b],
             &[&x.buf, &out.buf],
         )?;
         Ok(out)
@@ -502,7 +512,7 @@ impl WgpuBackend {
                     n,
                     1,
                     1,
-                    NEG_INF,
+                    reduce_start(op),
                     x_base,
                     p_base,
                     LOOP_MAX as u32,
@@ -1128,7 +1138,13 @@ impl Backend for WgpuBackend {
             p.extend(sh.iter().map(|&d| d as u32));
             p.extend((0..sh.len()).map(|d| u32::from(dims.contains(&d))));
             p.extend(strides(shape).iter().map(|&s| s as u32));
-            p.extend([NEG_INF, x_base, out_base, part_len as u32, parts as u32]);
+            p.extend([
+                reduce_start(op),
+                x_base,
+                out_base,
+                part_len as u32,
+                parts as u32,
+            ]);
             p
         };
         let finish = |out: WgpuStorage| {
