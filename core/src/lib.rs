@@ -24,6 +24,7 @@ pub mod comm;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod cpu;
+pub mod device;
 pub mod dtype;
 pub mod env;
 pub mod error;
@@ -43,6 +44,7 @@ pub use autograd::{is_grad_enabled, no_grad};
 pub use comm::{
     CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag, schedule,
 };
+pub use device::{DeviceInfo, DeviceKind, devices};
 pub use dtype::{DType, Element, bf16, f16};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};
