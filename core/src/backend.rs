@@ -4,9 +4,10 @@
 //! device, a kernel that fails to compile). The CPU backend (`crate::cpu`) is the reference; the
 //! wgpu and CUDA backends implement the same trait, and one conformance suite runs on all.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cpu::{CpuBackend, select};
+use crate::device::DeviceInfo;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
@@ -482,24 +483,45 @@ pub trait Kernels: Send + Sync {
 /// A device [`Backend`] seen as [`Kernels`]: an input already on this device is used where it
 /// is; a host input is uploaded and the upload kept in its buffer for the next kernel; results
 /// stay on the device until the host reads them.
-pub struct Resident<B>(Arc<B>);
+pub struct Resident<B> {
+    backend: Arc<B>,
+    /// The device's name in results' [`DeviceBuffer::backend`] (`wgpu:0`).
+    label: &'static str,
+}
 
 impl<B: Backend + 'static> Resident<B> {
-    /// Wraps a device backend.
+    /// Wraps a device backend (its results say they live on its backend's name).
     pub fn new(backend: B) -> Resident<B> {
-        Resident(Arc::new(backend))
+        let label = backend.name();
+        Resident {
+            backend: Arc::new(backend),
+            label,
+        }
     }
 
-    /// `x` on this device.
+    /// Wraps the backend of device `ordinal` (its results live on `wgpu:1`, `cuda:0`, ...).
+    pub fn on(backend: B, ordinal: usize) -> Resident<B> {
+        let label = device_label(&format!("{}:{ordinal}", backend.name()));
+        Resident {
+            backend: Arc::new(backend),
+            label,
+        }
+    }
+
+    /// `x` on this device: its copy there if it has one, else an upload (a copy on another
+    /// device of the same backend type is not this device's).
     fn input(&self, x: &Buffer) -> Result<Arc<dyn DeviceBuffer>> {
         if let Some(d) = x.device_copy()
-            && d.as_any().is::<Held<B>>()
+            && d.as_any()
+                .downcast_ref::<Held<B>>()
+                .is_some_and(|h| Arc::ptr_eq(&h.backend, &self.backend))
         {
             return Ok(d.clone());
         }
         let held: Arc<dyn DeviceBuffer> = Arc::new(Held {
-            backend: self.0.clone(),
-            storage: self.0.upload(x.host()?)?,
+            backend: self.backend.clone(),
+            label: self.label,
+            storage: self.backend.upload(x.host()?)?,
         });
         x.keep_device_copy(held.clone());
         Ok(held)
@@ -507,14 +529,14 @@ impl<B: Backend + 'static> Resident<B> {
 
     /// Whether the device holds every one of `xs`' dtypes (else the kernel runs on the host).
     fn holds(&self, xs: &[&Buffer]) -> bool {
-        xs.iter().all(|x| self.0.stores(x.dtype()))
+        xs.iter().all(|x| self.backend.stores(x.dtype()))
     }
 
     /// Whether the device holds and computes every one of `xs`' dtypes (else the arithmetic
     /// runs on the host: integers on wgpu, 16-bit floats until the GPU kernels take them).
     fn computes_all(&self, xs: &[&Buffer]) -> bool {
         xs.iter()
-            .all(|x| self.0.stores(x.dtype()) && self.0.computes(x.dtype()))
+            .all(|x| self.backend.stores(x.dtype()) && self.backend.computes(x.dtype()))
     }
 
     /// The backend's storage inside a buffer made by [`Resident::input`].
@@ -534,13 +556,14 @@ impl<B: Backend + 'static> Resident<B> {
         let held: Vec<Arc<dyn DeviceBuffer>> =
             xs.iter().map(|x| self.input(x)).collect::<Result<_>>()?;
         let storages: Vec<&B::Storage> = held.iter().map(Self::storage).collect::<Result<_>>()?;
-        let out = f(&self.0, &storages)?;
-        let (dtype, len) = (self.0.dtype(&out), self.0.len(&out));
+        let out = f(&self.backend, &storages)?;
+        let (dtype, len) = (self.backend.dtype(&out), self.backend.len(&out));
         Ok(Buffer::on_device(
             dtype,
             len,
             Arc::new(Held {
-                backend: self.0.clone(),
+                backend: self.backend.clone(),
+                label: self.label,
                 storage: out,
             }),
         ))
@@ -550,12 +573,27 @@ impl<B: Backend + 'static> Resident<B> {
 /// A buffer of backend `B`, with the backend that downloads it.
 struct Held<B: Backend> {
     backend: Arc<B>,
+    label: &'static str,
     storage: B::Storage,
+}
+
+/// The one `'static` copy of a device's label (a handful per process: one per device).
+fn device_label(label: &str) -> &'static str {
+    static LABELS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let Ok(mut labels) = LABELS.lock() else {
+        return "device";
+    };
+    if let Some(l) = labels.iter().find(|l| **l == label) {
+        return l;
+    }
+    let l: &'static str = Box::leak(label.to_string().into_boxed_str());
+    labels.push(l);
+    l
 }
 
 impl<B: Backend + 'static> DeviceBuffer for Held<B> {
     fn backend(&self) -> &'static str {
-        self.backend.name()
+        self.label
     }
     fn download(&self) -> Result<HostData> {
         self.backend.download(&self.storage)
@@ -567,10 +605,10 @@ impl<B: Backend + 'static> DeviceBuffer for Held<B> {
 
 impl<B: Backend + 'static> Kernels for Resident<B> {
     fn name(&self) -> &'static str {
-        self.0.name()
+        self.backend.name()
     }
     fn computes(&self, dtype: DType) -> bool {
-        self.0.computes(dtype)
+        self.backend.computes(dtype)
     }
     fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer> {
         if !self.computes_all(&[x]) {
@@ -707,55 +745,85 @@ pub fn say_skipped(test: &str, why: &dyn std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "\n!!! SKIPPED {test}: {why} !!!\n");
 }
 
-/// Makes a device's kernels (called once per process, on first use).
-pub type BackendMaker = fn() -> Result<Arc<dyn Kernels>>;
+/// A GPU backend this build holds, found by core on first use (no `init()` needed): the
+/// `gflow` crate submits one per backend feature with `inventory::submit!`.
+pub struct BackendRegistration {
+    /// The device type it computes for (`Wgpu` or `Cuda`).
+    pub device: DeviceType,
+    /// Opens the device of an ordinal (called once per process and ordinal).
+    pub open: fn(usize) -> Result<Arc<dyn Kernels>>,
+    /// The devices of this type on the host, by ordinal (called once per process).
+    pub list: fn() -> Vec<DeviceInfo>,
+}
 
-static MAKERS: Mutex<Vec<(DeviceType, BackendMaker)>> = Mutex::new(Vec::new());
+inventory::collect!(BackendRegistration);
+
+fn registration(device: DeviceType) -> Option<&'static BackendRegistration> {
+    inventory::iter::<BackendRegistration>
+        .into_iter()
+        .find(|r| r.device == device)
+}
+
+/// The devices of type `device` on this host, by ordinal (empty without a backend or device;
+/// listed once per process).
+pub fn device_list(device: DeviceType) -> &'static [DeviceInfo] {
+    static WGPU: OnceLock<Vec<DeviceInfo>> = OnceLock::new();
+    static CUDA: OnceLock<Vec<DeviceInfo>> = OnceLock::new();
+    let cell = match device {
+        DeviceType::Wgpu => &WGPU,
+        DeviceType::Cuda => &CUDA,
+        DeviceType::Cpu | DeviceType::Gpu => return &[],
+    };
+    cell.get_or_init(|| registration(device).map_or_else(Vec::new, |r| (r.list)()))
+}
+
 /// A device's kernels once made, or why they could not be.
 type Made = std::result::Result<Arc<dyn Kernels>, String>;
 
-static MADE: Mutex<Vec<(DeviceType, Made)>> = Mutex::new(Vec::new());
+static MADE: Mutex<Vec<((DeviceType, usize), Made)>> = Mutex::new(Vec::new());
 
-/// Registers the backend of a device type (the `gflow` crate registers the GPU backends it is
-/// built with; core knows only the CPU).
-pub fn register_backend(device: DeviceType, make: BackendMaker) {
-    if let Ok(mut m) = MAKERS.lock()
-        && !m.iter().any(|(d, _)| *d == device)
-    {
-        m.push((device, make));
+/// The kernels of this process's own device of type `device` (see [`crate::Device::kernels`]).
+///
+/// # Errors
+/// `BackendUnavailable` when no backend is built in for it or it has no device here.
+pub fn kernels(device: DeviceType) -> Result<Arc<dyn Kernels>> {
+    match device {
+        DeviceType::Cpu => kernels_at(DeviceType::Cpu, 0),
+        t => kernels_at(t, crate::device::own_ordinal(t)?),
     }
 }
 
-/// The kernels of `device` on this process, made on first use.
+/// The kernels of device `ordinal` of type `device`, its backend opened on first use.
 ///
 /// # Errors
-/// `BackendUnavailable` when no backend is registered for it or it has no device here.
-pub fn kernels(device: DeviceType) -> Result<Arc<dyn Kernels>> {
+/// `BackendUnavailable` naming the device (`cuda:1`) when this build has no backend for the
+/// type or the host no device of that ordinal.
+pub fn kernels_at(device: DeviceType, ordinal: usize) -> Result<Arc<dyn Kernels>> {
     if device == DeviceType::Cpu {
-        static CPU: std::sync::OnceLock<Arc<dyn Kernels>> = std::sync::OnceLock::new();
+        static CPU: OnceLock<Arc<dyn Kernels>> = OnceLock::new();
         return Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone());
     }
     let unavailable = |reason: String| Error::BackendUnavailable {
-        device: device.to_string(),
+        device: format!("{device}:{ordinal}"),
         reason,
     };
     let mut made = MADE
         .lock()
         .map_err(|_| Error::Internal("backend registry poisoned".into()))?;
-    if let Some((_, r)) = made.iter().find(|(d, _)| *d == device) {
+    if let Some((_, r)) = made.iter().find(|(k, _)| *k == (device, ordinal)) {
         return r.clone().map_err(unavailable);
     }
-    let maker = MAKERS
-        .lock()
-        .ok()
-        .and_then(|m| m.iter().find(|(d, _)| *d == device).map(|(_, f)| *f));
-    let r = match maker {
+    let count = device_list(device).len();
+    let r = match registration(device) {
         None => Err(format!(
-            "this program was built without a {device} backend (use the gflow crate, which registers it in init/run/simulate)"
+            "this program was built without a {device} backend (the gflow crate's `{device}` feature)"
         )),
-        Some(make) => make().map_err(|e| e.to_string()),
+        Some(_) if ordinal >= count => Err(format!(
+            "no {device} device of ordinal {ordinal}: this host has {count}"
+        )),
+        Some(reg) => (reg.open)(ordinal).map_err(|e| e.to_string()),
     };
-    made.push((device, r.clone()));
+    made.push(((device, ordinal), r.clone()));
     r.map_err(unavailable)
 }
 

@@ -24,6 +24,7 @@ pub mod comm;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod cpu;
+pub mod device;
 pub mod dtype;
 pub mod env;
 pub mod error;
@@ -44,6 +45,7 @@ pub use comm::{
     CommError, CommOp, CommStats, Communicator, Inbound, Outbound, Reduction, Schedule, Tag,
     comm_stats, reset_comm_stats, schedule,
 };
+pub use device::{DeviceInfo, DeviceKind, devices};
 pub use dtype::{DType, Element, bf16, f16};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};

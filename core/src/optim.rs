@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use crate::backend::{BinaryOp, Kernels, UnaryOp, kernels};
+use crate::backend::{BinaryOp, Kernels, UnaryOp};
 use crate::cpu::Float;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -263,7 +263,7 @@ fn update_component(
         ));
     }
     let device = p.device();
-    let k = kernels(device.device_type())?;
+    let k = device.kernels()?;
     if device != Device::Cpu && k.computes(pd.dtype()) {
         let mut owned: Vec<Buffer> = state.iter().map(|s| (**s).clone()).collect();
         *pd = device_step(&*k, &pd, &gd, &mut owned)?;
