@@ -10,6 +10,8 @@
 
 use std::time::Instant;
 
+mod checkpoint;
+
 /// Large buffers in shared memory: collectives between processes of one host copy once.
 #[global_allocator]
 static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
@@ -470,6 +472,9 @@ fn emit(a: &Args, lines: &[String]) -> Result<()> {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("checkpoint") {
+        return checkpoint::main();
+    }
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {

@@ -132,7 +132,11 @@ impl TensorEntry {
             }
             return Ok(());
         }
-        let covered: usize = self.chunks.iter().map(Chunk::numel).sum();
+        let covered = self
+            .chunks
+            .iter()
+            .try_fold(0usize, |a, c| a.checked_add(c.numel()))
+            .unwrap_or(usize::MAX);
         let disjoint = self.chunks.iter().enumerate().all(|(i, a)| {
             self.chunks[i + 1..].iter().all(|b| {
                 a.region

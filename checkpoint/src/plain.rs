@@ -111,6 +111,7 @@ fn fill_whole(
             *h = gflow_core::HostData::identity(h.dtype(), h.len(), op);
         } else {
             region::copy_overlap(elem, src, &c.ranges(), h.as_bytes_mut(), &mybox);
+            region::normalize_bools(h);
         }
         Ok(())
     })?;
