@@ -187,10 +187,13 @@ fn every_dtype_round_trips_through_a_resharding_load() {
     std::fs::remove_dir_all(&root).ok();
 }
 
+/// A checkpoint's `index.json` bytes and its shards' (name, bytes).
+type Files = (Vec<u8>, Vec<(String, Vec<u8>)>);
+
 /// A valid checkpoint saved by 2 ranks (a split and a broadcast tensor, a value): its index
 /// and shard bytes.
-fn valid() -> &'static (Vec<u8>, Vec<(String, Vec<u8>)>) {
-    static FILES: OnceLock<(Vec<u8>, Vec<(String, Vec<u8>)>)> = OnceLock::new();
+fn valid() -> &'static Files {
+    static FILES: OnceLock<Files> = OnceLock::new();
     FILES.get_or_init(|| {
         let dir = scratch("fuzz-src").join("c");
         gflow::simulate(2, |_| {

@@ -162,7 +162,7 @@ fn fill(
             let f = files
                 .get(&c.file)
                 .ok_or_else(|| Error::Internal("shard vanished".into()))?;
-            let len = c.numel().checked_mul(elem).unwrap_or(usize::MAX);
+            let len = c.numel().saturating_mul(elem);
             let start = usize::try_from(c.offset).unwrap_or(usize::MAX);
             let src = start
                 .checked_add(len)
