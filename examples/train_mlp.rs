@@ -168,6 +168,13 @@ fn main() -> Result<()> {
             if env.rank() == 0 {
                 eprintln!("resumed from {} at step {start_step}", dir.display());
             }
+        } else if let (Some(dir), true, 0) =
+            (&args.ckpt_dir, args.resume || restarted > 0, env.rank())
+        {
+            eprintln!(
+                "no complete checkpoint in {}: starting at step 0",
+                dir.display()
+            );
         }
 
         let bar = if env.rank() == 0 {
