@@ -2,7 +2,8 @@
 //! and k steps + save + a new job + load + N-k steps print bitwise-equal losses and weights, as
 //! ranks on threads and as processes under `gflow-launch`; and a job whose rank is SIGKILLed
 //! mid-training restarts (`--max-restarts 1`) from its latest checkpoint and ends exactly as the
-//! uninterrupted run.
+//! uninterrupted run; a job SIGKILLed at arbitrary moments (mostly inside saves) leaves only
+//! complete checkpoints, and resumes exactly from the latest.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -162,4 +163,47 @@ fn a_job_with_a_killed_rank_restarts_from_its_checkpoint_and_ends_as_if_uninterr
     assert!(err.contains("at step 24"), "{err}");
     assert_eq!(sorted_lines(&out), from_step(&full, 24));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A job SIGKILLed at arbitrary moments while it saves every step (so most kills land inside
+/// a save): every `step-*` directory it leaves is a complete checkpoint, and a resume from
+/// the latest one ends exactly as the uninterrupted run.
+#[test]
+fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
+    let full = sorted_lines(&train(false, &[], &args(STEPS, None, &[]), &[]));
+    for (i, ms) in [250u64, 500, 800].into_iter().enumerate() {
+        let dir = scratch(&format!("crash-{i}"));
+        let mut child = Command::new(example())
+            .args(args(STEPS, Some(&dir), &["--ckpt-every", "1"]))
+            .env("GFLOW_SIM_RANKS", "2")
+            .env_remove("WORLD_SIZE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        assert!(child.try_wait().unwrap().is_none(), "ended before the kill");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                assert!(name.ends_with(".partial"), "{name}");
+            } else {
+                assert!(
+                    gflow::checkpoint::is_complete(dir.join(&name)),
+                    "{name} after a kill at {ms} ms"
+                );
+            }
+        }
+        let resumed = train(false, &[], &args(STEPS, Some(&dir), &["--resume"]), &[]);
+        let err = String::from_utf8_lossy(&resumed.stderr).into_owned();
+        let k = err
+            .split_once("at step ")
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        eprintln!("killed at {ms} ms; resumed at step {k}");
+        assert_eq!(sorted_lines(&resumed), from_step(&full, k), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
