@@ -1,8 +1,9 @@
 //! Checkpoints under bad conditions and the promises tests/checkpoint.rs leaves out: a save
 //! without write permission fails naming the path and leaves the previous checkpoint loadable;
 //! local tensors save and load whole, per rank; every dtype round-trips through a resharding
-//! load; and mutated index and shard files, loaded for real, are `Ok` or `Error::Checkpoint`,
-//! never a panic or another error.
+//! load; a save over a checkpoint replaces it, leaving nothing beside it; a plain file's 16-bit
+//! tensors load and a dtype gflow cannot hold is named; and mutated index and shard files,
+//! loaded for real, are `Ok` or `Error::Checkpoint`, never a panic or another error.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -310,5 +311,44 @@ fn a_save_over_a_checkpoint_replaces_it_and_leaves_nothing_beside_it() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["latest"]);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// A plain safetensors file from raw parts (as any writer lays it out).
+fn safetensors_file(path: &Path, header: &str, data: &[u8]) {
+    let mut h = header.as_bytes().to_vec();
+    h.resize(h.len().next_multiple_of(8), b' ');
+    let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(h);
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn plain_files_load_16_bit_tensors_and_name_a_dtype_gflow_cannot_hold() {
+    let root = scratch("plain-dtypes");
+    let path = root.join("m.safetensors");
+    safetensors_file(
+        &path,
+        r#"{"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"q":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}"#,
+        &[0x80, 0x3f, 0x00, 0x40, 1, 2],
+    );
+    let w = Tensor::zeros(&[2], Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let mut sd = StateDict::new();
+    sd.insert("w", &w);
+    checkpoint::load_safetensors(&path, &mut sd).unwrap();
+    assert_eq!(
+        w.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+        [1.0, 2.0]
+    );
+    sd.insert("q", &Tensor::zeros(&[2], Device::Cpu).unwrap());
+    let e = reason(checkpoint::load_safetensors(&path, &mut sd).unwrap_err());
+    assert!(
+        e.contains("m.safetensors") && e.contains("\"q\" is U8"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&root).ok();
 }
