@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+mod checkpoint;
 mod ops;
 
 /// Large buffers in shared memory: collectives between processes of one host copy once.
@@ -505,6 +506,9 @@ fn emit(a: &Args, lines: &[String]) -> Result<()> {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("checkpoint") {
+        return checkpoint::main();
+    }
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
