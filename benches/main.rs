@@ -1,15 +1,20 @@
 //! `gflow-bench`: benchmarks printing one JSON line per measurement, in the format of
-//! `../shared/bench/README.md` (median of the slowest rank over runs after warm-ups).
+//! `docs/benchmarks.md` (median of the slowest rank over runs after warm-ups).
 //!
 //! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
 //! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`
 //! (the overhead of a global op that needs no communication) or `collectives` (run it under
 //! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout) or `train` (steps/s
 //! of a data-parallel MLP, 3 layers of `--width` (1024) at global batch `--batch` (256); under
-//! `gflow-launch`, or as simulated ranks without it) or `gpt` (tokens/s and MFU of
-//! `examples/gpt`, see `benches/gpt.rs`).
+//! `gflow-launch`, or as simulated ranks without it) or `ops` (the transformer operators, fwd
+//! and fwd+bwd, against `benches/peers/torch_ops_bench.py`: `--act b,t,d --attn b,h,t,d --mm n
+//! --small`) or `gpt` (tokens/s and MFU of `examples/gpt`, see `benches/gpt.rs`).
 
 use std::time::Instant;
+
+mod checkpoint;
+mod gpt;
+mod ops;
 
 /// Large buffers in shared memory: collectives between processes of one host copy once.
 #[global_allocator]
@@ -17,7 +22,6 @@ static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
 
 use gflow::prelude::*;
 
-mod gpt;
 
 struct Args {
     what: String,
@@ -34,6 +38,8 @@ struct Args {
     device: String,
     /// `collectives` only: `--sizes` in KiB rather than MiB (latency-bound messages).
     kib: bool,
+    /// `ops` only: the sizes (`--act`, `--attn`, `--mm`, `--small`).
+    op_sizes: ops::OpSizes,
 }
 
 fn parse() -> std::result::Result<Args, String> {
@@ -49,6 +55,11 @@ fn parse() -> std::result::Result<Args, String> {
         ops: vec![],
         device: "cpu".into(),
         kib: false,
+        op_sizes: ops::OpSizes {
+            act: vec![8, 1024, 768],
+            attn: vec![8, 12, 256, 64],
+            mm: 1024,
+        },
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -72,6 +83,30 @@ fn parse() -> std::result::Result<Args, String> {
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
             "--kib" => a.kib = true,
+            "--act" | "--attn" => {
+                let v: Vec<usize> = it
+                    .next()
+                    .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
+                    .unwrap_or_default();
+                match (x.as_str(), v.len()) {
+                    ("--act", 3) => a.op_sizes.act = v,
+                    ("--attn", 4) => a.op_sizes.attn = v,
+                    _ => {
+                        return Err(format!(
+                            "{x} needs 3 (--act) or 4 (--attn) sizes like 8,1024,768"
+                        ));
+                    }
+                }
+            }
+            "--mm" => a.op_sizes.mm = num("--mm")?,
+            "--small" => {
+                let (act, attn) = (&mut a.op_sizes.act, &mut a.op_sizes.attn);
+                act[0] = (act[0] / 4).max(1);
+                act[1] = (act[1] / 4).max(1);
+                attn[0] = (attn[0] / 4).max(1);
+                attn[2] = (attn[2] / 4).max(1);
+                a.op_sizes.mm /= 4;
+            }
             "--device" => a.device = it.next().ok_or("--device needs cpu, wgpu or cuda")?,
             "--ops" => {
                 a.ops = it
@@ -473,6 +508,9 @@ fn emit(a: &Args, lines: &[String]) -> Result<()> {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("checkpoint") {
+        return checkpoint::main();
+    }
     if let Some(r) = std::env::args()
         .nth(1)
         .filter(|w| w == "gpt")
@@ -496,6 +534,7 @@ fn main() {
         "dispatch" => dispatch(&args),
         "collectives" => collectives(&args),
         "train" => train(&args),
+        "ops" => ops::ops(&args, &args.op_sizes),
         other => Err(gflow::Error::InvalidArgument {
             op: "gflow-bench",
             reason: format!("unknown benchmark {other:?}"),

@@ -47,6 +47,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo doc (no broken links; every public item documented)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 echo "== cargo test"
 cargo test --workspace
 echo "== cargo check --no-default-features (the CPU build: shared-memory links only)"

@@ -13,9 +13,10 @@
 //! ```
 
 pub use gflow_core::{
-    Buffer, CommError, CommOp, Communicator, DType, Device, DeviceType, Element, Env, Error,
-    HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks, ReduceOp, Result, Sbp, Tag, Target,
-    Tensor, backend, boxing, comm, is_grad_enabled, manual_seed, nn, no_grad, optim, sbp,
+    Buffer, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo, DeviceKind,
+    DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks,
+    ReduceOp, Result, Sbp, Tag, Target, Tensor, backend, boxing, comm, comm_stats, devices,
+    is_grad_enabled, manual_seed, nn, no_grad, no_sync, optim, reset_comm_stats, sbp,
 };
 
 /// The global allocator that puts large buffers in shared memory, so collectives between
@@ -30,7 +31,7 @@ pub use gflow_core::{bf16, f16};
 mod log;
 pub mod scheduler;
 
-/// Checkpoints: [`checkpoint::save`] / [`checkpoint::load`] of a [`StateDict`] (sharded,
+/// Checkpoints: [`checkpoint::save()`] / [`checkpoint::load()`] of a [`StateDict`] (sharded,
 /// reshardable, atomic) and plain safetensors files.
 pub use gflow_checkpoint as checkpoint;
 pub use gflow_core::StateDict;
@@ -46,28 +47,29 @@ pub mod prelude {
     };
 }
 
-/// Registers the GPU backends this build holds (wgpu, CUDA: the features `wgpu` and `cuda`), so
-/// placements on `"wgpu"`, `"cuda"` and `"gpu"` resolve. Called by [`init`], [`run`] and
-/// [`simulate`]; idempotent. A backend is opened on first use; where it has no device (or this
-/// build lacks it) that use is `BackendUnavailable`.
-pub fn register_backends() {
-    #[cfg(feature = "wgpu")]
-    {
-        fn make_wgpu() -> Result<std::sync::Arc<dyn backend::Kernels>> {
-            Ok(std::sync::Arc::new(backend::Resident::new(
-                gflow_wgpu::WgpuBackend::new()?,
-            )))
-        }
-        backend::register_backend(DeviceType::Wgpu, make_wgpu);
+// The GPU backends this build holds (features `wgpu`, `cuda`), found by core on first use, so
+// placements on "wgpu", "cuda" and "gpu" and local tensors on GPU devices need no `init()`.
+// A backend is opened on first use; where it has no device that use is `BackendUnavailable`.
+#[cfg(feature = "wgpu")]
+inventory::submit! {
+    backend::BackendRegistration {
+        device: DeviceType::Wgpu,
+        open: |ordinal| Ok(std::sync::Arc::new(backend::Resident::on(
+            gflow_wgpu::WgpuBackend::open(ordinal)?,
+            ordinal,
+        ))),
+        list: gflow_wgpu::device_infos,
     }
-    #[cfg(feature = "cuda")]
-    {
-        fn make_cuda() -> Result<std::sync::Arc<dyn backend::Kernels>> {
-            Ok(std::sync::Arc::new(backend::Resident::new(
-                gflow_cuda::CudaBackend::new()?,
-            )))
-        }
-        backend::register_backend(DeviceType::Cuda, make_cuda);
+}
+#[cfg(feature = "cuda")]
+inventory::submit! {
+    backend::BackendRegistration {
+        device: DeviceType::Cuda,
+        open: |ordinal| Ok(std::sync::Arc::new(backend::Resident::on(
+            gflow_cuda::CudaBackend::with_ordinal(ordinal)?,
+            ordinal,
+        ))),
+        list: gflow_cuda::device_infos,
     }
 }
 
@@ -96,7 +98,6 @@ where
     T: Send,
     F: Fn(Env) -> Result<T> + Sync,
 {
-    register_backends();
     log::install();
     gflow_core::simulate(n, |env| {
         tracing::info!(
@@ -119,7 +120,6 @@ where
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
     keep_freed_memory();
-    register_backends();
     log::install();
     if launched() {
         let env = init()?;
@@ -174,7 +174,6 @@ pub fn init() -> Result<Env> {
         return Ok(env);
     }
     keep_freed_memory();
-    register_backends();
     log::install();
     let Some(job) = scheduler::current_job()? else {
         tracing::info!(backends = log::backends(), "a world of one rank");

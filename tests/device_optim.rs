@@ -34,8 +34,8 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                 opt.step()?;
                 if device != "cpu" {
                     assert_eq!(
-                        w.resident_on(),
-                        Some(device),
+                        w.resident_on().map(str::to_string),
+                        Some(w.device().to_string()),
                         "the parameter stays on {device}"
                     );
                     assert!(

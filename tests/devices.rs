@@ -97,7 +97,22 @@ fn device_and_mixed_placements_match_the_cpu() {
             .to_string())
     })
     .unwrap();
-    assert_eq!(devices, vec!["wgpu", "cpu"]);
+    assert_eq!(devices, vec!["wgpu:0", "cpu"]);
+    // An ordinal pinned by hand (RANK:TYPE:ORDINAL); one the host lacks names itself.
+    unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0:wgpu:0,1:cpu") };
+    close(
+        &program("gpu").unwrap(),
+        &cpu,
+        "mixed placement, pinned ordinal",
+    );
+    unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0:wgpu:9,1:cpu") };
+    let missing = gflow::simulate(2, |_| {
+        Tensor::zeros(&[2], (&Placement::new("gpu", [0, 1])?, Sbp::split(0))).map(drop)
+    });
+    assert!(
+        matches!(&missing, Err(Error::BackendUnavailable { device, .. }) if device == "wgpu:9"),
+        "{missing:?}"
+    );
     // A malformed override is a clear error, not a silent default.
     unsafe { std::env::set_var("GFLOW_DEVICE_OVERRIDE", "0=wgpu") };
     let bad = gflow::simulate(1, |_| {

@@ -1,4 +1,4 @@
-//! The API contract of ../shared/API.md for placements, SBPs and tensors.
+//! The API contract of docs/API.md for placements, SBPs and tensors.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 

@@ -10,6 +10,10 @@ pub fn to_safetensors(d: DType) -> Option<Dtype> {
         DType::F32 => Some(Dtype::F32),
         DType::F64 => Some(Dtype::F64),
         DType::I64 => Some(Dtype::I64),
+        DType::F16 => Some(Dtype::F16),
+        DType::BF16 => Some(Dtype::BF16),
+        DType::I32 => Some(Dtype::I32),
+        DType::Bool => Some(Dtype::BOOL),
         _ => None,
     }
 }
@@ -20,6 +24,10 @@ pub fn from_safetensors(d: Dtype) -> Option<DType> {
         Dtype::F32 => Some(DType::F32),
         Dtype::F64 => Some(DType::F64),
         Dtype::I64 => Some(DType::I64),
+        Dtype::F16 => Some(DType::F16),
+        Dtype::BF16 => Some(DType::BF16),
+        Dtype::I32 => Some(DType::I32),
+        Dtype::BOOL => Some(DType::Bool),
         _ => None,
     }
 }
@@ -51,7 +59,15 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for d in [DType::F32, DType::F64, DType::I64] {
+        for d in [
+            DType::F32,
+            DType::F64,
+            DType::I64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::Bool,
+        ] {
             let st = to_safetensors(d).expect("mapped");
             assert_eq!(from_safetensors(st), Some(d));
             assert_eq!(parse(&name(st)), Some(st));

@@ -118,6 +118,11 @@ impl TensorEntry {
                     c.region, self.shape
                 ));
             }
+            // Writers store no empty box of a global tensor; refusing them bounds the chunks by
+            // the elements, and so the pairwise disjointness check below.
+            if !self.local && c.numel() == 0 {
+                return Err(format!("chunk box {:?} is empty", c.region));
+            }
             if c.rank.is_some() != self.local {
                 return Err("a chunk's rank must be given exactly for local tensors".into());
             }
@@ -132,7 +137,11 @@ impl TensorEntry {
             }
             return Ok(());
         }
-        let covered: usize = self.chunks.iter().map(Chunk::numel).sum();
+        let covered = self
+            .chunks
+            .iter()
+            .try_fold(0usize, |a, c| a.checked_add(c.numel()))
+            .unwrap_or(usize::MAX);
         let disjoint = self.chunks.iter().enumerate().all(|(i, a)| {
             self.chunks[i + 1..].iter().all(|b| {
                 a.region
@@ -147,5 +156,54 @@ impl TensorEntry {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An index of one tensor of shape [4, 2] with `chunks` (JSON) and `local`.
+    fn parse(chunks: &str, local: bool) -> Result<Index, String> {
+        let json = format!(
+            r#"{{"format":"gflow-checkpoint","version":1,"values":{{}},"tensors":{{"t":{{"shape":[4,2],"dtype":"F32","local":{local},"chunks":{chunks}}}}}}}"#
+        );
+        Index::parse(json.as_bytes())
+    }
+
+    #[test]
+    fn parse_accepts_exact_covers_and_names_each_defect() {
+        let f = r#""file":"rank-00000.safetensors","offset":8"#;
+        assert!(
+            parse(
+                &format!(r#"[{{{f},"box":[[0,2],[0,2]]}},{{{f},"box":[[2,4],[0,2]]}}]"#),
+                false
+            )
+            .is_ok()
+        );
+        assert!(parse(&format!(r#"[{{{f},"box":[[0,4],[0,2]],"rank":0}}]"#), true).is_ok());
+        for (chunks, local, want) in [
+            (
+                r#"[{F,"box":[[0,3],[0,2]]},{F,"box":[[2,4],[0,2]]}]"#,
+                false,
+                "overlap",
+            ),
+            (r#"[{F,"box":[[0,2],[0,2]]}]"#, false, "cover 4 of 8"),
+            (
+                r#"[{F,"box":[[0,4],[0,2]]},{F,"box":[[1,1],[0,2]]}]"#,
+                false,
+                "is empty",
+            ),
+            (r#"[{F,"box":[[0,5],[0,2]]}]"#, false, "does not fit"),
+            (r#"[{F,"box":[[0,4],[0,2]]}]"#, true, "rank must be given"),
+            (
+                r#"[{"file":"../x","offset":8,"box":[[0,4],[0,2]]}]"#,
+                false,
+                "plain file name",
+            ),
+        ] {
+            let e = parse(&chunks.replace('F', f), local).unwrap_err();
+            assert!(e.contains(want), "{chunks}: {e}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! wrote something (`rank-NNNNN.safetensors`), nothing else. Each distinct box is written once
 //! (a broadcast tensor by the first rank holding it; a partial tensor is reduced first).
 //! [`load`] fills tensors of any placement, SBP and world size in place: each rank maps the
-//! files and copies only the byte ranges that intersect its box. [`save`] is atomic (see the
+//! files and copies only the byte ranges that intersect its box. [`save()`] is atomic (see the
 //! [`save`](mod@save) module for the protocol). [`load_safetensors`] and [`save_safetensors`]
 //! read and write plain safetensors files as Python writes them.
 //!

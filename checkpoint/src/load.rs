@@ -17,7 +17,8 @@ use crate::{agree, dtype, region};
 /// # Errors
 /// `Checkpoint`: a missing directory or index, a temporary (`.*.partial`) directory, a
 /// corrupt index.
-pub fn read_index(dir: &Path) -> Result<Index> {
+pub fn read_index(dir: impl AsRef<Path>) -> Result<Index> {
+    let dir = dir.as_ref();
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -161,7 +162,7 @@ fn fill(
             let f = files
                 .get(&c.file)
                 .ok_or_else(|| Error::Internal("shard vanished".into()))?;
-            let len = c.numel() * elem;
+            let len = c.numel().saturating_mul(elem);
             let start = usize::try_from(c.offset).unwrap_or(usize::MAX);
             let src = start
                 .checked_add(len)
@@ -177,6 +178,7 @@ fn fill(
                 })?;
             copied += region::copy_overlap(elem, src, &cbox, dst, &mybox);
         }
+        region::normalize_bools(h);
         if copied != want {
             return Err(err(
                 dir,

@@ -34,8 +34,10 @@ fn load_here(path: &Path, sd: &mut StateDict) -> Result<()> {
     sd.check()?;
     let opened = crate::shard::open(path)?;
     let mut tensors = BTreeMap::new();
+    let mut foreign = BTreeMap::new();
     for (name, info) in opened.meta.tensors() {
         let Some(d) = dtype::from_safetensors(info.dtype) else {
+            foreign.insert(name, info.dtype);
             continue;
         };
         let (a, _) = info.data_offsets;
@@ -59,6 +61,12 @@ fn load_here(path: &Path, sd: &mut StateDict) -> Result<()> {
     for (name, e) in sd.entries() {
         match e {
             Entry::Tensor(t) => {
+                if let Some(d) = foreign.get(name) {
+                    return Err(err(
+                        path,
+                        format!("tensor {name:?} is {d:?}, a dtype gflow cannot hold"),
+                    ));
+                }
                 let entry = load::check_entry(path, &tensors, name, t)?;
                 fill_whole(path, &opened, entry, t)?;
             }
@@ -111,6 +119,7 @@ fn fill_whole(
             *h = gflow_core::HostData::identity(h.dtype(), h.len(), op);
         } else {
             region::copy_overlap(elem, src, &c.ranges(), h.as_bytes_mut(), &mybox);
+            region::normalize_bools(h);
         }
         Ok(())
     })?;

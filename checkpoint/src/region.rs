@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use gflow_core::shape::{Region, copy_region, full_region, intersect, region_shape, relative};
-use gflow_core::{Tensor, env};
+use gflow_core::{HostData, Tensor, env};
 
 /// This rank's box of `t` (the whole shape for a local tensor), `None` off its placement.
 pub fn my_box(t: &Tensor) -> Option<Region> {
@@ -52,4 +52,11 @@ pub fn copy_overlap(
         &extent,
     );
     extent.iter().product()
+}
+
+/// Makes every byte of a Bool component 0 or 1 (a file may hold any nonzero byte for true).
+pub fn normalize_bools(h: &mut HostData) {
+    if let HostData::Bool(v) = h {
+        v.iter_mut().for_each(|b| *b = u8::from(*b != 0));
+    }
 }

@@ -9,8 +9,8 @@
 //!    removes the temporary directory and every rank returns that failure: a previous
 //!    checkpoint at the target is untouched.
 //! 4. Otherwise rank 0 writes `index.json` (synced), then swaps the directory into place by
-//!    renames (a previous checkpoint at the target is moved aside first and removed after)
-//!    and syncs the parent; the ranks agree on the outcome.
+//!    an atomic exchange with a previous checkpoint at the target (`swap_in`) and syncs
+//!    the parent; the ranks agree on the outcome.
 //!
 //! A directory without `index.json`, or named `.*.partial`, is never a checkpoint, so a crash
 //! at any point leaves the previous checkpoint loadable and nothing that `load` would accept
@@ -208,6 +208,32 @@ fn commit(sd: &StateDict, dir: &Path, tmp: &Path, reports: &[Vec<u8>]) -> Result
     std::io::Write::write_all(&mut &f, &bytes).map_err(|e| io(&path, e))?;
     f.sync_all().map_err(|e| io(&path, e))?;
     sync_dir(tmp)?;
+    swap_in(tmp, dir)?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Moves the finished `tmp` to `dir`. A previous checkpoint at `dir` is exchanged with it in one
+/// atomic step where the platform can (Linux `renameat2(RENAME_EXCHANGE)`), so `dir` always holds
+/// a complete checkpoint; elsewhere it is moved aside to `.<name>.old` first (a crash between
+/// the two renames leaves it there, complete).
+fn swap_in(tmp: &Path, dir: &Path) -> Result<()> {
+    let into_place = |e: std::io::Error| {
+        err(
+            dir,
+            format!("cannot rename {} into place: {e}", tmp.display()),
+        )
+    };
+    if !dir.exists() {
+        return fs::rename(tmp, dir).map_err(into_place);
+    }
+    #[cfg(target_os = "linux")]
+    if exchange(tmp, dir).is_ok() {
+        let _ = fs::remove_dir_all(tmp);
+        return Ok(());
+    }
     let old = dir.with_file_name(format!(
         ".{}.old",
         dir.file_name()
@@ -215,25 +241,41 @@ fn commit(sd: &StateDict, dir: &Path, tmp: &Path, reports: &[Vec<u8>]) -> Result
             .unwrap_or_default()
     ));
     let _ = fs::remove_dir_all(&old);
-    if dir.exists() {
-        fs::rename(dir, &old).map_err(|e| {
-            err(
-                dir,
-                format!("cannot move the previous checkpoint aside: {e}"),
-            )
-        })?;
-    }
-    fs::rename(tmp, dir).map_err(|e| {
+    fs::rename(dir, &old).map_err(|e| {
         err(
             dir,
-            format!("cannot rename {} into place: {e}", tmp.display()),
+            format!("cannot move the previous checkpoint aside: {e}"),
         )
     })?;
+    fs::rename(tmp, dir).map_err(into_place)?;
     let _ = fs::remove_dir_all(&old);
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        sync_dir(parent)?;
-    }
     Ok(())
+}
+
+/// Swaps the directories `a` and `b` atomically (fails where the file system cannot).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Syncs a directory's entries to disk (a no-op where directories cannot be opened).

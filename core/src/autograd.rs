@@ -1,4 +1,4 @@
-//! Reverse-mode automatic differentiation. Every differentiable operator records a [`Node`] on
+//! Reverse-mode automatic differentiation. Every differentiable operator records a `Node` on
 //! its output (its inputs and a backward function) when gradients are enabled and an input
 //! requires them; [`Tensor::backward`] walks the recorded graph from the output back to the
 //! leaves. Backward functions are written with ordinary tensor operators, so on global tensors
@@ -61,6 +61,41 @@ pub(crate) struct Node {
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(true) };
+    static NO_SYNC: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (backward passes, for gradient accumulation) with leaf gradients kept in the layout
+/// backward produced them in (e.g. `partial_sum` on a data-parallel weight), so nothing is
+/// communicated; the next backward outside `no_sync` boxes each accumulated gradient to its
+/// parameter's layout once, as DDP's `no_sync`. Applies to the calling thread (one rank).
+///
+/// ```
+/// use gflow_core::{comm_stats, no_sync, reset_comm_stats, simulate, Placement, Sbp, Tensor};
+/// let counts = simulate(2, |_env| {
+///     let p = Placement::new("cpu", [0, 1])?;
+///     let w = Tensor::ones(&[3, 2], (&p, [Sbp::broadcast()]))?.set_requires_grad(true);
+///     let x = Tensor::ones(&[4, 3], (&p, [Sbp::split(0)]))?;
+///     let loss = || x.matmul(&w)?.sum([0, 1], false);
+///     let (l1, l2) = (loss()?, loss()?);
+///     reset_comm_stats();
+///     no_sync(|| l1.backward())?;              // the gradient stays partial: nothing moves
+///     let quiet = comm_stats().collectives;
+///     l2.backward()?;                          // one all-reduce of the accumulated gradient
+///     Ok((quiet, comm_stats().collectives, w.grad().unwrap().to_vec::<f32>()?))
+/// })?;
+/// assert_eq!((counts[0].0, counts[0].1), (0, 1));
+/// assert_eq!(counts[0].2, vec![8.0; 6]); // two passes of 4 rows of ones
+/// # Ok::<(), gflow_core::Error>(())
+/// ```
+pub fn no_sync<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NO_SYNC.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(NO_SYNC.with(|e| e.replace(true)));
+    f()
 }
 
 /// Runs `f` without recording operations for autograd (like PyTorch's `torch.no_grad()`), e.g.
@@ -267,17 +302,21 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Adds `g` to a leaf's gradient, boxed to the leaf's placement and SBP.
+/// Adds `g` to a leaf's gradient, boxed to the leaf's placement and SBP; under [`no_sync`] the
+/// sum stays in the layout backward gave it, and the next accumulation outside boxes it once.
 fn accumulate(leaf: &Tensor, g: Tensor) -> Result<()> {
-    let in_layout = |t: Tensor| match leaf.dist() {
+    let layout = leaf.dist();
+    let in_layout = |t: Tensor| match layout {
         Some(d) if t.dist() != Some(d) => t.into_global(d),
         _ => Ok(t),
     };
-    let g = in_layout(g)?;
+    let deferred = NO_SYNC.with(Cell::get);
     let sum = match leaf.grad() {
-        Some(prev) => in_layout(prev.add(&g)?)?,
+        // A gradient left unboxed by `no_sync`: add in the backward layout, box once below.
+        Some(prev) if deferred || prev.dist() != layout => prev.add(&g)?,
+        Some(prev) => prev.add(&in_layout(g)?)?,
         None => g,
     };
-    leaf.set_grad(Some(sum));
+    leaf.set_grad(Some(if deferred { sum } else { in_layout(sum)? }));
     Ok(())
 }

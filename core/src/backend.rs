@@ -4,140 +4,212 @@
 //! device, a kernel that fails to compile). The CPU backend (`crate::cpu`) is the reference; the
 //! wgpu and CUDA backends implement the same trait, and one conformance suite runs on all.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cpu::{CpuBackend, select};
+use crate::device::DeviceInfo;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
 use crate::storage::{Buffer, DeviceBuffer, HostData};
 
-/// Elementwise functions of one tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `-x`.
-    Neg,
-    /// `e^x`.
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Square root.
-    Sqrt,
-    /// `x * x`.
-    Square,
-    /// `max(x, 0)`.
-    Relu,
-    /// GELU, tanh approximation (PyTorch's `approximate="tanh"`).
-    Gelu,
-    /// `1 / (1 + e^-x)`.
-    Sigmoid,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// `1` where `x > 0`, else `0` (the derivative of relu; masks).
-    Step,
-    /// The derivative of [`UnaryOp::Gelu`].
-    GeluGrad,
-    /// `|x|`.
-    Abs,
-    /// `1 / sqrt(x)`.
-    Rsqrt,
-    /// Sine.
-    Sin,
-    /// Cosine.
-    Cos,
-    /// SiLU (swish): `x * sigmoid(x)`.
-    Silu,
-    /// The error function.
-    Erf,
-    /// GELU, exact (erf) form: PyTorch's default.
-    GeluErf,
-    /// `-1`, `0` or `1` (the derivative of abs; `0` at `0`).
-    Sign,
-    /// The derivative of [`UnaryOp::Silu`].
-    SiluGrad,
-    /// The derivative of [`UnaryOp::GeluErf`].
-    GeluErfGrad,
-}
+/// Declares an enum of operations GPU kernels switch on: its number in kernels is its position
+/// ([`UnaryOp::code`]), and [`kernel_constants`] writes every variant's number under a name
+/// (`UNARY_GELU_ERF`, `REDUCE_MIN`) into the WGSL and CUDA sources, so kernels name cases and
+/// the Rust enums stay their only definition.
+macro_rules! kernel_ops {
+    ($(#[$doc:meta])* pub enum $name:ident ($prefix:literal) {
+        $($(#[$vdoc:meta])* $variant:ident,)*
+    }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)*
+        }
 
-impl UnaryOp {
-    /// Whether the GPU kernels have this op (the round-1 set); others run on the host copy.
-    pub fn gpu_native(self) -> bool {
-        (self as u32) <= UnaryOp::GeluGrad as u32
-    }
-}
+        impl $name {
+            /// Every operation, in code order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+            /// The prefix of the operations' names in kernel sources.
+            const PREFIX: &'static str = $prefix;
 
-/// Elementwise functions of two tensors (with NumPy broadcasting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b`.
-    Div,
-    /// `max(a, b)` (NaN if either is).
-    Maximum,
-    /// `min(a, b)` (NaN if either is).
-    Minimum,
-}
-
-impl BinaryOp {
-    /// Whether the GPU kernels have this op; others run on the host copy.
-    pub fn gpu_native(self) -> bool {
-        (self as u32) <= BinaryOp::Div as u32
-    }
-}
-
-/// Elementwise comparisons (with NumPy broadcasting); the result is Bool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CmpOp {
-    /// `a == b`.
-    Eq,
-    /// `a != b`.
-    Ne,
-    /// `a < b`.
-    Lt,
-    /// `a <= b`.
-    Le,
-    /// `a > b`.
-    Gt,
-    /// `a >= b`.
-    Ge,
-}
-
-/// Reductions over dimensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceKind {
-    /// Sum.
-    Sum,
-    /// Maximum.
-    Max,
-    /// Minimum.
-    Min,
-}
-
-impl ReduceKind {
-    /// Whether the GPU kernels have this reduction; others run on the host copy.
-    pub fn gpu_native(self) -> bool {
-        self != ReduceKind::Min
-    }
-}
-
-/// The number GPU kernels know an operation by (their `switch` cases): its position in its
-/// enum, so the WGSL and CUDA kernels and the backends agree by construction.
-macro_rules! kernel_code {
-    ($($t:ty),*) => {$(
-        impl $t {
             /// The operation's number in GPU kernels (its position in the enum).
             pub fn code(self) -> u32 {
                 self as u32
             }
         }
-    )*};
+    };
 }
-kernel_code!(UnaryOp, BinaryOp, ReduceKind, CmpOp);
+
+kernel_ops! {
+    /// Elementwise functions of one tensor.
+    pub enum UnaryOp ("UNARY") {
+        /// `-x`.
+        Neg,
+        /// `e^x`.
+        Exp,
+        /// Natural logarithm.
+        Log,
+        /// Square root.
+        Sqrt,
+        /// `x * x`.
+        Square,
+        /// `max(x, 0)`.
+        Relu,
+        /// GELU, tanh approximation (PyTorch's `approximate="tanh"`).
+        Gelu,
+        /// `1 / (1 + e^-x)`.
+        Sigmoid,
+        /// Hyperbolic tangent.
+        Tanh,
+        /// `1` where `x > 0`, else `0` (the derivative of relu; masks).
+        Step,
+        /// The derivative of [`UnaryOp::Gelu`].
+        GeluGrad,
+        /// `|x|`.
+        Abs,
+        /// `1 / sqrt(x)`.
+        Rsqrt,
+        /// Sine.
+        Sin,
+        /// Cosine.
+        Cos,
+        /// SiLU (swish): `x * sigmoid(x)`.
+        Silu,
+        /// The error function.
+        Erf,
+        /// GELU, exact (erf) form: PyTorch's default.
+        GeluErf,
+        /// `-1`, `0` or `1` (the derivative of abs; `0` at `0`).
+        Sign,
+        /// The derivative of [`UnaryOp::Silu`].
+        SiluGrad,
+        /// The derivative of [`UnaryOp::GeluErf`].
+        GeluErfGrad,
+    }
+}
+
+kernel_ops! {
+    /// Elementwise functions of two tensors (with NumPy broadcasting).
+    pub enum BinaryOp ("BINARY") {
+        /// `a + b`.
+        Add,
+        /// `a - b`.
+        Sub,
+        /// `a * b`.
+        Mul,
+        /// `a / b`.
+        Div,
+        /// `max(a, b)` (NaN if either is).
+        Maximum,
+        /// `min(a, b)` (NaN if either is).
+        Minimum,
+    }
+}
+
+kernel_ops! {
+    /// Elementwise comparisons (with NumPy broadcasting); the result is Bool.
+    pub enum CmpOp ("CMP") {
+        /// `a == b`.
+        Eq,
+        /// `a != b`.
+        Ne,
+        /// `a < b`.
+        Lt,
+        /// `a <= b`.
+        Le,
+        /// `a > b`.
+        Gt,
+        /// `a >= b`.
+        Ge,
+    }
+}
+
+kernel_ops! {
+    /// Reductions over dimensions.
+    pub enum ReduceKind ("REDUCE") {
+        /// Sum.
+        Sum,
+        /// Maximum.
+        Max,
+        /// Minimum.
+        Min,
+    }
+}
+
+/// The unary kernels' code of the affine map `a * x + b` (`scale`, `add_scalar`), past every
+/// [`UnaryOp`]; kernels know it as `UNARY_AFFINE`.
+pub const AFFINE_CODE: u32 = 99;
+
+/// The language of a kernel source that [`kernel_constants`] writes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelLang {
+    /// WGSL: `const UNARY_EXP: u32 = 1u;`.
+    Wgsl,
+    /// CUDA C++ (also the CPU emulation): `#define UNARY_EXP 1`.
+    Cuda,
+}
+
+/// Every kernel operation's number under its name (`UNARY_GELU_ERF`, `BINARY_MAXIMUM`,
+/// `CMP_LT`, `REDUCE_MIN`), as declarations of `lang`: the prelude of every GPU kernel source.
+///
+/// ```
+/// use gflow_core::backend::{kernel_constants, KernelLang, ReduceKind};
+/// let wgsl = kernel_constants(KernelLang::Wgsl);
+/// assert!(wgsl.contains(&format!("const REDUCE_MIN: u32 = {}u;", ReduceKind::Min.code())));
+/// assert!(kernel_constants(KernelLang::Cuda).contains("#define UNARY_GELU_ERF_GRAD "));
+/// ```
+pub fn kernel_constants(lang: KernelLang) -> String {
+    fn write<T: Copy + std::fmt::Debug>(
+        out: &mut String,
+        lang: KernelLang,
+        prefix: &str,
+        all: &[T],
+        code: impl Fn(T) -> u32,
+    ) {
+        for &op in all {
+            let name = format!("{prefix}_{}", upper_snake(&format!("{op:?}")));
+            let line = match lang {
+                KernelLang::Wgsl => format!("const {name}: u32 = {}u;\n", code(op)),
+                KernelLang::Cuda => format!("#define {name} {}\n", code(op)),
+            };
+            out.push_str(&line);
+        }
+    }
+    let mut out = match lang {
+        KernelLang::Wgsl => format!("const UNARY_AFFINE: u32 = {AFFINE_CODE}u;\n"),
+        KernelLang::Cuda => format!("#define UNARY_AFFINE {AFFINE_CODE}\n"),
+    };
+    write(&mut out, lang, UnaryOp::PREFIX, UnaryOp::ALL, UnaryOp::code);
+    write(
+        &mut out,
+        lang,
+        BinaryOp::PREFIX,
+        BinaryOp::ALL,
+        BinaryOp::code,
+    );
+    write(&mut out, lang, CmpOp::PREFIX, CmpOp::ALL, CmpOp::code);
+    write(
+        &mut out,
+        lang,
+        ReduceKind::PREFIX,
+        ReduceKind::ALL,
+        ReduceKind::code,
+    );
+    out
+}
+
+/// `GeluErfGrad` as `GELU_ERF_GRAD`.
+fn upper_snake(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
 
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
 /// all batches when `b_batched` is false. A transposed operand is stored as its transpose
@@ -411,24 +483,45 @@ pub trait Kernels: Send + Sync {
 /// A device [`Backend`] seen as [`Kernels`]: an input already on this device is used where it
 /// is; a host input is uploaded and the upload kept in its buffer for the next kernel; results
 /// stay on the device until the host reads them.
-pub struct Resident<B>(Arc<B>);
+pub struct Resident<B> {
+    backend: Arc<B>,
+    /// The device's name in results' [`DeviceBuffer::backend`] (`wgpu:0`).
+    label: &'static str,
+}
 
 impl<B: Backend + 'static> Resident<B> {
-    /// Wraps a device backend.
+    /// Wraps a device backend (its results say they live on its backend's name).
     pub fn new(backend: B) -> Resident<B> {
-        Resident(Arc::new(backend))
+        let label = backend.name();
+        Resident {
+            backend: Arc::new(backend),
+            label,
+        }
     }
 
-    /// `x` on this device.
+    /// Wraps the backend of device `ordinal` (its results live on `wgpu:1`, `cuda:0`, ...).
+    pub fn on(backend: B, ordinal: usize) -> Resident<B> {
+        let label = device_label(&format!("{}:{ordinal}", backend.name()));
+        Resident {
+            backend: Arc::new(backend),
+            label,
+        }
+    }
+
+    /// `x` on this device: its copy there if it has one, else an upload (a copy on another
+    /// device of the same backend type is not this device's).
     fn input(&self, x: &Buffer) -> Result<Arc<dyn DeviceBuffer>> {
         if let Some(d) = x.device_copy()
-            && d.as_any().is::<Held<B>>()
+            && d.as_any()
+                .downcast_ref::<Held<B>>()
+                .is_some_and(|h| Arc::ptr_eq(&h.backend, &self.backend))
         {
             return Ok(d.clone());
         }
         let held: Arc<dyn DeviceBuffer> = Arc::new(Held {
-            backend: self.0.clone(),
-            storage: self.0.upload(x.host()?)?,
+            backend: self.backend.clone(),
+            label: self.label,
+            storage: self.backend.upload(x.host()?)?,
         });
         x.keep_device_copy(held.clone());
         Ok(held)
@@ -436,14 +529,14 @@ impl<B: Backend + 'static> Resident<B> {
 
     /// Whether the device holds every one of `xs`' dtypes (else the kernel runs on the host).
     fn holds(&self, xs: &[&Buffer]) -> bool {
-        xs.iter().all(|x| self.0.stores(x.dtype()))
+        xs.iter().all(|x| self.backend.stores(x.dtype()))
     }
 
     /// Whether the device holds and computes every one of `xs`' dtypes (else the arithmetic
     /// runs on the host: integers on wgpu, 16-bit floats until the GPU kernels take them).
     fn computes_all(&self, xs: &[&Buffer]) -> bool {
         xs.iter()
-            .all(|x| self.0.stores(x.dtype()) && self.0.computes(x.dtype()))
+            .all(|x| self.backend.stores(x.dtype()) && self.backend.computes(x.dtype()))
     }
 
     /// The backend's storage inside a buffer made by [`Resident::input`].
@@ -463,13 +556,14 @@ impl<B: Backend + 'static> Resident<B> {
         let held: Vec<Arc<dyn DeviceBuffer>> =
             xs.iter().map(|x| self.input(x)).collect::<Result<_>>()?;
         let storages: Vec<&B::Storage> = held.iter().map(Self::storage).collect::<Result<_>>()?;
-        let out = f(&self.0, &storages)?;
-        let (dtype, len) = (self.0.dtype(&out), self.0.len(&out));
+        let out = f(&self.backend, &storages)?;
+        let (dtype, len) = (self.backend.dtype(&out), self.backend.len(&out));
         Ok(Buffer::on_device(
             dtype,
             len,
             Arc::new(Held {
-                backend: self.0.clone(),
+                backend: self.backend.clone(),
+                label: self.label,
                 storage: out,
             }),
         ))
@@ -479,12 +573,27 @@ impl<B: Backend + 'static> Resident<B> {
 /// A buffer of backend `B`, with the backend that downloads it.
 struct Held<B: Backend> {
     backend: Arc<B>,
+    label: &'static str,
     storage: B::Storage,
+}
+
+/// The one `'static` copy of a device's label (a handful per process: one per device).
+fn device_label(label: &str) -> &'static str {
+    static LABELS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let Ok(mut labels) = LABELS.lock() else {
+        return "device";
+    };
+    if let Some(l) = labels.iter().find(|l| **l == label) {
+        return l;
+    }
+    let l: &'static str = Box::leak(label.to_string().into_boxed_str());
+    labels.push(l);
+    l
 }
 
 impl<B: Backend + 'static> DeviceBuffer for Held<B> {
     fn backend(&self) -> &'static str {
-        self.backend.name()
+        self.label
     }
     fn download(&self) -> Result<HostData> {
         self.backend.download(&self.storage)
@@ -496,13 +605,13 @@ impl<B: Backend + 'static> DeviceBuffer for Held<B> {
 
 impl<B: Backend + 'static> Kernels for Resident<B> {
     fn name(&self) -> &'static str {
-        self.0.name()
+        self.backend.name()
     }
     fn computes(&self, dtype: DType) -> bool {
-        self.0.computes(dtype)
+        self.backend.computes(dtype)
     }
     fn unary(&self, op: UnaryOp, x: &Buffer) -> Result<Buffer> {
-        if !op.gpu_native() || !self.computes_all(&[x]) {
+        if !self.computes_all(&[x]) {
             return Kernels::unary(&CpuBackend, op, x);
         }
         self.run(&[x], |b, s| b.unary(op, s[0]))
@@ -516,7 +625,7 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         b_shape: &[usize],
         out_shape: &[usize],
     ) -> Result<Buffer> {
-        if !op.gpu_native() || !self.computes_all(&[a, b]) {
+        if !self.computes_all(&[a, b]) {
             return Kernels::binary(&CpuBackend, op, a, a_shape, b, b_shape, out_shape);
         }
         self.run(&[a, b], |k, s| {
@@ -570,7 +679,7 @@ impl<B: Backend + 'static> Kernels for Resident<B> {
         shape: &[usize],
         dims: &[usize],
     ) -> Result<Buffer> {
-        if !op.gpu_native() || !self.computes_all(&[x]) {
+        if !self.computes_all(&[x]) {
             return Kernels::reduce(&CpuBackend, op, x, shape, dims);
         }
         self.run(&[x], |b, s| b.reduce(op, s[0], shape, dims))
@@ -636,55 +745,85 @@ pub fn say_skipped(test: &str, why: &dyn std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "\n!!! SKIPPED {test}: {why} !!!\n");
 }
 
-/// Makes a device's kernels (called once per process, on first use).
-pub type BackendMaker = fn() -> Result<Arc<dyn Kernels>>;
+/// A GPU backend this build holds, found by core on first use (no `init()` needed): the
+/// `gflow` crate submits one per backend feature with `inventory::submit!`.
+pub struct BackendRegistration {
+    /// The device type it computes for (`Wgpu` or `Cuda`).
+    pub device: DeviceType,
+    /// Opens the device of an ordinal (called once per process and ordinal).
+    pub open: fn(usize) -> Result<Arc<dyn Kernels>>,
+    /// The devices of this type on the host, by ordinal (called once per process).
+    pub list: fn() -> Vec<DeviceInfo>,
+}
 
-static MAKERS: Mutex<Vec<(DeviceType, BackendMaker)>> = Mutex::new(Vec::new());
+inventory::collect!(BackendRegistration);
+
+fn registration(device: DeviceType) -> Option<&'static BackendRegistration> {
+    inventory::iter::<BackendRegistration>
+        .into_iter()
+        .find(|r| r.device == device)
+}
+
+/// The devices of type `device` on this host, by ordinal (empty without a backend or device;
+/// listed once per process).
+pub fn device_list(device: DeviceType) -> &'static [DeviceInfo] {
+    static WGPU: OnceLock<Vec<DeviceInfo>> = OnceLock::new();
+    static CUDA: OnceLock<Vec<DeviceInfo>> = OnceLock::new();
+    let cell = match device {
+        DeviceType::Wgpu => &WGPU,
+        DeviceType::Cuda => &CUDA,
+        DeviceType::Cpu | DeviceType::Gpu => return &[],
+    };
+    cell.get_or_init(|| registration(device).map_or_else(Vec::new, |r| (r.list)()))
+}
+
 /// A device's kernels once made, or why they could not be.
 type Made = std::result::Result<Arc<dyn Kernels>, String>;
 
-static MADE: Mutex<Vec<(DeviceType, Made)>> = Mutex::new(Vec::new());
+static MADE: Mutex<Vec<((DeviceType, usize), Made)>> = Mutex::new(Vec::new());
 
-/// Registers the backend of a device type (the `gflow` crate registers the GPU backends it is
-/// built with; core knows only the CPU).
-pub fn register_backend(device: DeviceType, make: BackendMaker) {
-    if let Ok(mut m) = MAKERS.lock()
-        && !m.iter().any(|(d, _)| *d == device)
-    {
-        m.push((device, make));
+/// The kernels of this process's own device of type `device` (see [`crate::Device::kernels`]).
+///
+/// # Errors
+/// `BackendUnavailable` when no backend is built in for it or it has no device here.
+pub fn kernels(device: DeviceType) -> Result<Arc<dyn Kernels>> {
+    match device {
+        DeviceType::Cpu => kernels_at(DeviceType::Cpu, 0),
+        t => kernels_at(t, crate::device::own_ordinal(t)?),
     }
 }
 
-/// The kernels of `device` on this process, made on first use.
+/// The kernels of device `ordinal` of type `device`, its backend opened on first use.
 ///
 /// # Errors
-/// `BackendUnavailable` when no backend is registered for it or it has no device here.
-pub fn kernels(device: DeviceType) -> Result<Arc<dyn Kernels>> {
+/// `BackendUnavailable` naming the device (`cuda:1`) when this build has no backend for the
+/// type or the host no device of that ordinal.
+pub fn kernels_at(device: DeviceType, ordinal: usize) -> Result<Arc<dyn Kernels>> {
     if device == DeviceType::Cpu {
-        static CPU: std::sync::OnceLock<Arc<dyn Kernels>> = std::sync::OnceLock::new();
+        static CPU: OnceLock<Arc<dyn Kernels>> = OnceLock::new();
         return Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone());
     }
     let unavailable = |reason: String| Error::BackendUnavailable {
-        device: device.to_string(),
+        device: format!("{device}:{ordinal}"),
         reason,
     };
     let mut made = MADE
         .lock()
         .map_err(|_| Error::Internal("backend registry poisoned".into()))?;
-    if let Some((_, r)) = made.iter().find(|(d, _)| *d == device) {
+    if let Some((_, r)) = made.iter().find(|(k, _)| *k == (device, ordinal)) {
         return r.clone().map_err(unavailable);
     }
-    let maker = MAKERS
-        .lock()
-        .ok()
-        .and_then(|m| m.iter().find(|(d, _)| *d == device).map(|(_, f)| *f));
-    let r = match maker {
+    let count = device_list(device).len();
+    let r = match registration(device) {
         None => Err(format!(
-            "this program was built without a {device} backend (use the gflow crate, which registers it in init/run/simulate)"
+            "this program was built without a {device} backend (the gflow crate's `{device}` feature)"
         )),
-        Some(make) => make().map_err(|e| e.to_string()),
+        Some(_) if ordinal >= count => Err(format!(
+            "no {device} device of ordinal {ordinal}: this host has {count}"
+        )),
+        Some(reg) => (reg.open)(ordinal).map_err(|e| e.to_string()),
     };
-    made.push((device, r.clone()));
+    made.push(((device, ordinal), r.clone()));
     r.map_err(unavailable)
 }
 

@@ -217,33 +217,7 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
 pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
-        for op in [
-            Neg,
-            Exp,
-            Log,
-            Sqrt,
-            Square,
-            Relu,
-            Gelu,
-            Sigmoid,
-            Tanh,
-            Step,
-            GeluGrad,
-            Abs,
-            Rsqrt,
-            Sin,
-            Cos,
-            Silu,
-            Erf,
-            GeluErf,
-            Sign,
-            SiluGrad,
-            GeluErfGrad,
-        ]
-        .into_iter()
-        // The GPU kernels have the round-1 ops; `Resident` runs the others on the host.
-        .filter(|op| op.gpu_native() || b.name() == "cpu")
-        {
+        for &op in UnaryOp::ALL {
             let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt | Rsqrt)));
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &b.upload(&host(dtype, &x))?)?;
@@ -302,7 +276,7 @@ pub fn binary_broadcasting<B: Backend>(b: &B) -> Result<()> {
         (&[], &[2, 2], &[2, 2]),
     ];
     for dtype in computed(b) {
-        for op in [Add, Sub, Mul, Div] {
+        for &op in BinaryOp::ALL {
             for (sa, sx, so) in cases {
                 let a = rounded(dtype, &vals(numel(sa), 2, false));
                 let x = rounded(dtype, &vals(numel(sx), 3, op == Div));
@@ -353,18 +327,16 @@ pub fn reductions<B: Backend>(b: &B) -> Result<()> {
     for dtype in computed(b) {
         let x = rounded(dtype, &vals(60, 5, false));
         for dims in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2]] {
-            for op in [ReduceKind::Sum, ReduceKind::Max] {
+            for &op in ReduceKind::ALL {
                 let out_shape: Vec<usize> = (0..3)
                     .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
                     .collect();
-                let mut want = vec![
-                    if op == ReduceKind::Sum {
-                        0.0
-                    } else {
-                        f64::NEG_INFINITY
-                    };
-                    numel(&out_shape)
-                ];
+                let start = match op {
+                    ReduceKind::Sum => 0.0,
+                    ReduceKind::Max => f64::NEG_INFINITY,
+                    ReduceKind::Min => f64::INFINITY,
+                };
+                let mut want = vec![start; numel(&out_shape)];
                 let os = strides(&out_shape);
                 for (f, v) in x.iter().enumerate() {
                     let o: usize = (0..3)
@@ -376,10 +348,10 @@ pub fn reductions<B: Backend>(b: &B) -> Result<()> {
                             }
                         })
                         .sum();
-                    want[o] = if op == ReduceKind::Sum {
-                        want[o] + v
-                    } else {
-                        want[o].max(*v)
+                    want[o] = match op {
+                        ReduceKind::Sum => want[o] + v,
+                        ReduceKind::Max => want[o].max(*v),
+                        ReduceKind::Min => want[o].min(*v),
                     };
                 }
                 let got = b.reduce(op, &b.upload(&host(dtype, &x))?, &shape, &dims)?;

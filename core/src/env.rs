@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::comm::{Communicator, InProcComm};
+use crate::comm::{Communicator, Counted, InProcComm};
 use crate::error::{Error, Result};
 use crate::placement::DeviceType;
 
@@ -19,11 +19,13 @@ struct EnvInner {
     rank: usize,
     world_size: usize,
     local_rank: usize,
-    comm: Arc<dyn Communicator>,
+    /// The transport's communicator, wrapped to count what moves (`comm_stats`).
+    comm: Arc<Counted>,
     rng: Mutex<RngState>,
-    /// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, read once when the env is made
-    /// (operators resolve devices on every call), or why the variable is malformed.
-    device_override: std::result::Result<Option<DeviceType>, String>,
+    /// This rank's device type (and ordinal, if pinned) from `GFLOW_DEVICE_OVERRIDE`, read once
+    /// when the env is made (operators resolve devices on every call), or why the variable is
+    /// malformed.
+    device_override: std::result::Result<Option<Pin>, String>,
 }
 
 /// One rank's view of the job: rank, world size, local rank and the communicator.
@@ -49,7 +51,7 @@ impl Env {
             rank: comm.rank(),
             world_size: comm.world_size(),
             local_rank,
-            comm,
+            comm: Arc::new(Counted::new(comm)),
             rng: Mutex::new(RngState {
                 seed: 0,
                 counter: 0,
@@ -77,11 +79,12 @@ impl Env {
         self.0.local_rank
     }
 
-    /// This rank's device type from `GFLOW_DEVICE_OVERRIDE`, if the variable names it.
+    /// This rank's device type and ordinal from `GFLOW_DEVICE_OVERRIDE`, if the variable names
+    /// it (the ordinal `None` when the item is `RANK:TYPE`).
     ///
     /// # Errors
-    /// `Environment` for a malformed value (every item must be `RANK:TYPE`).
-    pub fn device_override(&self) -> Result<Option<DeviceType>> {
+    /// `Environment` for a malformed value (every item must be `RANK:TYPE[:ORDINAL]`).
+    pub fn device_override(&self) -> Result<Option<Pin>> {
         self.0
             .device_override
             .clone()
@@ -91,6 +94,11 @@ impl Env {
     /// The communicator that boxing uses.
     pub fn comm(&self) -> &dyn Communicator {
         self.0.comm.as_ref()
+    }
+
+    /// The counters of [`crate::comm_stats`].
+    pub(crate) fn comm_counts(&self) -> &Counted {
+        &self.0.comm
     }
 
     /// Sets the seed of the random generator and restarts its stream (call it on every rank).
@@ -270,7 +278,7 @@ pub(crate) fn device_type_of(rank: usize, placement_type: DeviceType) -> DeviceT
     let t = device_override_from_env(rank)
         .ok()
         .flatten()
-        .unwrap_or(placement_type);
+        .map_or(placement_type, |(t, _)| t);
     if t == DeviceType::Gpu {
         return if crate::backend::kernels(DeviceType::Cuda).is_ok() {
             DeviceType::Cuda
@@ -281,28 +289,81 @@ pub(crate) fn device_type_of(rank: usize, placement_type: DeviceType) -> DeviceT
     t
 }
 
-/// Parses `GFLOW_DEVICE_OVERRIDE` (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) for `rank`.
-fn device_override_from_env(rank: usize) -> std::result::Result<Option<DeviceType>, String> {
+/// A device pinned by `GFLOW_DEVICE_OVERRIDE`: its type, and its ordinal when the item names one.
+pub type Pin = (DeviceType, Option<usize>);
+
+/// Parses `GFLOW_DEVICE_OVERRIDE` (`RANK:TYPE[:ORDINAL],...`, e.g. `0:cuda:1,1:wgpu:0,2:cpu`)
+/// for `rank`.
+fn device_override_from_env(rank: usize) -> std::result::Result<Option<Pin>, String> {
     let Ok(spec) = std::env::var("GFLOW_DEVICE_OVERRIDE") else {
         return Ok(None);
     };
+    parse_override(&spec, rank)
+}
+
+/// The pin `spec` gives `rank` (the last item naming it wins).
+fn parse_override(spec: &str, rank: usize) -> std::result::Result<Option<Pin>, String> {
     let mut found = None;
     for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
-        let parsed = item.split_once(':').and_then(|(r, t)| {
-            Some((
-                r.trim().parse::<usize>().ok()?,
-                t.trim().parse::<DeviceType>().ok()?,
-            ))
-        });
+        let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+        let parsed = match parts[..] {
+            [r, t] => r
+                .parse::<usize>()
+                .ok()
+                .zip(t.parse::<DeviceType>().ok())
+                .map(|(r, t)| (r, t, None)),
+            [r, t, o] => r
+                .parse::<usize>()
+                .ok()
+                .zip(
+                    t.parse::<DeviceType>()
+                        .ok()
+                        .filter(|t| *t != DeviceType::Cpu || o == "0"),
+                )
+                .zip(o.parse::<usize>().ok())
+                .map(|((r, t), o)| (r, t, Some(o))),
+            _ => None,
+        };
         match parsed {
-            Some((r, t)) if r == rank => found = Some(t),
+            Some((r, t, o)) if r == rank => found = Some((t, o)),
             Some(_) => {}
             None => {
                 return Err(format!(
-                    "GFLOW_DEVICE_OVERRIDE={spec:?}: {item:?} is not RANK:TYPE (TYPE one of cpu, cuda, wgpu, gpu)"
+                    "GFLOW_DEVICE_OVERRIDE={spec:?}: {item:?} is not RANK:TYPE[:ORDINAL] (TYPE one of cpu, cuda, wgpu, gpu; the cpu has only ordinal 0)"
                 ));
             }
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod override_tests {
+    use super::*;
+
+    #[test]
+    fn parses_types_and_ordinals() {
+        let spec = "0:cuda:1, 1:wgpu:0,2:cpu,3:gpu";
+        assert_eq!(
+            parse_override(spec, 0),
+            Ok(Some((DeviceType::Cuda, Some(1))))
+        );
+        assert_eq!(
+            parse_override(spec, 1),
+            Ok(Some((DeviceType::Wgpu, Some(0))))
+        );
+        assert_eq!(parse_override(spec, 2), Ok(Some((DeviceType::Cpu, None))));
+        assert_eq!(parse_override(spec, 3), Ok(Some((DeviceType::Gpu, None))));
+        assert_eq!(parse_override(spec, 4), Ok(None));
+        for bad in [
+            "0=wgpu",
+            "0:wgpu:x",
+            "0:cpu:1",
+            "0:wgpu:1:2",
+            "x:cpu",
+            "0:tpu",
+        ] {
+            assert!(parse_override(bad, 0).is_err(), "{bad}");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! A global tensor has a logical shape, a [`Placement`] (a device type and an n-d array of
 //! ranks) and an [`NdSbp`] (split, broadcast or partial per placement axis). Converting between
-//! layouts ("boxing") is planned by a pure planner ([`boxing::plan`]) and run over a
+//! layouts ("boxing") is planned by a pure planner ([`boxing::plan()`]) and run over a
 //! [`Communicator`]. [`simulate`] runs n ranks as threads of one process.
 //!
 //! ```
@@ -24,6 +24,7 @@ pub mod comm;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod cpu;
+pub mod device;
 pub mod dtype;
 pub mod env;
 pub mod error;
@@ -39,10 +40,12 @@ pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 
-pub use autograd::{is_grad_enabled, no_grad};
+pub use autograd::{is_grad_enabled, no_grad, no_sync};
 pub use comm::{
-    CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag, schedule,
+    CommError, CommOp, CommStats, Communicator, Inbound, Outbound, Reduction, Schedule, Tag,
+    comm_stats, reset_comm_stats, schedule,
 };
+pub use device::{DeviceInfo, DeviceKind, devices};
 pub use dtype::{DType, Element, bf16, f16};
 pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use crate::backend::{BinaryOp, Kernels, UnaryOp, kernels};
+use crate::backend::{BinaryOp, Kernels, UnaryOp};
 use crate::cpu::Float;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ pub trait Optimizer {
     fn set_lr(&mut self, lr: f64);
 
     /// Handles to the optimizer's state, named as PyTorch's (`state.{i}.step`, an I64 tensor
-    /// of shape [1] broadcast over parameter i's placement, and the buffers in parameter i's
+    /// of shape `[1]` broadcast over parameter i's placement, and the buffers in parameter i's
     /// layout: `state.{i}.momentum_buffer` for SGD with momentum, `state.{i}.exp_avg` and
     /// `state.{i}.exp_avg_sq` for Adam). State not made by a step yet is made as zeros, so a
     /// load (which fills these tensors in place) restores it.
@@ -263,7 +263,7 @@ fn update_component(
         ));
     }
     let device = p.device();
-    let k = kernels(device.device_type())?;
+    let k = device.kernels()?;
     if device != Device::Cpu && k.computes(pd.dtype()) {
         let mut owned: Vec<Buffer> = state.iter().map(|s| (**s).clone()).collect();
         *pd = device_step(&*k, &pd, &gd, &mut owned)?;

@@ -179,6 +179,29 @@ impl<const L: usize, const M: usize, const N: usize> IntoRanks for [[[usize; L];
 struct PlacementInner {
     device: DeviceType,
     ranks: Ranks,
+    /// One positive weight per rank (row-major), set by [`Placement::with_weights`].
+    weights: Option<Weights>,
+}
+
+/// Split weights, compared and hashed by their bits (they are finite and positive).
+#[derive(Clone, Debug)]
+struct Weights(Vec<f64>);
+
+impl PartialEq for Weights {
+    fn eq(&self, other: &Weights) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+impl Eq for Weights {}
+impl std::hash::Hash for Weights {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.iter().for_each(|w| w.to_bits().hash(h));
+    }
 }
 
 /// Where a global tensor lives: a device type and an n-d array of distinct ranks.
@@ -207,7 +230,97 @@ impl Placement {
         if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
             return Err(Error::DuplicateRank { rank: w[0] });
         }
-        Ok(Placement(Arc::new(PlacementInner { device, ranks })))
+        Ok(Placement(Arc::new(PlacementInner {
+            device,
+            ranks,
+            weights: None,
+        })))
+    }
+
+    /// This placement with uneven splits: every `split` on it gives each rank a part
+    /// proportional to its weight (one positive weight per rank, in the row-major order of
+    /// [`Placement::ranks`]) instead of a balanced one, by the largest remainder method with
+    /// ties to the lower rank ([`crate::sbp::weighted_range`]). On an n-d placement each axis
+    /// splits by its marginal weights (the sum of the weights of the ranks at each coordinate),
+    /// so a split along an axis has the same bounds in every group along it; the parts are
+    /// exactly proportional when the weights are a product of per-axis weights
+    /// (`[[1, 2], [2, 4]]`). A weighted placement differs from the balanced one over the same
+    /// ranks; `to_global` between them moves only the boxes that change owner.
+    ///
+    /// ```
+    /// # use gflow_core::Placement;
+    /// let p = Placement::new("cpu", [0, 1])?.with_weights(&[1.0, 3.0])?;
+    /// assert_eq!(p.weights(), Some(&[1.0, 3.0][..]));
+    /// assert_eq!(p.split_range(0, 8, 1), 2..8);
+    /// assert!(Placement::new("cpu", [0, 1])?.with_weights(&[1, 0]).is_err());
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the count differs from the number of ranks, or a weight is zero,
+    /// negative, infinite or NaN.
+    pub fn with_weights<W: Into<f64> + Copy>(&self, weights: &[W]) -> Result<Placement> {
+        let weights: Vec<f64> = weights.iter().map(|&w| w.into()).collect();
+        let bad = |reason: String| Error::InvalidArgument {
+            op: "Placement::with_weights",
+            reason,
+        };
+        if weights.len() != self.size() {
+            return Err(bad(format!(
+                "weights: expected one per rank ({} for {self}), got {}",
+                self.size(),
+                weights.len()
+            )));
+        }
+        if let Some((i, w)) = weights
+            .iter()
+            .enumerate()
+            .find(|(_, w)| !(w.is_finite() && **w > 0.0))
+        {
+            return Err(bad(format!(
+                "weights[{i}] (rank {}): expected a positive finite number, got {w}",
+                self.ranks()[i]
+            )));
+        }
+        Ok(Placement(Arc::new(PlacementInner {
+            device: self.0.device,
+            ranks: self.0.ranks.clone(),
+            weights: Some(Weights(weights)),
+        })))
+    }
+
+    /// The split weights of [`Placement::with_weights`] (row-major), `None` when splits are
+    /// balanced.
+    pub fn weights(&self) -> Option<&[f64]> {
+        self.0.weights.as_ref().map(|w| w.0.as_slice())
+    }
+
+    /// This placement with balanced splits (its weights dropped).
+    pub fn balanced(&self) -> Placement {
+        Placement(Arc::new(PlacementInner {
+            device: self.0.device,
+            ranks: self.0.ranks.clone(),
+            weights: None,
+        }))
+    }
+
+    /// Part `index` of `len` elements split along placement `axis`: OneFlow's balanced
+    /// splitter, or proportional to the axis's marginal weights on a weighted placement.
+    pub fn split_range(&self, axis: usize, len: usize, index: usize) -> std::ops::Range<usize> {
+        match self.axis_weights(axis) {
+            None => crate::sbp::balanced_range(len, self.hierarchy()[axis], index),
+            Some(w) => crate::sbp::weighted_range(len, &w, index),
+        }
+    }
+
+    /// The weight of each coordinate along `axis`: the sum over the ranks at that coordinate.
+    fn axis_weights(&self, axis: usize) -> Option<Vec<f64>> {
+        let w = self.weights()?;
+        let mut out = vec![0.0; self.hierarchy()[axis]];
+        for (i, x) in w.iter().enumerate() {
+            out[self.coords_of_index(i)[axis]] += x;
+        }
+        Some(out)
     }
 
     /// The device type.
@@ -319,6 +432,9 @@ impl fmt::Display for Placement {
         }
         write!(f, "placement(type=\"{}\", ranks=", self.device_type())?;
         nested(f, self.hierarchy(), self.ranks())?;
+        if let Some(w) = self.weights() {
+            write!(f, ", weights={w:?}")?;
+        }
         f.write_str(")")
     }
 }

@@ -123,14 +123,15 @@ impl NdSbp {
         Ok(())
     }
 
-    /// The box of the logical tensor held by the rank at `coords`: splits nest in axis order,
-    /// each taking a balanced part of what the outer axes left.
-    pub fn local_region(&self, shape: &[usize], coords: &[usize], hierarchy: &[usize]) -> Region {
+    /// The box of the logical tensor held by the rank at `coords` of `placement`: splits nest
+    /// in axis order, each taking its part of what the outer axes left (balanced, or
+    /// proportional to the weights of [`Placement::with_weights`]).
+    pub fn local_region(&self, shape: &[usize], coords: &[usize], placement: &Placement) -> Region {
         let mut region: Region = shape.iter().map(|&d| 0..d).collect();
         for (a, s) in self.0.iter().enumerate() {
             if let Sbp::Split(d) = *s {
                 let r = &region[d];
-                let part = balanced_range(r.len(), hierarchy[a], coords[a]);
+                let part = placement.split_range(a, r.len(), coords[a]);
                 region[d] = r.start + part.start..r.start + part.end;
             }
         }
@@ -203,6 +204,43 @@ pub fn balanced_sizes(len: usize, parts: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The weighted splitter: part `index` of `len` elements over parts proportional to `weights`
+/// (positive), by the largest remainder method: each part gets the floor of its quota
+/// `len * w / sum(w)`, and the elements left over go one each to the parts with the largest
+/// fractional remainders, ties to the lower index. Equal weights give [`balanced_range`].
+///
+/// ```
+/// # use gflow_core::sbp::weighted_range;
+/// // quotas 2.5 and 7.5: the tie on the remainder goes to the first part
+/// assert_eq!(weighted_range(10, &[1.0, 3.0], 0), 0..3);
+/// assert_eq!(weighted_range(10, &[1.0, 3.0], 1), 3..10);
+/// ```
+pub fn weighted_range(len: usize, weights: &[f64], index: usize) -> Range<usize> {
+    let sizes = weighted_sizes(len, weights);
+    let start: usize = sizes[..index].iter().sum();
+    start..start + sizes[index]
+}
+
+/// All part sizes of the weighted splitter (see [`weighted_range`]).
+pub fn weighted_sizes(len: usize, weights: &[f64]) -> Vec<usize> {
+    let total: f64 = weights.iter().sum();
+    let quotas: Vec<f64> = weights.iter().map(|w| len as f64 * w / total).collect();
+    let mut sizes: Vec<usize> = quotas.iter().map(|q| q.floor() as usize).collect();
+    // Remainders compared at a fixed resolution, so rounding noise cannot break a tie that
+    // exact arithmetic would have (every rank computes the same sizes).
+    let mut order: Vec<(u64, usize)> = quotas
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (((q - q.floor()) * 1e9).round() as u64, i))
+        .collect();
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let given: usize = sizes.iter().sum();
+    for &(_, i) in order.iter().take(len.saturating_sub(given)) {
+        sizes[i] += 1;
+    }
+    sizes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,12 +265,27 @@ mod tests {
     }
 
     #[test]
+    fn weighted_splitter() {
+        assert_eq!(weighted_sizes(10, &[1.0, 3.0]), vec![3, 7]);
+        assert_eq!(weighted_sizes(7, &[1.0, 1.0, 2.0]), vec![2, 2, 3]);
+        assert_eq!(weighted_sizes(1, &[1.0, 1.0]), vec![1, 0]);
+        assert_eq!(weighted_sizes(0, &[2.0, 5.0]), vec![0, 0]);
+        // equal weights are the balanced splitter, whatever their scale
+        for len in 0..40 {
+            for n in 1..6 {
+                assert_eq!(weighted_sizes(len, &vec![0.3; n]), balanced_sizes(len, n));
+            }
+        }
+        assert_eq!(weighted_range(10, &[1.0, 3.0], 1), 3..10);
+    }
+
+    #[test]
     fn nested_split_regions() -> Result<()> {
         let p = Placement::new("cpu", [[0, 1], [2, 3]])?;
         let nd: NdSbp = [Sbp::split(0), Sbp::split(0)].into();
         // 7 rows: axis 0 gives 4 | 3, axis 1 halves those: 2,2 | 2,1.
         let r: Vec<_> = (0..4)
-            .map(|i| nd.local_region(&[7], &p.coords_of_index(i), p.hierarchy())[0].clone())
+            .map(|i| nd.local_region(&[7], &p.coords_of_index(i), &p)[0].clone())
             .collect();
         assert_eq!(r, vec![0..2, 2..4, 4..6, 6..7]);
         assert!(matches!(

@@ -265,11 +265,13 @@ fn a_user_module_with_forward_and_parameters_trains() {
         let mut opt = optim::Sgd::new(model.parameters(), 0.5);
         opt.step()?;
         assert_eq!(s.to_vec::<f32>()?, vec![0.0]);
+        // Conversion is in place, so a module with only `parameters` converts too, and the
+        // handle held outside sees it.
         let p = Placement::new("cpu", [0])?;
-        assert!(matches!(
-            model.to_global(&p, Sbp::broadcast()),
-            Err(Error::InvalidArgument { .. })
-        ));
+        let model = model.to_global(&p, Sbp::broadcast())?;
+        assert_eq!(s.placement(), Some(&p));
+        let y = model.forward(&x.to_global(&p, Sbp::broadcast())?)?;
+        assert_eq!(y.to_local()?.to_vec::<f32>()?, vec![0.0, 0.0]);
         Ok(())
     })
     .unwrap();

@@ -21,52 +21,91 @@ __device__ __forceinline__ float g_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double g_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float g_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double g_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float g_erf(float x) { return erff(x); }
+__device__ __forceinline__ double g_erf(double x) { return erf(x); }
+__device__ __forceinline__ float g_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double g_sin(double x) { return sin(x); }
+__device__ __forceinline__ float g_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double g_cos(double x) { return cos(x); }
+__device__ __forceinline__ float g_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double g_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float pos_inf(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ double pos_inf(double) {
+    return __longlong_as_double(0x7ff0000000000000ULL);
+}
 __device__ __forceinline__ float neg_inf(float) { return __int_as_float(0xff800000); }
 __device__ __forceinline__ double neg_inf(double) {
     return __longlong_as_double(0xfff0000000000000ULL);
 }
 
-// gflow's UnaryOp order; 99 is the affine a * x + b.
+// op: a UNARY_* code (the constants before this source are written from gflow's enums);
+// UNARY_AFFINE is a * x + b.
 template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     const T c = T(0.7978845608028654);
     const T k = T(0.044715);
+    const T inv_sqrt2 = T(0.7071067811865476);
+    const T inv_sqrt_2pi = T(0.3989422804014327);
     switch (op) {
-    case 0: return -x;
-    case 1: return g_exp(x);
-    case 2: return g_log(x);
-    case 3: return g_sqrt(x);
-    case 4: return x * x;
-    case 5: return x > T(0) ? x : T(0);
-    case 6: return T(0.5) * x * (T(1) + g_tanh(c * (x + k * x * x * x)));
-    case 7: return T(1) / (T(1) + g_exp(-x));
-    case 8: return g_tanh(x);
-    case 9: return x > T(0) ? T(1) : T(0);
-    case 10: {
+    case UNARY_NEG: return -x;
+    case UNARY_EXP: return g_exp(x);
+    case UNARY_LOG: return g_log(x);
+    case UNARY_SQRT: return g_sqrt(x);
+    case UNARY_SQUARE: return x * x;
+    case UNARY_RELU: return x > T(0) ? x : T(0);
+    case UNARY_GELU: return T(0.5) * x * (T(1) + g_tanh(c * (x + k * x * x * x)));
+    case UNARY_SIGMOID: return T(1) / (T(1) + g_exp(-x));
+    case UNARY_TANH: return g_tanh(x);
+    case UNARY_STEP: return x > T(0) ? T(1) : T(0);
+    case UNARY_GELU_GRAD: {
         T t = g_tanh(c * (x + k * x * x * x));
         return T(0.5) * (T(1) + t) +
                T(0.5) * x * c * (T(1) + T(3) * k * x * x) * (T(1) - t * t);
     }
+    case UNARY_ABS: return x < T(0) ? -x : x;
+    case UNARY_RSQRT: return g_rsqrt(x);
+    case UNARY_SIN: return g_sin(x);
+    case UNARY_COS: return g_cos(x);
+    case UNARY_SILU: return x / (T(1) + g_exp(-x));
+    case UNARY_ERF: return g_erf(x);
+    case UNARY_GELU_ERF: return T(0.5) * x * (T(1) + g_erf(x * inv_sqrt2));
+    case UNARY_SIGN: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+    case UNARY_SILU_GRAD: {
+        T g = T(1) / (T(1) + g_exp(-x));
+        return g * (T(1) + x * (T(1) - g));
+    }
+    case UNARY_GELU_ERF_GRAD:
+        return T(0.5) * (T(1) + g_erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * g_exp(T(-0.5) * x * x);
     default: return a * x + b;
     }
 }
 
-// gflow's BinaryOp order.
+// op: a BINARY_* code. Maximum and minimum are NaN if either input is (as PyTorch).
 template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b) {
     switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    default: return a / b;
+    case BINARY_ADD: return a + b;
+    case BINARY_SUB: return a - b;
+    case BINARY_MUL: return a * b;
+    case BINARY_DIV: return a / b;
+    case BINARY_MAXIMUM: return (a != a || b != b) ? a + b : (a > b ? a : b);
+    default: return (a != a || b != b) ? a + b : (a < b ? a : b);
     }
 }
 
-// op 0: sum, 1: max.
+// op: a REDUCE_* code.
 template <typename T> __device__ __forceinline__ T combine(int op, T a, T b) {
-    return op ? (b > a ? b : a) : a + b;
+    switch (op) {
+    case REDUCE_SUM: return a + b;
+    case REDUCE_MAX: return b > a ? b : a;
+    default: return b < a ? b : a;
+    }
 }
 
 template <typename T> __device__ __forceinline__ T identity(int op) {
-    return op ? neg_inf(T(0)) : T(0);
+    switch (op) {
+    case REDUCE_SUM: return T(0);
+    case REDUCE_MAX: return neg_inf(T(0));
+    default: return pos_inf(T(0));
+    }
 }
 
 // The reduction of every thread's `v` over the block, returned to all threads (`sh` holds
@@ -146,11 +185,11 @@ template <typename T> __device__ void softmax_rows_k(const T *x, T *out, u64 lin
     for (u64 r = blockIdx.x; r < lines; r += gridDim.x) {
         const T *row = x + r * len;
         T m = neg_inf(T(0));
-        for (u64 j = threadIdx.x; j < len; j += BLOCK) m = combine(1, m, row[j]);
-        m = block_reduce(1, m, sh);
+        for (u64 j = threadIdx.x; j < len; j += BLOCK) m = combine(REDUCE_MAX, m, row[j]);
+        m = block_reduce(REDUCE_MAX, m, sh);
         T s = T(0);
         for (u64 j = threadIdx.x; j < len; j += BLOCK) s += g_exp(row[j] - m);
-        s = block_reduce(0, s, sh);
+        s = block_reduce(REDUCE_SUM, s, sh);
         for (u64 j = threadIdx.x; j < len; j += BLOCK)
             out[r * len + j] = softmax_value(row[j], m, s, log_);
     }
@@ -162,7 +201,7 @@ __device__ void softmax_strided_k(const T *x, T *out, u64 outer, u64 len, u64 in
     FOR_EACH(o, outer * inner) {
         u64 base = o / inner * len * inner + o % inner;
         T m = neg_inf(T(0));
-        for (u64 j = 0; j < len; ++j) m = combine(1, m, x[base + j * inner]);
+        for (u64 j = 0; j < len; ++j) m = combine(REDUCE_MAX, m, x[base + j * inner]);
         T s = T(0);
         for (u64 j = 0; j < len; ++j) s += g_exp(x[base + j * inner] - m);
         for (u64 j = 0; j < len; ++j)

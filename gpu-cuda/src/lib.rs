@@ -18,9 +18,11 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
     ValidAsZeroBits,
 };
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::{
+    AFFINE_CODE, Backend, BinaryOp, KernelLang, MatmulDims, ReduceKind, UnaryOp, kernel_constants,
+};
 use gflow_core::shape::{StridedCopy, broadcast_strides};
-use gflow_core::{DType, Error, HostData, Result};
+use gflow_core::{DType, DeviceInfo, DeviceKind, DeviceType, Error, HostData, Result};
 
 /// The kernels' CUDA C++ source.
 const SOURCE: &str = include_str!("../kernels/gflow.cu");
@@ -30,8 +32,6 @@ const BLOCK: u32 = 256;
 const MAX_BLOCKS: usize = 1 << 16;
 /// Elements one block of a row reduction should take at least before a row is cut in parts.
 const PER_BLOCK: usize = 1 << 14;
-/// The unary kernel's code for `a * x + b`.
-const AFFINE: i32 = 99;
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -205,6 +205,35 @@ pub fn libraries_present() -> std::result::Result<(), String> {
     }
 }
 
+/// The CUDA devices of this host, by ordinal (as `CUDA_VISIBLE_DEVICES` numbers them), for
+/// `gflow::devices()`; empty without the CUDA libraries or a device.
+pub fn device_infos() -> Vec<DeviceInfo> {
+    if libraries_present().is_err() {
+        return vec![];
+    }
+    // cudarc panics on a missing symbol (a driver older than its bindings): then no devices.
+    std::panic::catch_unwind(|| {
+        let count = CudaContext::device_count().unwrap_or(0).max(0) as usize;
+        (0..count)
+            .map(|ordinal| {
+                let ctx = CudaContext::new(ordinal).ok();
+                DeviceInfo {
+                    device_type: DeviceType::Cuda,
+                    ordinal,
+                    name: ctx
+                        .as_ref()
+                        .and_then(|c| c.name().ok())
+                        .unwrap_or_else(|| format!("CUDA device {ordinal}")),
+                    api: "CUDA".into(),
+                    kind: DeviceKind::Discrete,
+                    memory: ctx.and_then(|c| c.total_mem().ok()).map(|m| m as u64),
+                }
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 impl CudaBackend {
     /// CUDA device 0 (`CUDA_VISIBLE_DEVICES` picks it, as usual).
     ///
@@ -212,26 +241,36 @@ impl CudaBackend {
     /// `BackendUnavailable` when a CUDA library or a device is missing, or the kernels do not
     /// compile for it.
     pub fn new() -> Result<CudaBackend> {
+        CudaBackend::with_ordinal(0)
+    }
+
+    /// CUDA device `ordinal`.
+    ///
+    /// # Errors
+    /// `BackendUnavailable` naming `cuda:ORDINAL` when a CUDA library or that device is
+    /// missing, or the kernels do not compile for it.
+    pub fn with_ordinal(ordinal: usize) -> Result<CudaBackend> {
         let unavailable = |reason: String| Error::BackendUnavailable {
-            device: "cuda".into(),
+            device: format!("cuda:{ordinal}"),
             reason,
         };
         libraries_present().map_err(unavailable)?;
         // cudarc panics on a missing symbol (a driver older than its bindings): a typed error.
-        std::panic::catch_unwind(Self::open)
+        std::panic::catch_unwind(|| Self::open(ordinal))
             .map_err(|_| unavailable("the CUDA libraries lack a function cudarc needs".into()))?
             .map_err(|e| unavailable(e.to_string()))
     }
 
-    fn open() -> Result<CudaBackend> {
-        let ctx = CudaContext::new(0).map_err(device_error)?;
+    fn open(ordinal: usize) -> Result<CudaBackend> {
+        let ctx = CudaContext::new(ordinal).map_err(device_error)?;
         // One stream orders everything, so cudarc's per-buffer events are not needed.
         // SAFETY: no buffer exists yet and all work goes to the one stream below.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let (major, minor) = ctx.compute_capability().map_err(device_error)?;
+        let source = format!("{}{SOURCE}", kernel_constants(KernelLang::Cuda));
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            SOURCE,
+            source,
             cudarc::nvrtc::CompileOptions {
                 options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
                 ..Default::default()
@@ -732,11 +771,11 @@ impl Backend for CudaBackend {
     }
 
     fn scale(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        by_float!(x, "scale", T => self.unary_t::<T>(AFFINE, x, s, 0.0))
+        by_float!(x, "scale", T => self.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
     }
 
     fn add_scalar(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        by_float!(x, "add_scalar", T => self.unary_t::<T>(AFFINE, x, 1.0, s))
+        by_float!(x, "add_scalar", T => self.unary_t::<T>(AFFINE_CODE as i32, x, 1.0, s))
     }
 
     fn gather_rows(

@@ -6,14 +6,21 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
+
+use gflow_core::backend::{KernelLang, kernel_constants};
 use std::process::Command;
 
 #[test]
 fn kernels_match_plain_loops_on_the_cpu() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulated");
     let bin = std::env::temp_dir().join(format!("gflow-cuda-emulated-{}", std::process::id()));
+    // The op codes NVRTC gets before the source, from the same enums.
+    let codes = bin.with_extension("h");
+    std::fs::write(&codes, kernel_constants(KernelLang::Cuda)).expect("write the kernel codes");
     let built = Command::new("g++")
-        .args(["-std=c++20", "-O1", "-pthread", "-o"])
+        .args(["-std=c++20", "-O1", "-pthread", "-include"])
+        .arg(&codes)
+        .arg("-o")
         .arg(&bin)
         .arg(dir.join("kernels_test.cpp"))
         .output();
@@ -36,6 +43,7 @@ fn kernels_match_plain_loops_on_the_cpu() {
         .output()
         .expect("run the emulated kernels");
     let _ = std::fs::remove_file(&bin);
+    let _ = std::fs::remove_file(&codes);
     let out = String::from_utf8_lossy(&ran.stdout);
     assert!(ran.status.success(), "emulated kernels disagree:\n{out}");
     assert!(out.contains("fails: 0"), "{out}");

@@ -1,4 +1,4 @@
-// out[i] = a[ia] op b[ib] with NumPy broadcasting. params: n, op, ndim, then out_shape[ndim],
+// out[i] = a[ia] op b[ib] with NumPy broadcasting. params: n, op (a BINARY_* code), ndim, then out_shape[ndim],
 // a_strides[ndim], b_strides[ndim] (element strides, 0 along broadcast dimensions), and the
 // first element of a, b and out in their bindings (pieces of large tensors start anywhere).
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -26,10 +26,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let q = b[ib];
     var r: f32;
     switch params[1] {
-        case 0u: { r = p + q; }
-        case 1u: { r = p - q; }
-        case 2u: { r = p * q; }
-        default: { r = p / q; }
+        case BINARY_ADD: { r = p + q; }
+        case BINARY_SUB: { r = p - q; }
+        case BINARY_MUL: { r = p * q; }
+        case BINARY_DIV: { r = p / q; }
+        // NaN if either is (WGSL's max and min may return the other operand).
+        case BINARY_MAXIMUM: { r = select(max(p, q), p + q, p != p || q != q); }
+        default: { r = select(min(p, q), p + q, p != p || q != q); }
     }
     out[params[5u + 3u * nd] + i] = r;
 }

@@ -1,9 +1,9 @@
-// Sum or max of x over the reduced dimensions, each output's elements cut in `parts` runs of
+// Sum, max or min of x over the reduced dimensions, each output's elements cut in `parts` runs of
 // `part_len` (one thread per run, so no thread loops over more than part_len elements: lavapipe
 // ends an invocation's loops after 65535 iterations). out[o * parts + p] = run p of output o.
-// params: threads (outputs x parts), op (0 sum, 1 max), ndim, count (elements reduced per
-// output), then shape[ndim], reduced[ndim] (1 or 0), strides[ndim], the bits of -inf (the start
-// of a max), the first element of x and of out in their bindings (pieces of large tensors start
+// params: threads (outputs x parts), op (a REDUCE_* code), ndim, count (elements reduced per
+// output), then shape[ndim], reduced[ndim] (1 or 0), strides[ndim], the bits of the start of a
+// max or min (-inf or +inf), the first element of x and of out in their bindings (pieces of large tensors start
 // anywhere), part_len, parts.
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
@@ -33,7 +33,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     var acc: f32;
     var block = 0.0;
-    if params[1] == 0u {
+    if params[1] == REDUCE_SUM {
         acc = 0.0;
     } else {
         acc = bitcast<f32>(params[4u + 3u * nd]);
@@ -50,7 +50,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             }
         }
         let v = x[off];
-        if params[1] == 0u {
+        if params[1] == REDUCE_SUM {
             // Sums of blocks of 1024, then of the blocks: one thread may add millions of
             // elements, and the error grows with the block length plus the block count, not
             // with their product. (Kahan's compensation is not used: shader compilers may
@@ -60,8 +60,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 acc += block;
                 block = 0.0;
             }
-        } else {
+        } else if params[1] == REDUCE_MAX {
             acc = max(acc, v);
+        } else {
+            acc = min(acc, v);
         }
     }
     out[params[6u + 3u * nd] + t] = acc + block;

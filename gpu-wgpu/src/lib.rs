@@ -1,5 +1,6 @@
-//! gflow's wgpu backend: core's [`Backend`] as WGSL compute shaders (`shaders/`), on whatever
-//! adapter wgpu finds (Vulkan, Metal, DX12; lavapipe, Mesa's software Vulkan, in CI).
+//! gflow's wgpu backend: core's [`Backend`] as WGSL compute shaders (`shaders/`), on the adapters
+//! wgpu finds, one per ordinal ([`adapters`]: Vulkan, Metal, DX12; lavapipe, Mesa's software
+//! Vulkan, in CI).
 //!
 //! Arithmetic is f32 (WGSL has no portable f64 transcendentals); every dtype is stored, moved,
 //! sliced, permuted, concatenated and gathered (as 32-bit words). Every dispatch runs inside a
@@ -8,11 +9,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::{
+    AFFINE_CODE, Backend, BinaryOp, KernelLang, MatmulDims, ReduceKind, UnaryOp, kernel_constants,
+};
 use gflow_core::shape::{StridedCopy, broadcast_strides, strides};
-use gflow_core::{DType, Error, HostData, Result};
+use gflow_core::{DType, DeviceInfo, DeviceKind, DeviceType, Error, HostData, Result};
 use wgpu::util::DeviceExt;
 
 const COMMON: &str = include_str!("../shaders/common.wgsl");
@@ -35,9 +38,16 @@ const POOL_BYTES: u64 = 512 << 20;
 const GROUP: u32 = 256;
 /// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
 const MAX_GROUPS: u32 = 65535;
+/// The bits of f32 -inf (the start of a max).
 const NEG_INF: u32 = 0xff80_0000;
-/// The unary kernel's code for `a * x + b`.
-const AFFINE: u32 = 99;
+
+/// The bits of the value a reduction starts from (the sum's 0 is the shader's own).
+fn reduce_start(op: ReduceKind) -> u32 {
+    match op {
+        ReduceKind::Min => f32::INFINITY.to_bits(),
+        _ => NEG_INF,
+    }
+}
 /// Most iterations a kernel's loops run in one invocation. lavapipe (llvmpipe) silently ends
 /// an invocation's loops after 65535 iterations in all, so longer work is cut in pieces
 /// (reductions in runs, long softmax lines and scatter index lists in passes, products over
@@ -133,24 +143,85 @@ pub struct WgpuBackend {
     pool: Arc<Pool>,
 }
 
+/// The adapters this process can use, by ordinal: wgpu's adapters on Vulkan, Metal and DX12
+/// (OpenGL only where none of those has one), discrete GPUs first, then integrated, virtual
+/// and software ones, each in wgpu's order. `GFLOW_WGPU_FALLBACK=1` keeps only software
+/// adapters. Enumerated once per process.
+pub fn adapters() -> &'static [wgpu::Adapter] {
+    static ADAPTERS: OnceLock<Vec<wgpu::Adapter>> = OnceLock::new();
+    ADAPTERS.get_or_init(|| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let mut all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+        if all.is_empty() {
+            all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::GL));
+        }
+        if std::env::var("GFLOW_WGPU_FALLBACK").is_ok_and(|v| v == "1") {
+            all.retain(|a| a.get_info().device_type == wgpu::DeviceType::Cpu);
+        }
+        let order = |t: wgpu::DeviceType| match t {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Cpu => 3,
+            wgpu::DeviceType::Other => 4,
+        };
+        all.sort_by_key(|a| order(a.get_info().device_type));
+        all
+    })
+}
+
+/// [`adapters`] as core's device list (for `gflow::devices()`).
+pub fn device_infos() -> Vec<DeviceInfo> {
+    adapters()
+        .iter()
+        .enumerate()
+        .map(|(ordinal, a)| {
+            let info = a.get_info();
+            DeviceInfo {
+                device_type: DeviceType::Wgpu,
+                ordinal,
+                name: info.name,
+                api: format!("{:?}", info.backend),
+                kind: match info.device_type {
+                    wgpu::DeviceType::DiscreteGpu => DeviceKind::Discrete,
+                    wgpu::DeviceType::IntegratedGpu => DeviceKind::Integrated,
+                    wgpu::DeviceType::VirtualGpu => DeviceKind::Virtual,
+                    wgpu::DeviceType::Cpu => DeviceKind::Cpu,
+                    wgpu::DeviceType::Other => DeviceKind::Other,
+                },
+                // wgpu does not report an adapter's memory.
+                memory: None,
+            }
+        })
+        .collect()
+}
+
 impl WgpuBackend {
-    /// The first adapter wgpu finds (`GFLOW_WGPU_FALLBACK=1` asks for a software one).
+    /// The first adapter of [`adapters`] (`GFLOW_WGPU_FALLBACK=1` asks for a software one).
     ///
     /// # Errors
     /// `BackendUnavailable` when there is no adapter or it refuses a device.
     pub fn new() -> Result<WgpuBackend> {
+        WgpuBackend::open(0)
+    }
+
+    /// Adapter `ordinal` of [`adapters`].
+    ///
+    /// # Errors
+    /// `BackendUnavailable` naming `wgpu:ORDINAL` when there is no such adapter or it refuses
+    /// a device.
+    pub fn open(ordinal: usize) -> Result<WgpuBackend> {
         let unavailable = |reason: String| Error::BackendUnavailable {
-            device: "wgpu".into(),
+            device: format!("wgpu:{ordinal}"),
             reason,
         };
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            force_fallback_adapter: std::env::var("GFLOW_WGPU_FALLBACK").is_ok_and(|v| v == "1"),
-            compatible_surface: None,
-            apply_limit_buckets: false,
-        }))
-        .map_err(|e| unavailable(format!("no adapter: {e}")))?;
+        let all = adapters();
+        let adapter = all.get(ordinal).ok_or_else(|| {
+            unavailable(format!(
+                "no adapter of ordinal {ordinal}: wgpu finds {} here",
+                all.len()
+            ))
+        })?;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("gflow"),
@@ -263,7 +334,8 @@ impl WgpuBackend {
             .find(|(n, _)| *n == name)
             .map(|(_, src)| *src)
             .ok_or_else(|| Error::Internal(format!("no wgpu kernel {name}")))?;
-        let source = format!("{COMMON}\n{body}");
+        let codes = kernel_constants(KernelLang::Wgsl);
+        let source = format!("{codes}{COMMON}\n{body}");
         let p = self.scoped(|| {
             let module = self
                 .device
@@ -462,7 +534,7 @@ impl WgpuBackend {
             "unary",
             x.len,
             4,
-            &|n| vec![n as u32, AFFINE, a, b],
+            &|n| vec![n as u32, AFFINE_CODE, a, b],
             &[&x.buf, &out.buf],
         )?;
         Ok(out)
@@ -502,7 +574,7 @@ impl WgpuBackend {
                     n,
                     1,
                     1,
-                    NEG_INF,
+                    reduce_start(op),
                     x_base,
                     p_base,
                     LOOP_MAX as u32,
@@ -1128,7 +1200,13 @@ impl Backend for WgpuBackend {
             p.extend(sh.iter().map(|&d| d as u32));
             p.extend((0..sh.len()).map(|d| u32::from(dims.contains(&d))));
             p.extend(strides(shape).iter().map(|&s| s as u32));
-            p.extend([NEG_INF, x_base, out_base, part_len as u32, parts as u32]);
+            p.extend([
+                reduce_start(op),
+                x_base,
+                out_base,
+                part_len as u32,
+                parts as u32,
+            ]);
             p
         };
         let finish = |out: WgpuStorage| {

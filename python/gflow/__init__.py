@@ -28,6 +28,12 @@ from ._gflow import (
     double,
     int64,
     long,
+    float16,
+    half,
+    bfloat16,
+    int32,
+    int,
+    bool,
     randn,
     rand,
     zeros,
@@ -36,6 +42,7 @@ from ._gflow import (
     arange,
     tensor,
     cat,
+    where,
     manual_seed,
     is_grad_enabled,
     Error,
@@ -51,6 +58,7 @@ from ._gflow import (
     InvalidArgumentError,
 )
 from ._pyapi import Size, device
+from .serialization import save, load
 
 _gflow.init()
 
@@ -99,7 +107,9 @@ def _method(name):
 
 for _name in (
     "add sub mul div neg exp log sqrt square relu gelu sigmoid tanh sum mean amax max "
-    "softmax log_softmax reshape transpose narrow flatten squeeze unsqueeze"
+    "softmax log_softmax reshape transpose narrow flatten squeeze unsqueeze "
+    "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
+    "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select"
 ).split():
     globals()[_name] = _method(_name)
 del _name

@@ -1,6 +1,8 @@
 """Optimizers over parameters, as ``flow.optim.SGD(model.parameters(), lr=0.1)``: gflow's own
 (``step`` updates each parameter in place, on its placement and SBP)."""
 
+from collections import OrderedDict
+
 from . import _gflow
 
 
@@ -32,6 +34,32 @@ class Optimizer:
         """Clears every parameter's gradient."""
         for p in self.params:
             p.grad = None
+
+    def state_dict(self):
+        """``{"state": {"0.exp_avg": ..., "0.step": ...}, "param_groups": [{"lr": ...}]}``: the
+        state tensors are handles (zeros for parameters not stepped yet), which ``flow.save``
+        writes sharded as their parameters are."""
+        if self._stale():
+            self._build()
+        state = OrderedDict((n[len("state."):], t) for n, t in self._inner.state_tensors())
+        return {"state": state, "param_groups": [dict(self._options, lr=self._inner.lr)]}
+
+    def load_state_dict(self, state_dict):
+        """Writes the state of ``state_dict`` (``flow.load``'s, or another optimizer's) into this
+        optimizer's state in place, in its parameters' layouts, and takes its learning rate."""
+        from .serialization import assign
+
+        if self._stale():
+            self._build()
+        state = state_dict["state"]
+        for name, t in self._inner.state_tensors():
+            key = name[len("state."):]
+            if key not in state:
+                raise KeyError(f"load_state_dict: the state dict has no optimizer state {key!r}")
+            assign(t, state[key])
+        groups = state_dict.get("param_groups")
+        if groups:
+            self.param_groups[0]["lr"] = float(groups[0]["lr"])
 
     @property
     def param_groups(self):

@@ -59,8 +59,8 @@ fn parse_device(name: &str) -> PyResult<Device> {
 }
 
 /// A tensor holding `data` (a NumPy array, nested lists, a scalar): NumPy arrays keep their
-/// dtype (int64 stays int64; other integers become int64, float16 float32); Python floats
-/// become float32 and Python integers int64, as in PyTorch. `dtype` converts.
+/// dtype (float64, float32, float16, int64, int32, bool; other integers become int64); Python
+/// floats become float32, integers int64 and booleans bool, as in PyTorch. `dtype` converts.
 pub fn from_data(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -70,20 +70,17 @@ pub fn from_data(
 ) -> PyResult<Tensor> {
     let np = py.import("numpy")?;
     let is_array = data.is_instance(&np.getattr("ndarray")?)?;
-    let mut arr = np.call_method1("ascontiguousarray", (data,))?;
-    let kind: String = arr.getattr("dtype")?.getattr("kind")?.extract()?;
-    let natural = match (kind.as_str(), is_array) {
-        ("f", true)
-            if arr
-                .getattr("dtype")?
-                .getattr("itemsize")?
-                .extract::<usize>()?
-                == 8 =>
-        {
-            DType::F64
-        }
-        ("f", _) => DType::F32,
-        ("i" | "u" | "b", _) => DType::I64,
+    let arr = np.call_method1("ascontiguousarray", (data,))?;
+    let np_dtype = arr.getattr("dtype")?;
+    let kind: String = np_dtype.getattr("kind")?.extract()?;
+    let size: usize = np_dtype.getattr("itemsize")?.extract()?;
+    let natural = match (kind.as_str(), size, is_array) {
+        ("f", 8, true) => DType::F64,
+        ("f", 2, true) => DType::F16,
+        ("f", _, _) => DType::F32,
+        ("i", 4, true) => DType::I32,
+        ("i" | "u", _, _) => DType::I64,
+        ("b", _, _) => DType::Bool,
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "cannot make a tensor of NumPy kind {kind:?} (from {})",
@@ -92,22 +89,26 @@ pub fn from_data(
         }
     };
     let want = dtype.unwrap_or(natural);
-    let np_name = PyDType { inner: want }.name();
-    arr = arr.call_method1("astype", (np_name,))?;
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
     let target = target(placement, sbp, None)?;
     let global = matches!(target, Target::Global(..));
+    // Read in a type NumPy and gflow share (float64 for floats: exact for float16 and
+    // bfloat16's values), then cast to `want` in gflow.
     macro_rules! build {
-        ($t:ty) => {{
-            let a = arr.cast::<PyArrayDyn<$t>>()?;
-            let v: Vec<$t> = a.to_vec()?;
-            run(py, global, move || Tensor::from_vec(v, &shape, target))
+        ($t:ty, $np:literal) => {{
+            let a = arr.call_method1("astype", ($np,))?;
+            let v: Vec<$t> = a.cast::<PyArrayDyn<$t>>()?.to_vec()?;
+            run(py, global, move || {
+                gflow::no_grad(|| Tensor::from_vec(v, &shape, target)?.to_dtype(want))
+            })
         }};
     }
     match want {
-        DType::F64 => build!(f64),
-        DType::I64 => build!(i64),
-        _ => build!(f32),
+        DType::F32 => build!(f32, "float32"),
+        DType::I64 => build!(i64, "int64"),
+        DType::I32 => build!(i32, "int32"),
+        _ if kind == "f" => build!(f64, "float64"),
+        _ => build!(i64, "int64"),
     }
 }
 

@@ -3,11 +3,13 @@
 //! optimizers; the Python package around it adds OneFlow's module layout (`flow.nn`,
 //! `flow.sbp`, `flow.env`, `flow.optim`, `flow.distributed.launch`).
 
+mod checkpoint;
 mod creation;
 mod error;
 mod layout;
 mod nn;
 mod ops;
+mod select;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -68,11 +70,16 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(creation::arange, m)?)?;
     m.add_function(wrap_pyfunction!(creation::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(ops::cat, m)?)?;
+    m.add_function(wrap_pyfunction!(select::where_, m)?)?;
     m.add_function(wrap_pyfunction!(nn::linear, m)?)?;
     m.add_function(wrap_pyfunction!(nn::mse_loss, m)?)?;
     m.add_function(wrap_pyfunction!(nn::cross_entropy, m)?)?;
     m.add_function(wrap_pyfunction!(nn::embedding, m)?)?;
     m.add_function(wrap_pyfunction!(nn::linear_init, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::save_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::load_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::checkpoint_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::assign, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(get_rank, m)?)?;
     m.add_function(wrap_pyfunction!(get_world_size, m)?)?;

@@ -186,4 +186,21 @@ impl PyOptimizer {
             .unwrap_or_else(|p| p.into_inner())
             .set_lr(lr);
     }
+
+    /// The optimizer's state as `(name, tensor handle)` pairs (`state.{i}.step`,
+    /// `state.{i}.exp_avg`, ...; zeros made for parameters not stepped yet): what
+    /// `flow.save` writes and `load_state_dict` fills in place.
+    fn state_tensors(&self, py: Python<'_>) -> PyResult<Vec<(String, PyTensor)>> {
+        let inner = &self.inner;
+        let state = run(py, self.global, move || {
+            inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .state_tensors()
+        })?;
+        Ok(state
+            .into_iter()
+            .map(|(n, t)| (n, PyTensor::new(t)))
+            .collect())
+    }
 }

@@ -23,7 +23,7 @@ fn target_like(t: &Tensor) -> Target {
 
 /// The other operand of a binary operator: a tensor, or a Python number made a 0-d tensor like
 /// `like` (so it broadcasts against it).
-fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+pub fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     if let Ok(t) = other.cast::<PyTensor>() {
         return Ok(t.get().get());
     }
@@ -36,7 +36,12 @@ fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     })?;
-    let (dtype, target) = (like.dtype(), target_like(like));
+    let is_float = other.is_instance_of::<pyo3::types::PyFloat>();
+    let dtype = match like.dtype() {
+        d if is_float && !d.is_float() => gflow::DType::F32,
+        d => d,
+    };
+    let target = target_like(like);
     crate::tensor::run(py, like.is_global(), move || {
         gflow::no_grad(|| Tensor::full_dtype(&[], v, dtype, target))
     })
@@ -100,6 +105,34 @@ binary_ops! {
     matmul => matmul;
     /// `x.mm(y)`: matrix product.
     mm => matmul;
+    /// Elementwise maximum (broadcasting).
+    maximum => maximum;
+    /// Elementwise minimum (broadcasting).
+    minimum => minimum;
+    /// `x == y` elementwise: a bool tensor.
+    __eq__ => eq;
+    /// `x != y` elementwise: a bool tensor.
+    __ne__ => ne;
+    /// `x < y` elementwise: a bool tensor.
+    __lt__ => lt;
+    /// `x <= y` elementwise: a bool tensor.
+    __le__ => le;
+    /// `x > y` elementwise: a bool tensor.
+    __gt__ => gt;
+    /// `x >= y` elementwise: a bool tensor.
+    __ge__ => ge;
+    /// `x.eq(y)`.
+    eq => eq;
+    /// `x.ne(y)`.
+    ne => ne;
+    /// `x.lt(y)`.
+    lt => lt;
+    /// `x.le(y)`.
+    le => le;
+    /// `x.gt(y)`.
+    gt => gt;
+    /// `x.ge(y)`.
+    ge => ge;
 }
 
 /// Elementwise operators of one tensor: `name => method of gflow::Tensor`.
@@ -133,12 +166,22 @@ unary_ops! {
     square => square;
     /// `max(x, 0)`.
     relu => relu;
-    /// GELU (tanh form).
-    gelu => gelu;
     /// Logistic sigmoid.
     sigmoid => sigmoid;
     /// Hyperbolic tangent.
     tanh => tanh;
+    /// Absolute value.
+    abs => abs;
+    /// `1 / sqrt(x)`.
+    rsqrt => rsqrt;
+    /// Sine.
+    sin => sin;
+    /// Cosine.
+    cos => cos;
+    /// SiLU (`x * sigmoid(x)`).
+    silu => silu;
+    /// The error function.
+    erf => erf;
 }
 
 /// The dims of a reduction: `None` is every dim, an int one, a sequence several.
@@ -183,6 +226,12 @@ reduce_ops! {
     amax => max;
     /// Maximum over `dim` (values only; every dim when left out).
     max => max;
+    /// Minimum over `dim` (values only; every dim when left out).
+    amin => min;
+    /// Minimum over `dim` (values only; every dim when left out).
+    min => min;
+    /// `log(sum(exp(x)))` over `dim`, computed stably.
+    logsumexp => logsumexp;
 }
 
 /// A shape given as `f(2, -1)` or `f((2, -1))`, one `-1` inferred from the element count.
@@ -356,24 +405,20 @@ impl PyTensor {
         op(py, t.is_global(), move || t.log_softmax(d))
     }
 
-    /// `x ** e` for `e` of 1, 2 or 0.5 (square and square root; general powers come with
-    /// gflow's `pow`).
+    /// `x ** e` for a number `e` (`x.pow(e)`).
     fn __pow__(
         &self,
         py: Python<'_>,
         e: f64,
         _modulo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
+        self.pow(py, e)
+    }
+
+    /// `x ** e` elementwise for a number `e`.
+    fn pow(&self, py: Python<'_>, e: f64) -> PyResult<PyTensor> {
         let t = self.get();
-        let g = t.is_global();
-        match e {
-            1.0 => Ok(PyTensor::new(t)),
-            2.0 => op(py, g, move || t.square()),
-            0.5 => op(py, g, move || t.sqrt()),
-            _ => Err(crate::error::InvalidArgumentError::new_err(format!(
-                "x ** {e}: only the exponents 1, 2 and 0.5 are supported"
-            ))),
-        }
+        op(py, t.is_global(), move || t.pow(e))
     }
 }
 

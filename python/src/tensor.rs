@@ -25,6 +25,9 @@ thread_local! {
 #[pyclass(name = "Tensor", module = "gflow", subclass, frozen, weakref)]
 pub struct PyTensor {
     inner: RwLock<Tensor>,
+    /// After `retain_grad()` on a non-leaf: the zero leaf added to it, whose gradient is this
+    /// tensor's (see `retain_grad`).
+    retained: RwLock<Option<Tensor>>,
 }
 
 impl PyTensor {
@@ -32,12 +35,25 @@ impl PyTensor {
     pub fn new(t: Tensor) -> PyTensor {
         PyTensor {
             inner: RwLock::new(t),
+            retained: RwLock::new(None),
         }
     }
 
     /// The handle's tensor (a cheap clone).
     pub fn get(&self) -> Tensor {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The leaf whose gradient is this tensor's: itself, or the zero leaf of `retain_grad`.
+    fn grad_holder(&self) -> Tensor {
+        self.retained_leaf().unwrap_or_else(|| self.get())
+    }
+
+    fn retained_leaf(&self) -> Option<Tensor> {
+        self.retained
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn set(&self, t: Tensor) {
@@ -94,7 +110,8 @@ pub fn is_grad_enabled() -> bool {
     NO_GRAD.with(Cell::get) == 0 && gflow::is_grad_enabled()
 }
 
-/// A dtype: `flow.float32`, `flow.float64`, `flow.int64`.
+/// A dtype: `flow.float32`, `flow.float64`, `flow.float16`, `flow.bfloat16`, `flow.int64`,
+/// `flow.int32`, `flow.bool`.
 #[pyclass(name = "dtype", module = "gflow", frozen, eq, hash, from_py_object)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyDType {
@@ -107,6 +124,10 @@ impl PyDType {
         match self.inner {
             DType::F64 => "float64",
             DType::I64 => "int64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::Bool => "bool",
             _ => "float32",
         }
     }
@@ -120,19 +141,25 @@ impl PyDType {
     /// Whether the dtype is a floating-point type.
     #[getter]
     fn is_floating_point(&self) -> bool {
-        self.inner != DType::I64
+        self.inner.is_float()
     }
 }
 
 /// The dtypes `gflow` exports, by name.
-pub fn dtypes() -> [(&'static str, DType); 6] {
+pub fn dtypes() -> [(&'static str, DType); 12] {
     [
         ("float32", DType::F32),
         ("float", DType::F32),
         ("float64", DType::F64),
         ("double", DType::F64),
+        ("float16", DType::F16),
+        ("half", DType::F16),
+        ("bfloat16", DType::BF16),
         ("int64", DType::I64),
         ("long", DType::I64),
+        ("int32", DType::I32),
+        ("int", DType::I32),
+        ("bool", DType::Bool),
     ]
 }
 
@@ -158,7 +185,8 @@ pub fn size<'py>(py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>
     python_class(py, &SIZE, "Size")?.call1((PyTuple::new(py, shape)?,))
 }
 
-/// The whole logical value of `t` as a NumPy array that owns gflow's buffer (moved, not copied).
+/// The whole logical value of `t` as a NumPy array of its dtype (bfloat16, which NumPy lacks,
+/// as float32): the host copy gflow makes is moved into the array, not copied again.
 pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
     let (t, shape) = match outside(py, t)? {
         Some(empty) => (empty, vec![0]),
@@ -170,12 +198,14 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
         gflow::HostData::F32(v) => PyArray1::from_vec(py, v).into_any(),
         gflow::HostData::F64(v) => PyArray1::from_vec(py, v).into_any(),
         gflow::HostData::I64(v) => PyArray1::from_vec(py, v).into_any(),
-        other => {
-            return Err(PyTypeError::new_err(format!(
-                "numpy() of a {} tensor is not supported yet",
-                other.dtype()
-            )));
-        }
+        gflow::HostData::I32(v) => PyArray1::from_vec(py, v).into_any(),
+        gflow::HostData::Bool(v) => PyArray1::from_vec(py, v)
+            .into_any()
+            .call_method1("view", ("bool",))?,
+        gflow::HostData::F16(v) => PyArray1::from_vec(py, v.iter().map(|x| x.to_f32()).collect())
+            .into_any()
+            .call_method1("astype", ("float16",))?,
+        other => PyArray1::from_vec(py, other.to_vec::<f32>()).into_any(),
     };
     flat.call_method1("reshape", (PyTuple::new(py, shape)?,))
 }
@@ -475,15 +505,44 @@ impl PyTensor {
         t.is_leaf()
     }
 
-    /// The accumulated gradient (same placement and SBP as the tensor), or `None`.
+    /// The accumulated gradient (same placement and SBP as the tensor), or `None`; for a
+    /// non-leaf only after `retain_grad()`.
     #[getter]
     fn get_grad(&self) -> Option<PyTensor> {
-        self.get().grad().map(PyTensor::new)
+        self.grad_holder().grad().map(PyTensor::new)
     }
 
     #[setter]
     fn set_grad(&self, grad: Option<&PyTensor>) {
-        self.get().set_grad(grad.map(PyTensor::get));
+        self.grad_holder().set_grad(grad.map(PyTensor::get));
+    }
+
+    /// Keeps this non-leaf tensor's gradient in `.grad` after `backward` (a leaf keeps its own
+    /// anyway). gflow's autograd keeps gradients of leaves only, so the handle is pointed at
+    /// `self + z`, where `z` is a zero leaf of the same layout: the same value, and the
+    /// gradient reaching it is exactly this tensor's, which `.grad` then reads.
+    fn retain_grad(&self, py: Python<'_>) -> PyResult<()> {
+        let t = self.get();
+        if !t.requires_grad() {
+            return Err(crate::error::InvalidArgumentError::new_err(
+                "retain_grad: the tensor does not require grad",
+            ));
+        }
+        if t.is_leaf() || self.retained_leaf().is_some() {
+            return Ok(());
+        }
+        let target = match (t.placement(), t.sbp()) {
+            (Some(p), Some(s)) => gflow::Target::Global(p.clone(), s.clone()),
+            _ => gflow::Target::Local(t.device()),
+        };
+        let (global, shape, dtype) = (t.is_global(), t.shape().to_vec(), t.dtype());
+        let (sum, zero) = run(py, global, move || {
+            let zero = Tensor::full_dtype(&shape, 0.0, dtype, target)?.set_requires_grad(true);
+            Ok((t.add(&zero)?, zero))
+        })?;
+        self.set(sum);
+        *self.retained.write().unwrap_or_else(|p| p.into_inner()) = Some(zero);
+        Ok(())
     }
 
     /// Computes gradients of this tensor with respect to the leaves that require them

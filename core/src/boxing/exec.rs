@@ -7,8 +7,9 @@ use std::ops::Range;
 use crate::comm::{CommOp, Communicator, Tag};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::placement::Placement;
 use crate::reduce::ReduceOp;
-use crate::sbp::{Sbp, balanced_range};
+use crate::sbp::Sbp;
 use crate::shape::{Region, copy_region, extract, numel, region_shape, relative};
 use crate::storage::HostData;
 
@@ -55,6 +56,9 @@ pub fn execute(
 /// The data layout of one axis group: the group's logical box and the members' parts of it.
 #[derive(Clone)]
 struct Group<'a> {
+    /// The placement and the axis the group runs along (its split bounds).
+    placement: &'a Placement,
+    axis: usize,
     ranks: Vec<usize>,
     me: usize,
     /// Shape of the tensor the group holds (the box with this axis not split).
@@ -70,7 +74,7 @@ impl Group<'_> {
 
     /// Member i's part along dimension `d`.
     fn part(&self, d: usize, i: usize) -> Range<usize> {
-        balanced_range(self.shape[d], self.n(), i)
+        self.placement.split_range(self.axis, self.shape[d], i)
     }
 
     /// The shape of member i's slice along `d`.
@@ -271,9 +275,11 @@ fn axis_step(
     let p = &s.placement;
     let whole = s.before.with(s.axis, Sbp::Broadcast);
     let g = Group {
+        placement: p,
+        axis: s.axis,
         ranks: p.axis_group(coords, s.axis),
         me: coords[s.axis],
-        shape: region_shape(&whole.local_region(shape, coords, p.hierarchy())),
+        shape: region_shape(&whole.local_region(shape, coords, p)),
         elem: data.dtype().size(),
         comm,
     };

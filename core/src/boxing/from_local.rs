@@ -1,6 +1,6 @@
 //! Local -> global: the local tensors of a placement's ranks become the components of one global
 //! tensor. Splits concatenate (sizes may differ per rank; they are exchanged and the result is
-//! rebalanced to the balanced splitter), broadcast takes the first rank of each broadcast group,
+//! rebalanced to the placement's splitter), broadcast takes the first rank of each broadcast group,
 //! partial treats the components as summands (or min/max operands).
 
 use crate::comm::Communicator;

@@ -1,6 +1,6 @@
 //! Boxing: converting a global tensor from one (placement, nd_sbp) to another.
 //!
-//! The [`plan`] module is pure: (shape, source, destination) gives a [`Plan`] of steps with a byte
+//! The [`mod@plan`] module is pure: (shape, source, destination) gives a [`Plan`] of steps with a byte
 //! cost, testable without running anything. Same-placement conversions change one placement
 //! axis at a time with a 1-D collective inside each axis group (all-gather, all-reduce,
 //! reduce-scatter, all-to-all, or a local slice/fill); a shortest-path search over the per-axis

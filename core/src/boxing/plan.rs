@@ -7,7 +7,7 @@ use std::fmt;
 use crate::error::Result;
 use crate::placement::Placement;
 use crate::reduce::ReduceOp;
-use crate::sbp::{NdSbp, Sbp, balanced_range};
+use crate::sbp::{NdSbp, Sbp};
 use crate::shape::{Region, intersect, numel, region_shape};
 
 /// A global layout: where a tensor lives and how it is distributed.
@@ -28,8 +28,7 @@ impl Dist {
     /// The box held by the rank at array position `index`.
     pub fn region_of_index(&self, shape: &[usize], index: usize) -> Region {
         let coords = self.placement.coords_of_index(index);
-        self.nd_sbp
-            .local_region(shape, &coords, self.placement.hierarchy())
+        self.nd_sbp.local_region(shape, &coords, &self.placement)
     }
 
     /// If the rank at `coords` holds only the reduction identity (its coordinate on some partial
@@ -265,7 +264,7 @@ fn axis_step_bytes(
         if coords[axis] != 0 {
             continue;
         }
-        let g = region_shape(&whole.local_region(shape, &coords, p.hierarchy()));
+        let g = region_shape(&whole.local_region(shape, &coords, p));
         let ng = numel(&g) as u64;
         total += match kind {
             AxisKind::AllGather | AxisKind::ReduceScatter => (n - 1) * ng,
@@ -279,8 +278,8 @@ fn axis_step_bytes(
                 } else {
                     (0..n as usize)
                         .map(|r| {
-                            let a = balanced_range(g[i], n as usize, r).len() as u64;
-                            let b = balanced_range(g[j], n as usize, r).len() as u64;
+                            let a = p.split_range(axis, g[i], r).len() as u64;
+                            let b = p.split_range(axis, g[j], r).len() as u64;
                             ng / (li * lj) * a * b
                         })
                         .sum()

@@ -8,9 +8,12 @@
 //! Byte counts are exact: a message whose length differs from what the receiver expects is a
 //! [`CommError::Desync`], as is a message of another collective.
 
+mod counted;
 mod inproc;
 mod ring;
 
+pub(crate) use counted::Counted;
+pub use counted::{CommStats, comm_stats, reset_comm_stats};
 pub use inproc::InProcComm;
 
 use std::fmt;

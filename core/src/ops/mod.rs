@@ -1,5 +1,5 @@
 //! Operators. Each family is one file holding shape inference, its 1-D SBP signatures and the
-//! local kernel call; [`dispatch`] does the rest for every operator alike:
+//! local kernel call; `dispatch` does the rest for every operator alike:
 //!
 //! 1. all inputs local: run the kernel on the local data;
 //! 2. all global: check one placement (`PlacementMismatch`), infer the logical output shape,
@@ -19,11 +19,11 @@ mod shape_ops;
 mod softmax;
 mod unary;
 
-use crate::backend::{Kernels, kernels};
+use crate::backend::Kernels;
 use crate::boxing::{self, Dist};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::placement::DeviceType;
+use crate::placement::{DeviceType, Placement};
 use crate::reduce::ReduceOp;
 use crate::sbp::{NdSbp, Sbp};
 use crate::shape::region_shape;
@@ -87,13 +87,13 @@ pub(crate) trait Op {
     fn arithmetic(&self) -> bool {
         true
     }
-    /// [`Op::signatures`] on a placement of this hierarchy (for signatures that hold only for
-    /// some part counts, as a reshape that keeps a split).
+    /// [`Op::signatures`] on `placement` (for signatures that hold only for some part counts
+    /// or split weights, as a reshape that keeps a split).
     fn signatures_on(
         &self,
         shapes: &[&[usize]],
         out: &[usize],
-        _hierarchy: &[usize],
+        _placement: Option<&Placement>,
     ) -> Vec<Signature> {
         self.signatures(shapes, out)
     }
@@ -135,7 +135,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             });
         }
         check_computes(op, inputs, std::iter::once(device.device_type()))?;
-        let backend = kernels(device.device_type())?;
+        let backend = device.kernels()?;
         let guards: Vec<_> = inputs.iter().map(|t| t.read()).collect();
         let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
         let k = Kernel {
@@ -182,7 +182,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             .iter()
             .map(|&r| crate::env::device_type_of(r, placement.device_type())),
     )?;
-    let sigs = op.signatures_on(&shapes, &out_shape, placement.hierarchy());
+    let sigs = op.signatures_on(&shapes, &out_shape, Some(placement));
     let current: Vec<&NdSbp> = inputs.iter().filter_map(|t| t.sbp()).collect();
     let elem = inputs.iter().map(|t| t.dtype().size()).max().unwrap_or(4);
     let choice = choose(&sigs, &current, &shapes, elem, placement)?;
@@ -203,7 +203,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let component = match placement.index_of(rank) {
         None => None,
         Some(i) => {
-            let backend = kernels(Device::for_placement(placement.device_type())?.device_type())?;
+            let backend = Device::for_placement(placement.device_type())?.kernels()?;
             let guards: Vec<_> = boxed.iter().map(|t| t.read()).collect();
             let data: Vec<&Buffer> = guards.iter().flatten().map(|g| &**g).collect();
             let coords = placement.coords_of_index(i);
@@ -211,9 +211,8 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             let regions: Vec<_> = boxed
                 .iter()
                 .map(|t| {
-                    t.sbp().map_or_else(Vec::new, |s| {
-                        s.local_region(t.shape(), &coords, placement.hierarchy())
-                    })
+                    t.sbp()
+                        .map_or_else(Vec::new, |s| s.local_region(t.shape(), &coords, placement))
                 })
                 .collect();
             let k = Kernel {

@@ -5,6 +5,7 @@ use super::{Kernel, Op, PARTIALS, Signature, check_dim};
 use crate::autograd::{record, sum_to, target_like};
 use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
+use crate::placement::Placement;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
 use crate::tensor::Tensor;
@@ -46,21 +47,25 @@ impl Op for Reshape {
         Ok(self.0.clone())
     }
     fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
-        self.signatures_on(shapes, out, &[])
+        self.signatures_on(shapes, out, None)
     }
     fn signatures_on(
         &self,
         shapes: &[&[usize]],
         out: &[usize],
-        hierarchy: &[usize],
+        placement: Option<&Placement>,
     ) -> Vec<Signature> {
         // A split survives when its dim maps to an output dim of the same size with the same
         // number of elements before it: then every local slice reshapes on its own. It also
         // survives a dim cut into (outer, inner...) when it falls on the outer factor, and
         // (outer, inner...) merged into one dim when it was on the outer one, provided the
         // outer size is a multiple of the ranks (then the balanced splits coincide), as
-        // (B, T, H*D) split on the last dim <-> (B, T, H, D) split on heads.
+        // (B, T, H*D) split on the last dim <-> (B, T, H, D) split on heads. Weighted splits
+        // of the two need not coincide, so a weighted placement boxes instead.
         let s = shapes[0];
+        let hierarchy = placement
+            .filter(|p| p.weights().is_none())
+            .map_or(&[][..], Placement::hierarchy);
         let parts: usize = hierarchy.iter().product::<usize>().max(1);
         let mut v = vec![];
         let prefix = |x: &[usize], k: usize| x[..k].iter().product::<usize>();

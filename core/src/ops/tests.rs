@@ -11,7 +11,7 @@ use crate::{Device, simulate};
 
 /// The component of `v` (of `shape`) held by the rank at `coords` under `nd`.
 fn component(v: &[f64], shape: &[usize], p: &Placement, nd: &NdSbp, coords: &[usize]) -> Vec<f64> {
-    let region = nd.local_region(shape, coords, p.hierarchy());
+    let region = nd.local_region(shape, coords, p);
     let mut x: Vec<f64> =
         bytemuck::pod_collect_to_vec(&extract(8, bytemuck::cast_slice(v), shape, &region));
     for (a, s) in nd.as_slice().iter().enumerate() {
@@ -141,6 +141,19 @@ fn placements() -> Vec<(Placement, usize)> {
     vec![
         (Placement::new("cpu", [0, 1, 2]).expect("valid"), 3),
         (Placement::new("cpu", [[0, 1], [2, 3]]).expect("valid"), 4),
+        // uneven hardware: weighted splits (the 2-D weights are not a product of per-axis ones)
+        (
+            Placement::new("cpu", [2, 0, 1])
+                .and_then(|p| p.with_weights(&[1.0, 3.0, 2.0]))
+                .expect("valid"),
+            3,
+        ),
+        (
+            Placement::new("cpu", [[0, 1], [2, 3]])
+                .and_then(|p| p.with_weights(&[1, 2, 3, 1]))
+                .expect("valid"),
+            4,
+        ),
     ]
 }
 

@@ -195,6 +195,39 @@ impl Tensor {
         })
     }
 
+    /// This local tensor on `device` (a copy there; itself when it is already there).
+    /// Operators never move data between devices on their own: inputs on different devices
+    /// are `DeviceMismatch`, and `to_device` is how one is moved. Gradients flow back to the
+    /// source device.
+    ///
+    /// ```
+    /// # use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?;
+    /// assert_eq!(x.to_device(Device::Cpu)?.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `WrongKind` for a global tensor; `BackendUnavailable` naming `device` when this process
+    /// has no such device.
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if self.is_global() {
+            return Err(Error::WrongKind {
+                op: "to_device",
+                needs: "local",
+            });
+        }
+        let from = self.device();
+        if device == from {
+            return Ok(self.clone());
+        }
+        let data = self.to_host()?;
+        let moved = Tensor::from_vec_data(data.into(), self.shape(), device);
+        record(moved, "to_device", &[self], move |_, g| {
+            Ok(vec![Some(g.to_device(from)?)])
+        })
+    }
+
     /// The whole logical value, row-major, converted to `T`. For a global tensor this is a
     /// collective on its placement (like OneFlow's `numpy()`: box to broadcast, take the local
     /// copy).

@@ -108,11 +108,9 @@ impl Tensor {
     ) -> Result<Tensor> {
         checked_numel(shape)?;
         match target {
-            Target::Local(device) => Ok(Tensor::local_from(
-                fill(&full_region(shape)).into(),
-                shape.to_vec(),
-                device,
-            )),
+            Target::Local(device) => {
+                Tensor::from_vec_data(fill(&full_region(shape)).into(), shape, device)
+            }
             Target::Global(placement, nd_sbp) => {
                 let env = env::current();
                 placement.check_world(env.world_size())?;
@@ -172,6 +170,10 @@ impl Tensor {
                 len: data.len(),
                 shape: shape.to_vec(),
             });
+        }
+        if device != Device::Cpu {
+            // A device that does not exist here is refused when a tensor is put on it.
+            device.kernels()?;
         }
         Ok(Tensor::local_from(data, shape.to_vec(), device))
     }

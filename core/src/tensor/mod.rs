@@ -9,6 +9,7 @@ mod convert;
 mod create;
 mod display;
 
+pub use crate::device::Device;
 pub use create::{IntoTarget, Target};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,64 +20,9 @@ use crate::autograd::GradFn;
 use crate::boxing::Dist;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::placement::{DeviceType, Placement};
+use crate::placement::Placement;
 use crate::sbp::NdSbp;
 use crate::storage::Buffer;
-
-/// Where a local tensor (or a global tensor's component) lives and is computed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Device {
-    /// Host memory, computed by the CPU backend.
-    Cpu,
-    /// Computed by the wgpu backend (results stay in device memory).
-    Wgpu,
-    /// Computed by the CUDA backend (results stay in device memory).
-    Cuda,
-}
-
-impl Device {
-    /// The device a rank uses for a placement's device type: `cpu`, `wgpu` and `cuda` as named,
-    /// `gpu` CUDA where a driver and device are present, else wgpu. `GFLOW_DEVICE_OVERRIDE`
-    /// (`RANK:TYPE,...`, e.g. `0:wgpu,1:cpu`) replaces the type for the ranks it names, so one
-    /// machine can host a mixed cluster.
-    ///
-    /// # Errors
-    /// `BackendUnavailable` when the device type has no backend or no device on this rank;
-    /// `Environment` for a malformed override.
-    pub fn for_placement(t: DeviceType) -> Result<Device> {
-        let t = crate::env::current().device_override()?.unwrap_or(t);
-        match t {
-            DeviceType::Cpu => Ok(Device::Cpu),
-            DeviceType::Wgpu => crate::backend::kernels(DeviceType::Wgpu).map(|_| Device::Wgpu),
-            DeviceType::Cuda => crate::backend::kernels(DeviceType::Cuda).map(|_| Device::Cuda),
-            DeviceType::Gpu => match crate::backend::kernels(DeviceType::Cuda) {
-                Ok(_) => Ok(Device::Cuda),
-                Err(cuda) => crate::backend::kernels(DeviceType::Wgpu)
-                    .map(|_| Device::Wgpu)
-                    .map_err(|wgpu| Error::BackendUnavailable {
-                        device: "gpu".into(),
-                        reason: format!("neither CUDA ({cuda}) nor wgpu ({wgpu}) is usable here"),
-                    }),
-            },
-        }
-    }
-
-    /// The device type whose kernels compute on this device.
-    pub fn device_type(self) -> DeviceType {
-        match self {
-            Device::Cpu => DeviceType::Cpu,
-            Device::Wgpu => DeviceType::Wgpu,
-            Device::Cuda => DeviceType::Cuda,
-        }
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.device_type().as_str())
-    }
-}
 
 #[derive(Debug)]
 enum Kind {

@@ -1,34 +1,52 @@
 // The CUDA kernels (kernels/gflow.cu) run on the CPU: blocks one after another, the threads of
 // a block as real threads meeting at a barrier for __syncthreads (prelude.h), each kernel
-// checked against a plain loop. The Rust test emulated_kernels.rs builds and runs this.
+// checked against a plain loop. The Rust test emulated_kernels.rs builds and runs this, with
+// the kernel constants gflow writes from its enums (UNARY_*, REDUCE_*) included first.
 #include "prelude.h"
 #include "../../kernels/gflow.cu"
 int fails = 0;
 #define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 bool close(double a, double b, double t = 1e-5) { return std::fabs(a - b) <= t * (1 + std::fabs(b)); }
+double red(int op, double w, double v) { return op == REDUCE_SUM ? w + v : (op == REDUCE_MAX ? std::max(w, v) : std::min(w, v)); }
 int main() {
   // unary, affine, grid-stride over 1000 elements with 2 blocks
   { std::vector<float> x(1000), o(1000); for (int i = 0; i < 1000; ++i) x[i] = (i % 37) / 9.0f - 2;
-    launch(2, [&] { unary_f32(x.data(), o.data(), 1000, 99, 2.0f, 0.5f); });
+    launch(2, [&] { unary_f32(x.data(), o.data(), 1000, UNARY_AFFINE, 2.0f, 0.5f); });
     for (int i = 0; i < 1000; ++i) CHECK(o[i] == 2 * x[i] + 0.5f, "affine %d", i);
-    std::vector<double> xd{1.0}, od(1); launch(1, [&] { unary_f64(xd.data(), od.data(), 1, 6, 0, 0); });
+    std::vector<double> xd{1.0}, od(1); launch(1, [&] { unary_f64(xd.data(), od.data(), 1, UNARY_GELU, 0, 0); });
     CHECK(std::fabs(od[0] - 0.84119199060777) < 1e-9, "gelu %f", od[0]); }
-  // every unary op against its definition, in f64
-  { std::vector<double> x{-2.5, -0.5, 0.25, 1.0, 3.0}, o(5);
+  // every unary op against its definition, in f64 (derivatives by central differences)
+  { std::vector<double> x{-2.5, -0.5, 0.0, 0.25, 1.0, 3.0}, o(6);
     auto gelu = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
-    for (int op = 0; op <= 10; ++op) {
-      launch(1, [&] { unary_f64(x.data(), o.data(), 5, op, 0, 0); });
-      for (int i = 0; i < 5; ++i) {
+    auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+    auto gelu_erf = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+    auto diff = [](auto f, double v) { return (f(v + 1e-6) - f(v - 1e-6)) / 2e-6; };
+    for (int op = 0; op <= UNARY_GELU_ERF_GRAD; ++op) {
+      launch(1, [&] { unary_f64(x.data(), o.data(), 6, op, 0, 0); });
+      for (int i = 0; i < 6; ++i) {
         double v = x[i], w;
+        bool fd = false;
         switch (op) {
-        case 0: w = -v; break; case 1: w = std::exp(v); break; case 2: w = std::log(v); break;
-        case 3: w = std::sqrt(v); break; case 4: w = v * v; break; case 5: w = v > 0 ? v : 0; break;
-        case 6: w = gelu(v); break; case 7: w = 1 / (1 + std::exp(-v)); break;
-        case 8: w = std::tanh(v); break; case 9: w = v > 0; break;
-        default: w = (gelu(v + 1e-6) - gelu(v - 1e-6)) / 2e-6;
+        case UNARY_NEG: w = -v; break; case UNARY_EXP: w = std::exp(v); break; case UNARY_LOG: w = std::log(v); break;
+        case UNARY_SQRT: w = std::sqrt(v); break; case UNARY_SQUARE: w = v * v; break; case UNARY_RELU: w = v > 0 ? v : 0; break;
+        case UNARY_GELU: w = gelu(v); break; case UNARY_SIGMOID: w = 1 / (1 + std::exp(-v)); break;
+        case UNARY_TANH: w = std::tanh(v); break; case UNARY_STEP: w = v > 0; break;
+        case UNARY_GELU_GRAD: w = diff(gelu, v); fd = true; break;
+        case UNARY_ABS: w = std::fabs(v); break; case UNARY_RSQRT: w = 1 / std::sqrt(v); break;
+        case UNARY_SIN: w = std::sin(v); break; case UNARY_COS: w = std::cos(v); break;
+        case UNARY_SILU: w = silu(v); break; case UNARY_ERF: w = std::erf(v); break;
+        case UNARY_GELU_ERF: w = gelu_erf(v); break; case UNARY_SIGN: w = (v > 0) - (v < 0); break;
+        case UNARY_SILU_GRAD: w = diff(silu, v); fd = true; break;
+        default: w = diff(gelu_erf, v); fd = true;
         }
-        CHECK(close(o[i], w, op == 10 ? 1e-6 : 1e-12) || (std::isnan(o[i]) && std::isnan(w)), "unary op %d at %f: %f vs %f", op, v, o[i], w);
+        CHECK(o[i] == w || close(o[i], w, fd ? 1e-6 : 1e-12) || (std::isnan(o[i]) && std::isnan(w)), "unary op %d at %f: %f vs %f", op, v, o[i], w);
       } } }
+  // maximum and minimum, NaN if either is
+  { std::vector<float> a{1, -2, NAN, 4}, b{3, -5, 0, NAN}, o(4);
+    launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 4, BINARY_MAXIMUM); });
+    CHECK(o[0] == 3 && o[1] == -2 && std::isnan(o[2]) && std::isnan(o[3]), "maximum %f %f %f %f", o[0], o[1], o[2], o[3]);
+    launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 4, BINARY_MINIMUM); });
+    CHECK(o[0] == 1 && o[1] == -5 && std::isnan(o[2]) && std::isnan(o[3]), "minimum %f %f %f %f", o[0], o[1], o[2], o[3]); }
   // binary broadcast: a (3,1,4) + b (5,1) -> (3,5,4)
   { std::vector<double> a(12), b(5), o(60); for (int i = 0; i < 12; ++i) a[i] = i; for (int i = 0; i < 5; ++i) b[i] = 100 * i;
     std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
@@ -38,22 +56,22 @@ int main() {
   // reduce rows (block per row) with rows > grid, and count > BLOCK
   { int rows = 5, count = 700; std::vector<double> x(rows * count), o(rows);
     for (int i = 0; i < rows * count; ++i) x[i] = std::sin(i);
-    for (int op = 0; op < 2; ++op) {
+    for (int op = 0; op <= REDUCE_MIN; ++op) {
       launch(2, [&] { reduce_rows_f64(x.data(), o.data(), rows, count, 1, op); });
-      for (int r = 0; r < rows; ++r) { double w = op ? -INFINITY : 0; for (int j = 0; j < count; ++j) w = op ? std::max(w, x[r * count + j]) : w + x[r * count + j];
+      for (int r = 0; r < rows; ++r) { double w = op == REDUCE_SUM ? 0 : (op == REDUCE_MAX ? -INFINITY : INFINITY); for (int j = 0; j < count; ++j) w = red(op, w, x[r * count + j]);
         CHECK(close(o[r], w, 1e-12), "rows op %d r %d %f %f", op, r, o[r], w); } } }
   // a row cut in 7 parts, then the parts reduced
   { int count = 5000; std::vector<float> x(count), part(7), o(1); for (int i = 0; i < count; ++i) x[i] = std::sin(i * 0.3f);
-    for (int op = 0; op < 2; ++op) {
+    for (int op = 0; op <= REDUCE_MIN; ++op) {
       launch(3, [&] { reduce_rows_f32(x.data(), part.data(), 1, count, 7, op); });
       launch(1, [&] { reduce_rows_f32(part.data(), o.data(), 1, 7, 1, op); });
-      double w = op ? -INFINITY : 0; for (int j = 0; j < count; ++j) w = op ? std::max(w, (double)x[j]) : w + x[j];
+      double w = op == REDUCE_SUM ? 0 : (op == REDUCE_MAX ? -INFINITY : INFINITY); for (int j = 0; j < count; ++j) w = red(op, w, (double)x[j]);
       CHECK(close(o[0], w, 1e-4), "parts op %d %f %f", op, o[0], w); } }
   // reduce strided (outer 3, count 4, inner 5)
   { std::vector<float> x(60), o(15); for (int i = 0; i < 60; ++i) x[i] = std::cos(i);
-    for (int op = 0; op < 2; ++op) {
+    for (int op = 0; op <= REDUCE_MIN; ++op) {
       launch(1, [&] { reduce_strided_f32(x.data(), o.data(), 3, 4, 5, op); });
-      for (int a = 0; a < 3; ++a) for (int c = 0; c < 5; ++c) { float w = op ? -INFINITY : 0; for (int j = 0; j < 4; ++j) { float v = x[(a * 4 + j) * 5 + c]; w = op ? std::max(w, v) : w + v; }
+      for (int a = 0; a < 3; ++a) for (int c = 0; c < 5; ++c) { float w = op == REDUCE_SUM ? 0 : (op == REDUCE_MAX ? -INFINITY : INFINITY); for (int j = 0; j < 4; ++j) { float v = x[(a * 4 + j) * 5 + c]; w = red(op, w, v); }
         CHECK(close(o[a * 5 + c], w), "strided op %d", op); } } }
   // softmax rows and strided, log and not
   { int lines = 3, len = 300; std::vector<double> x(lines * len), o(lines * len);

@@ -12,7 +12,7 @@ from .._gflow import Tensor
 from . import functional
 
 __all__ = [
-    "Module", "Parameter", "Linear", "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+    "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
     "Identity", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
     "functional",
 ]
@@ -78,6 +78,24 @@ class Module:
         """Parameter name to tensor (detached handles on the parameters' storage)."""
         return OrderedDict((n, p.detach()) for n, p in self.named_parameters())
 
+    def load_state_dict(self, state_dict, strict=True):
+        """Writes ``state_dict``'s tensors (any layout: ``flow.load``'s local ones, another
+        placement's) into the parameters of the same names in place, each parameter keeping its
+        placement and SBP. ``strict``: the names must match exactly."""
+        from ..serialization import assign
+
+        own = OrderedDict(self.named_parameters())
+        if strict:
+            missing = [n for n in own if n not in state_dict]
+            unexpected = [n for n in state_dict if n not in own]
+            if missing or unexpected:
+                raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
+                               f"{unexpected}")
+        for name, p in own.items():
+            if name in state_dict:
+                assign(p, state_dict[name])
+        return self
+
     def to_global(self, placement=None, sbp=None):
         """Converts every parameter to ``placement`` and ``sbp`` in place; returns the module."""
         with _gflow.no_grad():
@@ -141,9 +159,20 @@ def _activation(name, method, doc):
 
 
 ReLU = _activation("ReLU", "relu", "``max(x, 0)``.")
-GELU = _activation("GELU", "gelu", "GELU (tanh form).")
+SiLU = _activation("SiLU", "silu", "``x * sigmoid(x)``.")
 Sigmoid = _activation("Sigmoid", "sigmoid", "Logistic sigmoid.")
 Tanh = _activation("Tanh", "tanh", "Hyperbolic tangent.")
+
+
+class GELU(Module):
+    """GELU: exact (erf) by default, ``approximate="tanh"`` for the tanh form."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return x.gelu(approximate=self.approximate)
 
 
 class Identity(Module):

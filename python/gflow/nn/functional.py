@@ -17,8 +17,12 @@ def relu(x):
     return x.relu()
 
 
-def gelu(x):
-    return x.gelu()
+def gelu(x, approximate="none"):
+    return x.gelu(approximate=approximate)
+
+
+def silu(x):
+    return x.silu()
 
 
 def sigmoid(x):
@@ -38,6 +42,6 @@ def log_softmax(x, dim=-1):
 
 
 __all__ = [
-    "linear", "mse_loss", "cross_entropy", "embedding", "relu", "gelu", "sigmoid", "tanh",
+    "linear", "mse_loss", "cross_entropy", "embedding", "relu", "gelu", "silu", "sigmoid", "tanh",
     "softmax", "log_softmax",
 ]

@@ -1,0 +1,345 @@
+//! What a rank's communication costs, as DTensor's `CommDebugMode`: every communicator an
+//! [`Env`](crate::env::Env) holds is wrapped in [`Counted`], which counts the payload bytes of
+//! each message to or from another rank and each collective run, then forwards to the transport.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag};
+use crate::dtype::DType;
+use crate::reduce::ReduceOp;
+
+/// This rank's communication since its start or the last [`reset_comm_stats`]: what
+/// [`comm_stats`] returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommStats {
+    /// Payload bytes sent to other ranks.
+    pub bytes_sent: u64,
+    /// Payload bytes received from other ranks.
+    pub bytes_received: u64,
+    /// Collective operations run (all-gather, reduce-scatter, all-reduce, all-to-all, broadcast).
+    pub collectives: u64,
+}
+
+/// The live counters behind [`CommStats`].
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    received: AtomicU64,
+    collectives: AtomicU64,
+}
+
+/// A communicator that counts what passes through it (see the module docs).
+pub(crate) struct Counted {
+    inner: Arc<dyn Communicator>,
+    counts: Counters,
+    /// Serialises a read-and-reset against itself (the counters themselves are atomics).
+    reset: Mutex<()>,
+}
+
+impl Counted {
+    pub(crate) fn new(inner: Arc<dyn Communicator>) -> Counted {
+        Counted {
+            inner,
+            counts: Counters::default(),
+            reset: Mutex::new(()),
+        }
+    }
+
+    /// The counts so far.
+    pub(crate) fn stats(&self) -> CommStats {
+        CommStats {
+            bytes_sent: self.counts.sent.load(Ordering::Relaxed),
+            bytes_received: self.counts.received.load(Ordering::Relaxed),
+            collectives: self.counts.collectives.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sets every count back to zero.
+    pub(crate) fn reset(&self) {
+        let _guard = self.reset.lock().unwrap_or_else(|p| p.into_inner());
+        self.counts.sent.store(0, Ordering::Relaxed);
+        self.counts.received.store(0, Ordering::Relaxed);
+        self.counts.collectives.store(0, Ordering::Relaxed);
+    }
+
+    fn sent(&self, bytes: usize) {
+        self.counts.sent.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn received(&self, bytes: usize) {
+        self.counts
+            .received
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn collective(&self) -> Primitives<'_> {
+        self.counts.collectives.fetch_add(1, Ordering::Relaxed);
+        Primitives(self)
+    }
+}
+
+/// [`Counted`] seen through its primitives only: the collectives' default bodies run on it,
+/// so one collective counts once and its messages count through [`Counted`]'s primitives.
+struct Primitives<'a>(&'a Counted);
+
+/// Forwards the primitives of [`Communicator`] to `self.target()`, counting their bytes on
+/// `self.counter()`.
+macro_rules! primitives {
+    () => {
+        fn rank(&self) -> usize {
+            self.target().rank()
+        }
+
+        fn world_size(&self) -> usize {
+            self.target().world_size()
+        }
+
+        fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+            self.counter().sent(data.len());
+            self.target().send(peer, tag, data)
+        }
+
+        fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
+            self.counter().received(out.len());
+            self.target().recv_into(peer, tag, out)
+        }
+
+        fn recv_combine(
+            &self,
+            peer: usize,
+            tag: Tag,
+            acc: &mut [u8],
+            dtype: DType,
+            reduce: ReduceOp,
+        ) -> Result<(), CommError> {
+            self.counter().received(acc.len());
+            self.target().recv_combine(peer, tag, acc, dtype, reduce)
+        }
+
+        fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
+            self.target().schedule(op, n, bytes)
+        }
+
+        fn exchange(
+            &self,
+            sends: &[Outbound<'_>],
+            copies: &mut [Inbound<'_>],
+            reduce: Option<Reduction<'_>>,
+        ) -> Result<(), CommError> {
+            let c = self.counter();
+            c.sent(sends.iter().map(|s| s.data.len()).sum());
+            c.received(copies.iter().map(|r| r.out.len()).sum());
+            if let Some(r) = &reduce {
+                c.received(r.acc.len() * r.from.len());
+            }
+            self.target().exchange(sends, copies, reduce)
+        }
+
+        fn exchange_with_own(
+            &self,
+            sends: &[Outbound<'_>],
+            copies: &mut [Inbound<'_>],
+            own: (&[u8], &mut [u8]),
+            at: usize,
+        ) -> Result<(), CommError> {
+            let c = self.counter();
+            c.sent(sends.iter().map(|s| s.data.len()).sum());
+            c.received(copies.iter().map(|r| r.out.len()).sum());
+            self.target().exchange_with_own(sends, copies, own, at)
+        }
+
+        fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
+            self.counter().sent(data.len() * peers.len());
+            self.target().send_to_all(peers, tag, data)
+        }
+    };
+}
+
+impl Primitives<'_> {
+    fn target(&self) -> &dyn Communicator {
+        self.0.inner.as_ref()
+    }
+
+    fn counter(&self) -> &Counted {
+        self.0
+    }
+}
+
+impl Counted {
+    fn target(&self) -> &dyn Communicator {
+        self.inner.as_ref()
+    }
+
+    fn counter(&self) -> &Counted {
+        self
+    }
+}
+
+impl Communicator for Primitives<'_> {
+    primitives!();
+}
+
+impl Communicator for Counted {
+    primitives!();
+
+    fn all_gather_into(
+        &self,
+        group: &[usize],
+        mine: &[u8],
+        counts: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        self.collective().all_gather_into(group, mine, counts, out)
+    }
+
+    fn all_gather(
+        &self,
+        group: &[usize],
+        mine: &[u8],
+        counts: &[usize],
+    ) -> Result<Vec<u8>, CommError> {
+        self.collective().all_gather(group, mine, counts)
+    }
+
+    fn reduce_scatter_into(
+        &self,
+        group: &[usize],
+        data: &[u8],
+        counts: &[usize],
+        dtype: DType,
+        op: ReduceOp,
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        self.collective()
+            .reduce_scatter_into(group, data, counts, dtype, op, out)
+    }
+
+    fn reduce_scatter(
+        &self,
+        group: &[usize],
+        data: &[u8],
+        counts: &[usize],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<Vec<u8>, CommError> {
+        self.collective()
+            .reduce_scatter(group, data, counts, dtype, op)
+    }
+
+    fn all_reduce(
+        &self,
+        group: &[usize],
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        self.collective().all_reduce(group, data, dtype, op)
+    }
+
+    fn all_to_all(
+        &self,
+        group: &[usize],
+        sends: &[&[u8]],
+        recv_counts: &[usize],
+    ) -> Result<Vec<Vec<u8>>, CommError> {
+        self.collective().all_to_all(group, sends, recv_counts)
+    }
+
+    fn all_to_all_into(
+        &self,
+        group: &[usize],
+        sends: &[&[u8]],
+        recv_counts: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        self.collective()
+            .all_to_all_into(group, sends, recv_counts, out)
+    }
+
+    fn broadcast(
+        &self,
+        group: &[usize],
+        root: usize,
+        data: &[u8],
+        len: usize,
+    ) -> Result<Vec<u8>, CommError> {
+        self.collective().broadcast(group, root, data, len)
+    }
+}
+
+/// This rank's communication counts (per rank thread under `simulate`) since its start or the
+/// last [`reset_comm_stats`], as DTensor's `CommDebugMode`: a check that what should not move
+/// does not.
+///
+/// ```
+/// use gflow_core::{comm_stats, reset_comm_stats, simulate, Placement, Sbp, Tensor};
+/// let moved = simulate(2, |_env| {
+///     let p = Placement::new("cpu", [0, 1])?;
+///     let x = Tensor::ones(&[4, 4], (&p, [Sbp::split(0)]))?;
+///     reset_comm_stats();
+///     let _same = x.to_global(&p, [Sbp::split(0)])?; // nothing moves
+///     let quiet = comm_stats();
+///     let _all = x.to_global(&p, [Sbp::broadcast()])?; // one all-gather
+///     Ok((quiet, comm_stats()))
+/// })?;
+/// let (quiet, gathered) = moved[0];
+/// assert_eq!((quiet.bytes_sent, quiet.collectives), (0, 0));
+/// assert_eq!(gathered.collectives, 1);
+/// assert_eq!(gathered.bytes_sent, 2 * 4 * 4); // rank 0's two f32 rows, to rank 1
+/// # Ok::<(), gflow_core::Error>(())
+/// ```
+pub fn comm_stats() -> CommStats {
+    crate::env::current().comm_counts().stats()
+}
+
+/// Sets this rank's [`comm_stats`] back to zero.
+pub fn reset_comm_stats() {
+    crate::env::current().comm_counts().reset();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::InProcComm;
+
+    #[test]
+    fn a_collective_counts_once_and_its_messages_count_their_bytes() {
+        let comms = InProcComm::mesh(3, std::time::Duration::from_secs(10));
+        let done: Vec<CommStats> = std::thread::scope(|s| {
+            let handles: Vec<_> = comms
+                .into_iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let c = Counted::new(Arc::new(c));
+                        let mut data = vec![1u8; 12 * 4];
+                        c.all_reduce(&[0, 1, 2], &mut data, DType::F32, ReduceOp::Sum)
+                            .map(|()| c.stats())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
+        });
+        // Whatever the schedule, every byte one rank sends another receives, and each rank
+        // takes part in its share of the reduction.
+        let total = |f: fn(&CommStats) -> u64| done.iter().map(f).sum::<u64>();
+        assert_eq!(total(|s| s.bytes_sent), total(|s| s.bytes_received));
+        for st in &done {
+            assert_eq!(st.collectives, 1);
+            assert!(st.bytes_sent >= 16 && st.bytes_received >= 16, "{st:?}");
+        }
+    }
+
+    #[test]
+    fn reset_zeroes_the_counts() {
+        let c = Counted::new(Arc::new(InProcComm::solo()));
+        c.sent(10);
+        c.collective();
+        assert_ne!(c.stats(), CommStats::default());
+        c.reset();
+        assert_eq!(c.stats(), CommStats::default());
+    }
+}

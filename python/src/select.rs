@@ -1,0 +1,258 @@
+//! The round-2 operators of `flow.Tensor` that take more than tensors: selection (`where`,
+//! `masked_fill`, `tril`/`triu`, `argmax`), layout (`permute`, `split`, `chunk`), indexing
+//! (`gather`, `index_select`), `clamp`, `gelu(approximate=)` and dtype casts (`x.to(dtype)`,
+//! `x.float()`, ...). Each is one gflow operator, local or global alike.
+
+use gflow::{DType, Tensor};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::ops::operand;
+use crate::tensor::{PyDType, PyTensor, dim, op, run};
+
+/// The dims of `permute(*dims)` / `permute(dims)`.
+fn dims_arg(args: &Bound<'_, PyTuple>, ndim: usize) -> PyResult<Vec<usize>> {
+    let raw: Vec<isize> = if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {
+        args.get_item(0)?.extract()?
+    } else {
+        args.extract()?
+    };
+    raw.into_iter().map(|d| dim(d, ndim)).collect()
+}
+
+/// Several tensors as a Python tuple.
+fn tuple(py: Python<'_>, ts: Vec<Tensor>) -> PyResult<Bound<'_, PyTuple>> {
+    PyTuple::new(py, ts.into_iter().map(PyTensor::new))
+}
+
+/// `flow.where(cond, x, y)`: `x` where `cond` is true, else `y` (numbers broadcast as 0-d
+/// tensors).
+#[pyfunction]
+#[pyo3(name = "where")]
+pub fn where_(
+    py: Python<'_>,
+    cond: &PyTensor,
+    x: &Bound<'_, PyAny>,
+    y: &Bound<'_, PyAny>,
+) -> PyResult<PyTensor> {
+    let c = cond.get();
+    let like = match (x.cast::<PyTensor>(), y.cast::<PyTensor>()) {
+        (Ok(t), _) | (_, Ok(t)) => t.get().get(),
+        _ => c.to_dtype(DType::F32).map_err(crate::error::to_py)?,
+    };
+    let (a, b) = (operand(py, &like, x)?, operand(py, &like, y)?);
+    let global = c.is_global() || a.is_global() || b.is_global();
+    op(py, global, move || c.where_cond(&a, &b))
+}
+
+#[pymethods]
+impl PyTensor {
+    /// GELU: the exact (erf) form by default, `approximate="tanh"` for the tanh form, as in
+    /// PyTorch and OneFlow.
+    #[pyo3(signature = (approximate = "none"))]
+    fn gelu(&self, py: Python<'_>, approximate: &str) -> PyResult<PyTensor> {
+        let t = self.get();
+        match approximate {
+            "none" => op(py, t.is_global(), move || t.gelu_erf()),
+            "tanh" => op(py, t.is_global(), move || t.gelu()),
+            other => Err(PyValueError::new_err(format!(
+                "gelu: approximate must be \"none\" or \"tanh\", got {other:?}"
+            ))),
+        }
+    }
+
+    /// Index of the largest element along `dim` (of the flattened tensor when left out), int64.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn argmax(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
+        self.arg_reduce(py, dim, keepdim, true)
+    }
+
+    /// Index of the smallest element along `dim` (of the flattened tensor when left out), int64.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn argmin(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
+        self.arg_reduce(py, dim, keepdim, false)
+    }
+
+    /// `x.where(cond, y)` (PyTorch's method form): `x` where `cond`, else `y`.
+    #[pyo3(name = "where")]
+    fn where_method(
+        slf: &Bound<'_, Self>,
+        cond: &PyTensor,
+        y: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        where_(slf.py(), cond, slf.as_any(), y)
+    }
+
+    /// `value` where `mask` (bool, broadcasting to this shape) is true.
+    fn masked_fill(&self, py: Python<'_>, mask: &PyTensor, value: f64) -> PyResult<PyTensor> {
+        let (t, m) = (self.get(), mask.get());
+        let global = t.is_global() || m.is_global();
+        op(py, global, move || t.masked_fill(&m, value))
+    }
+
+    /// The lower triangle (elements with `col - row <= diagonal`) of the last two dims.
+    #[pyo3(signature = (diagonal = 0))]
+    fn tril(&self, py: Python<'_>, diagonal: i64) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || t.tril(diagonal))
+    }
+
+    /// The upper triangle (elements with `col - row >= diagonal`) of the last two dims.
+    #[pyo3(signature = (diagonal = 0))]
+    fn triu(&self, py: Python<'_>, diagonal: i64) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || t.triu(diagonal))
+    }
+
+    /// The dims reordered: `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`.
+    #[pyo3(signature = (*dims))]
+    fn permute(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let t = self.get();
+        let p = dims_arg(dims, t.ndim())?;
+        op(py, t.is_global(), move || t.permute(&p))
+    }
+
+    /// Pieces of `split_size` along `dim` (the last one shorter), a tuple.
+    #[pyo3(signature = (split_size, dim = 0))]
+    fn split<'py>(
+        &self,
+        py: Python<'py>,
+        split_size: usize,
+        dim: isize,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        tuple(py, run(py, t.is_global(), move || t.split(split_size, d))?)
+    }
+
+    /// `chunks` pieces along `dim` (as PyTorch: of size `ceil(n / chunks)`), a tuple.
+    #[pyo3(signature = (chunks, dim = 0))]
+    fn chunk<'py>(
+        &self,
+        py: Python<'py>,
+        chunks: usize,
+        dim: isize,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        tuple(py, run(py, t.is_global(), move || t.chunk(chunks, d))?)
+    }
+
+    /// `out[i][j] = x[index[i][j]][j]` for `dim == 0` (and so on): PyTorch's `gather`.
+    fn gather(&self, py: Python<'_>, dim: isize, index: &PyTensor) -> PyResult<PyTensor> {
+        let (t, i) = (self.get(), index.get());
+        let d = self::dim(dim, t.ndim())?;
+        let global = t.is_global() || i.is_global();
+        op(py, global, move || t.gather(d, &i))
+    }
+
+    /// The entries of `dim` picked by the 1-D int64 `index`.
+    fn index_select(&self, py: Python<'_>, dim: isize, index: &PyTensor) -> PyResult<PyTensor> {
+        let (t, i) = (self.get(), index.get());
+        let d = self::dim(dim, t.ndim())?;
+        let global = t.is_global() || i.is_global();
+        op(py, global, move || t.index_select(d, &i))
+    }
+
+    /// Values limited to `[min, max]` (either may be left out).
+    #[pyo3(signature = (min = None, max = None))]
+    fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || t.clamp(min, max))
+    }
+
+    /// As `clamp`.
+    #[pyo3(signature = (min = None, max = None))]
+    fn clip(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+        self.clamp(py, min, max)
+    }
+
+    /// `x.to(dtype)` converts the elements (as PyTorch casts); `x.to("cpu")` (or a
+    /// `flow.device`) is the tensor itself, which lives on this process's CPU.
+    fn to(slf: &Bound<'_, Self>, target: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        if let Ok(d) = target.extract::<PyDType>() {
+            return slf.get().cast(slf.py(), d.inner);
+        }
+        let name = target.str()?.to_string();
+        if name == "cpu" || name.starts_with("cpu:") {
+            let t = slf.call_method0("cpu")?;
+            return Ok(PyTensor::new(t.cast::<PyTensor>()?.get().get()));
+        }
+        Err(PyValueError::new_err(format!(
+            "to(): expected a dtype or \"cpu\", got {name:?} (global tensors move with to_global)"
+        )))
+    }
+
+    /// The tensor as float32.
+    fn float(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::F32)
+    }
+
+    /// The tensor as float64.
+    fn double(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::F64)
+    }
+
+    /// The tensor as float16.
+    fn half(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::F16)
+    }
+
+    /// The tensor as bfloat16.
+    fn bfloat16(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::BF16)
+    }
+
+    /// The tensor as int64.
+    fn long(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::I64)
+    }
+
+    /// The tensor as int32.
+    fn int(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::I32)
+    }
+
+    /// The tensor as bool (non-zero is true).
+    fn bool(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.cast(py, DType::Bool)
+    }
+
+    /// Python's identity hash (`==` is elementwise, so tensors hash as objects, as in PyTorch).
+    fn __hash__(slf: &Bound<'_, Self>) -> isize {
+        slf.as_ptr() as isize
+    }
+}
+
+impl PyTensor {
+    fn cast(&self, py: Python<'_>, dtype: DType) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || t.to_dtype(dtype))
+    }
+
+    fn arg_reduce(
+        &self,
+        py: Python<'_>,
+        dim: Option<isize>,
+        keepdim: bool,
+        largest: bool,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let (t, d, keepdim) = match dim {
+            Some(d) => (t.clone(), self::dim(d, t.ndim())?, keepdim),
+            None => {
+                let n = t.numel();
+                let flat = run(py, t.is_global(), move || t.reshape(&[n]))?;
+                (flat, 0, false)
+            }
+        };
+        op(py, t.is_global(), move || {
+            if largest {
+                t.argmax(d, keepdim)
+            } else {
+                t.argmin(d, keepdim)
+            }
+        })
+    }
+}

@@ -1,0 +1,30 @@
+"""Promises that need several processes, under the launcher: a local random tensor differs from
+rank to rank, flow.save writes each rank's shard and flow.load fills another layout, retain_grad
+on a global tensor."""
+
+from conftest import launch
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("dist_checks.py")
+
+
+def field(job, rank, key):
+    for line in job.out[rank]:
+        if line.startswith(key + ": "):
+            return line[len(key) + 2:]
+    raise AssertionError(f"rank {rank} printed no {key!r}: {job.out.get(rank)}")
+
+
+def test_two_ranks(tmp_path):
+    job = launch(SCRIPT, 2, str(tmp_path))
+    assert job.rc == 0, job.stderr
+    assert field(job, 0, "local_randn") != field(job, 1, "local_randn")
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == ["index.json", "rank-00000.safetensors", "rank-00001.safetensors"], files
+    for r in (0, 1):
+        assert field(job, r, "loaded_sbp") == "(flow.sbp.split(dim=1),)"
+        assert field(job, r, "loaded_local_shape") == "[6, 2]"
+        assert field(job, r, "loaded_equal") == "True"
+        assert field(job, r, "stepped_equal") == "True"
+        assert field(job, r, "retain_grad_ok") == "True (flow.sbp.split(dim=0),)"
+    assert field(job, 0, "saved_w0") == field(job, 1, "saved_w0")

@@ -1,0 +1,137 @@
+"""The round-2 operators and dtypes from Python, each against NumPy (in one process, local and on
+a one-rank placement, where the operator runs its global path)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import gflow as flow
+import gflow.nn as nn
+
+P = flow.placement("cpu", [0])
+RNG = np.random.default_rng(7)
+A = RNG.standard_normal((3, 4)).astype(np.float32)
+B = RNG.standard_normal((3, 4)).astype(np.float32)
+
+
+def both(a):
+    """The array as a local tensor and as a global one (split on dim 0)."""
+    return [flow.tensor(a), flow.tensor(a).to_global(placement=P, sbp=flow.sbp.split(0))]
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_comparisons_are_bool_tensors(kind):
+    x, y = both(A)[kind], both(B)[kind]
+    for got, want in [(x == y, A == B), (x != y, A != B), (x < y, A < B), (x <= y, A <= B),
+                      (x > y, A > B), (x >= y, A >= B), (x > 0, A > 0), (x.lt(0.5), A < 0.5)]:
+        assert got.dtype == flow.bool
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert (x == x).numpy().all()
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_where_masked_fill_tril_triu(kind):
+    x, y = both(A)[kind], both(B)[kind]
+    np.testing.assert_array_equal(flow.where(x > y, x, y).numpy(), np.where(A > B, A, B))
+    np.testing.assert_array_equal(flow.where(x > 0, x, 0.0).numpy(), np.where(A > 0, A, 0))
+    np.testing.assert_array_equal(x.masked_fill(x < 0, -9.0).numpy(), np.where(A < 0, -9, A))
+    for k in (-1, 0, 2):
+        np.testing.assert_array_equal(x.tril(k).numpy(), np.tril(A, k))
+        np.testing.assert_array_equal(flow.triu(x, k).numpy(), np.triu(A, k))
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_activations_softmax_and_cross_entropy(kind):
+    x = both(A)[kind]
+    erf = np.vectorize(math.erf)
+    np.testing.assert_allclose(x.gelu().numpy(), 0.5 * A * (1 + erf(A / np.sqrt(2))), rtol=1e-5, atol=1e-6)
+    tanh_form = 0.5 * A * (1 + np.tanh(np.sqrt(2 / np.pi) * (A + 0.044715 * A ** 3)))
+    np.testing.assert_allclose(nn.GELU(approximate="tanh")(x).numpy(), tanh_form, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nn.SiLU()(x).numpy(), A / (1 + np.exp(-A)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(flow.nn.functional.silu(x).numpy(), A / (1 + np.exp(-A)), rtol=1e-5, atol=1e-6)
+    e = np.exp(A - A.max(1, keepdims=True))
+    np.testing.assert_allclose(x.softmax(dim=1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(x.logsumexp(1).numpy(), np.log(np.exp(A).sum(1)), rtol=1e-5)
+    target = np.array([1, 0, 3])
+    t = flow.tensor(target)
+    if kind:
+        t = t.to_global(placement=P, sbp=flow.sbp.split(0))
+    logp = A - np.log(np.exp(A).sum(1, keepdims=True))
+    want = -logp[np.arange(3), target].mean()
+    np.testing.assert_allclose(nn.CrossEntropyLoss()(x, t).numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_unary_and_reductions(kind):
+    x = both(A)[kind]
+    for name, f in [("abs", np.abs), ("sin", np.sin), ("cos", np.cos), ("exp", np.exp)]:
+        np.testing.assert_allclose(getattr(x, name)().numpy(), f(A), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.abs().rsqrt().numpy(), 1 / np.sqrt(np.abs(A)), rtol=1e-5)
+    np.testing.assert_allclose((x.abs() ** 1.5).numpy(), np.abs(A) ** 1.5, rtol=1e-5)
+    np.testing.assert_allclose(x.clamp(-0.5, 0.5).numpy(), np.clip(A, -0.5, 0.5))
+    np.testing.assert_allclose(x.clamp(min=0).numpy(), np.maximum(A, 0))
+    np.testing.assert_allclose(x.min(dim=0).numpy(), A.min(0))
+    np.testing.assert_allclose(flow.maximum(x, both(B)[kind]).numpy(), np.maximum(A, B))
+    np.testing.assert_allclose(flow.minimum(x, both(B)[kind]).numpy(), np.minimum(A, B))
+    am = x.argmax(dim=1)
+    assert am.dtype == flow.int64
+    np.testing.assert_array_equal(am.numpy(), A.argmax(1))
+    np.testing.assert_array_equal(x.argmin(dim=0, keepdim=True).numpy(), A.argmin(0)[None])
+    assert x.argmax().item() == A.argmax()
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_layout_and_indexing(kind):
+    c = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    x = both(c)[kind]
+    np.testing.assert_array_equal(x.permute(2, 0, 1).numpy(), c.transpose(2, 0, 1))
+    np.testing.assert_array_equal(x.permute((1, 0, 2)).numpy(), c.transpose(1, 0, 2))
+    parts = x.split(3, dim=2)
+    assert [p.shape for p in parts] == [(2, 3, 3), (2, 3, 1)]
+    np.testing.assert_array_equal(parts[1].numpy(), c[:, :, 3:])
+    chunks = x.chunk(2, dim=-1)
+    np.testing.assert_array_equal(chunks[0].numpy(), c[:, :, :2])
+    # An index goes with its tensor: local with local, global (broadcast) with global.
+    def index(a):
+        t = flow.tensor(a)
+        return t.to_global(placement=P, sbp=flow.sbp.broadcast) if kind else t
+    idx = np.array([2, 0, 2])
+    np.testing.assert_array_equal(x.index_select(1, index(idx)).numpy(), c[:, idx])
+    g = RNG.integers(0, 4, (2, 3, 4))
+    np.testing.assert_array_equal(x.gather(2, index(g)).numpy(), np.take_along_axis(c, g, 2))
+
+
+def test_dtypes_and_casts():
+    assert [repr(d) for d in (flow.float16, flow.bfloat16, flow.int32, flow.bool)] == [
+        "flow.float16", "flow.bfloat16", "flow.int32", "flow.bool"]
+    assert flow.half == flow.float16 and flow.int == flow.int32
+    assert flow.float16.is_floating_point and not flow.int32.is_floating_point
+    x = flow.tensor(np.array([1.7, -2.5, 0.0, 3.25], dtype=np.float32))
+    h = x.to(flow.float16)
+    assert h.dtype == flow.float16 and h.numpy().dtype == np.float16
+    np.testing.assert_array_equal(h.numpy(), np.array([1.7, -2.5, 0, 3.25], dtype=np.float16))
+    bf = x.to(flow.bfloat16)
+    assert bf.dtype == flow.bfloat16
+    np.testing.assert_allclose(bf.numpy(), [1.703125, -2.5, 0, 3.25])  # 8 bits of mantissa
+    i = x.to(flow.int32)
+    assert i.dtype == flow.int32 and i.numpy().dtype == np.int32
+    np.testing.assert_array_equal(i.numpy(), [1, -2, 0, 3])  # truncation, as PyTorch
+    b = x.bool()
+    assert b.dtype == flow.bool and b.numpy().dtype == np.bool_
+    np.testing.assert_array_equal(b.numpy(), [True, True, False, True])
+    assert x.long().dtype == flow.int64 and x.double().numpy().dtype == np.float64
+    assert x.to("cpu") is not None and x.int().float().dtype == flow.float32
+    # NumPy arrays keep their dtype.
+    for np_dtype, dtype in [(np.int32, flow.int32), (np.float16, flow.float16),
+                            (np.bool_, flow.bool), (np.int64, flow.int64)]:
+        t = flow.tensor(np.array([1, 0, 1], dtype=np_dtype))
+        assert t.dtype == dtype and t.numpy().dtype == np_dtype
+    assert flow.tensor([True, False]).dtype == flow.bool
+    # Integer tensors against float numbers promote, as PyTorch.
+    np.testing.assert_array_equal((flow.tensor([1, 2]) > 1.5).numpy(), [False, True])
+
+
+def test_tensors_hash_as_objects():
+    x, y = flow.ones(2), flow.ones(2)
+    assert len({x, y, x}) == 2
