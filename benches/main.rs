@@ -22,7 +22,6 @@ static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
 
 use gflow::prelude::*;
 
-
 struct Args {
     what: String,
     out: Option<String>,
