@@ -71,7 +71,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
         let params = gpt.parameters();
         let mut opt = optim::AdamW::new(params.clone(), cfg.lr)
-            .betas(0.9, 0.95)
+            .betas((0.9, 0.95))
             .eps(1e-8)
             .weight_decay(0.1);
         let sampler = data::Sampler {

@@ -468,9 +468,9 @@ impl AdamW {
         })
     }
 
-    /// With coefficients `(beta1, beta2)` for the running averages.
-    pub fn betas(self, beta1: f64, beta2: f64) -> AdamW {
-        AdamW(self.0.betas(beta1, beta2))
+    /// With coefficients `(beta1, beta2)` for the running averages, as PyTorch's `betas=`.
+    pub fn betas(self, betas: (f64, f64)) -> AdamW {
+        AdamW(self.0.betas(betas))
     }
 
     /// With `eps` added to the denominator.
@@ -532,9 +532,9 @@ impl Adam {
         }
     }
 
-    /// With coefficients `(beta1, beta2)` for the running averages.
-    pub fn betas(mut self, beta1: f64, beta2: f64) -> Adam {
-        self.betas = (beta1, beta2);
+    /// With coefficients `(beta1, beta2)` for the running averages, as PyTorch's `betas=`.
+    pub fn betas(mut self, betas: (f64, f64)) -> Adam {
+        self.betas = betas;
         self
     }
 

@@ -65,7 +65,7 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
     let params = model.parameters();
     let lr = a.lr.unwrap_or(cfg.lr);
     let mut opt = AdamW::new(params.clone(), lr)
-        .betas(0.9, 0.95)
+        .betas((0.9, 0.95))
         .eps(1e-8)
         .weight_decay(0.1);
     let corpus = Corpus::open(&a.data, a.val_frac, cfg.seq)?;

@@ -126,7 +126,7 @@ impl PyOptimizer {
         let ps = handles(&params);
         let global = ps.iter().any(Tensor::is_global);
         let opt = Adam::new(ps, lr)
-            .betas(betas.0, betas.1)
+            .betas(betas)
             .eps(eps)
             .weight_decay(weight_decay);
         PyOptimizer {
@@ -148,7 +148,7 @@ impl PyOptimizer {
         let ps = handles(&params);
         let global = ps.iter().any(Tensor::is_global);
         let opt = AdamW::new(ps, lr)
-            .betas(betas.0, betas.1)
+            .betas(betas)
             .eps(eps)
             .weight_decay(weight_decay);
         PyOptimizer {
