@@ -115,10 +115,10 @@ fn parse() -> std::result::Result<Args, String> {
                     .map(String::from)
                     .collect()
             }
-            "boxing" | "matmul" | "dispatch" | "collectives" | "train" => a.what = x,
+            "boxing" | "matmul" | "dispatch" | "collectives" | "train" | "ops" => a.what = x,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train|ops [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--act b,t,d] [--attn b,h,t,d] [--mm n] [--small] [--out FILE]"
                 ));
             }
         }
