@@ -165,13 +165,35 @@ fn a_job_with_a_killed_rank_restarts_from_its_checkpoint_and_ends_as_if_uninterr
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The highest step of the checkpoints under `dir`, complete or not (`step-N`, `.step-N...`).
+fn latest_step(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|es| {
+            es.filter_map(|e| {
+                let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                let digits: String = name
+                    .trim_start_matches('.')
+                    .strip_prefix("step-")?
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                digits.parse().ok()
+            })
+            .max()
+            .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
 /// A job SIGKILLed at arbitrary moments while it saves every step (so most kills land inside
 /// a save): every `step-*` directory it leaves is a complete checkpoint, and a resume from
 /// the latest one ends exactly as the uninterrupted run.
 #[test]
 fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
     let full = sorted_lines(&train(false, &[], &args(STEPS, None, &[]), &[]));
-    for (i, ms) in [250u64, 500, 800].into_iter().enumerate() {
+    // Kill when the run has reached a given step (by the checkpoints it leaves, so the test does
+    // not depend on the machine's speed), a moment after, while the next save is under way.
+    for (i, (step, ms)) in [(3usize, 0u64), (10, 1), (20, 3)].into_iter().enumerate() {
         let dir = scratch(&format!("crash-{i}"));
         let mut child = Command::new(example())
             .args(args(STEPS, Some(&dir), &["--ckpt-every", "1"]))
@@ -181,6 +203,18 @@ fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while latest_step(&dir) < step {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the run ended before step {step}"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no step {step} in 120 s"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         std::thread::sleep(std::time::Duration::from_millis(ms));
         assert!(child.try_wait().unwrap().is_none(), "ended before the kill");
         child.kill().unwrap();
@@ -192,7 +226,7 @@ fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
             } else {
                 assert!(
                     gflow::checkpoint::is_complete(dir.join(&name)),
-                    "{name} after a kill at {ms} ms"
+                    "{name} after a kill {ms} ms after step {step}"
                 );
             }
         }
@@ -202,7 +236,7 @@ fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
             .split_once("at step ")
             .and_then(|(_, r)| r.split_whitespace().next()?.parse().ok())
             .unwrap_or(0);
-        eprintln!("killed at {ms} ms; resumed at step {k}");
+        eprintln!("killed {ms} ms after step {step}; resumed at step {k}");
         assert_eq!(sorted_lines(&resumed), from_step(&full, k), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
