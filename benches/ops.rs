@@ -9,7 +9,7 @@ use gflow::nn::{self, Module, functional as F};
 use gflow::no_grad;
 use gflow::prelude::*;
 
-use super::{Args, emit, median};
+use super::{Args, emit, timed};
 
 /// Sizes of the operator benchmark.
 pub struct OpSizes {
@@ -22,16 +22,8 @@ pub struct OpSizes {
 }
 
 /// Milliseconds of `f`, the median of `runs` after 2 warm-ups.
-fn median_ms(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    let mut t = vec![];
-    for i in 0..runs + 2 {
-        let s = std::time::Instant::now();
-        f()?;
-        if i >= 2 {
-            t.push(s.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    Ok(median(t))
+fn median_ms(runs: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
+    Ok(timed(runs, f)? * 1e3)
 }
 
 /// One row: `op` on inputs `xs` (the first one's shape is the row's), fwd and fwd+bwd times.

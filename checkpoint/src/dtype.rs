@@ -39,18 +39,10 @@ pub fn name(d: Dtype) -> String {
 
 /// The safetensors dtype called `s`, among those gflow holds.
 pub fn parse(s: &str) -> Option<Dtype> {
-    [
-        Dtype::F32,
-        Dtype::F64,
-        Dtype::I64,
-        Dtype::F16,
-        Dtype::BF16,
-        Dtype::I32,
-        Dtype::BOOL,
-    ]
-    .into_iter()
-    .find(|d| name(*d) == s)
-    .filter(|d| from_safetensors(*d).is_some())
+    DType::ALL
+        .into_iter()
+        .filter_map(to_safetensors)
+        .find(|d| name(*d) == s)
 }
 
 #[cfg(test)]
@@ -59,15 +51,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for d in [
-            DType::F32,
-            DType::F64,
-            DType::I64,
-            DType::F16,
-            DType::BF16,
-            DType::I32,
-            DType::Bool,
-        ] {
+        for d in DType::ALL {
             let st = to_safetensors(d).expect("mapped");
             assert_eq!(from_safetensors(st), Some(d));
             assert_eq!(parse(&name(st)), Some(st));

@@ -14,6 +14,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::thread::LocalKey;
 
 use crate::error::{Error, Result};
 use crate::sbp::{NdSbp, Sbp};
@@ -88,26 +89,25 @@ thread_local! {
 /// # Ok::<(), gflow_core::Error>(())
 /// ```
 pub fn no_sync<T>(f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            NO_SYNC.with(|e| e.set(self.0));
-        }
-    }
-    let _restore = Restore(NO_SYNC.with(|e| e.replace(true)));
-    f()
+    with_flag(&NO_SYNC, true, f)
 }
 
 /// Runs `f` without recording operations for autograd (like PyTorch's `torch.no_grad()`), e.g.
 /// for evaluation or manual parameter updates. Applies to the calling thread (one rank).
 pub fn no_grad<T>(f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
+    with_flag(&ENABLED, false, f)
+}
+
+/// Runs `f` with this thread's `flag` set to `value`, restoring it afterwards (also when `f`
+/// panics).
+fn with_flag<T>(flag: &'static LocalKey<Cell<bool>>, value: bool, f: impl FnOnce() -> T) -> T {
+    struct Restore(&'static LocalKey<Cell<bool>>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            ENABLED.with(|e| e.set(self.0));
+            self.0.with(|e| e.set(self.1));
         }
     }
-    let _restore = Restore(ENABLED.with(|e| e.replace(false)));
+    let _restore = Restore(flag, flag.with(|e| e.replace(value)));
     f()
 }
 

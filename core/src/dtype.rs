@@ -119,19 +119,6 @@ impl DType {
     pub fn compute(self) -> DType {
         if self.is_half() { DType::F32 } else { self }
     }
-
-    /// The name as safetensors and NumPy-like tools spell it (`F32`, `BF16`, `BOOL`).
-    pub fn safetensors_name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::F64 => "F64",
-            DType::I64 => "I64",
-            DType::F16 => "F16",
-            DType::BF16 => "BF16",
-            DType::I32 => "I32",
-            DType::Bool => "BOOL",
-        }
-    }
 }
 
 impl fmt::Display for DType {
