@@ -73,6 +73,8 @@ pub struct NetComm {
     /// Every rank shares this host and sends by reference: collectives run direct, since a
     /// payload then costs one copy however many peers read it (no ring pipelining to win).
     one_copy: bool,
+    /// The host of each rank (equal numbers share memory); empty: all on one host.
+    hosts: Vec<usize>,
 }
 
 impl NetComm {
@@ -154,7 +156,15 @@ impl NetComm {
             pinned: None,
             by_ref: refs_enabled(),
             one_copy: false,
+            hosts: vec![],
         }
+    }
+
+    /// This communicator told which host runs each rank (`hosts[r]`, equal numbers for ranks
+    /// that share memory), so collectives over several hosts run hierarchically.
+    pub fn with_hosts(mut self, hosts: Vec<usize>) -> NetComm {
+        self.hosts = hosts;
+        self
     }
 
     /// This communicator with direct schedules where core would run rings, when `one_copy`:
@@ -339,6 +349,10 @@ impl Communicator for NetComm {
         self.recv_with(peer, tag, acc.len(), &mut |at, piece| {
             combine_piece(acc, dtype, reduce, &mut carry, at, piece);
         })
+    }
+
+    fn host_of(&self, rank: usize) -> usize {
+        self.hosts.get(rank).copied().unwrap_or(0)
     }
 
     fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {

@@ -248,7 +248,13 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             "links (shared memory, QUIC) to the other ranks"
         );
     }
-    Ok(NetComm::new(me, links, s.timeout, s.max_frame).with_one_copy(one_copy))
+    let hosts = members
+        .iter()
+        .map(|m| members.iter().position(|o| o.host == m.host).unwrap_or(0))
+        .collect();
+    Ok(NetComm::new(me, links, s.timeout, s.max_frame)
+        .with_one_copy(one_copy)
+        .with_hosts(hosts))
 }
 
 /// A build without QUIC links the ranks of one host, and refuses, clearly and on every rank, a

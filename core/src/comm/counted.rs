@@ -17,6 +17,8 @@ pub struct CommStats {
     pub bytes_sent: u64,
     /// Payload bytes received from other ranks.
     pub bytes_received: u64,
+    /// The part of `bytes_sent` that went to ranks on other hosts (over the network).
+    pub bytes_sent_off_host: u64,
     /// Collective operations run (all-gather, reduce-scatter, all-reduce, all-to-all, broadcast).
     pub collectives: u64,
 }
@@ -26,6 +28,7 @@ pub struct CommStats {
 struct Counters {
     sent: AtomicU64,
     received: AtomicU64,
+    off_host: AtomicU64,
     collectives: AtomicU64,
 }
 
@@ -51,6 +54,7 @@ impl Counted {
         CommStats {
             bytes_sent: self.counts.sent.load(Ordering::Relaxed),
             bytes_received: self.counts.received.load(Ordering::Relaxed),
+            bytes_sent_off_host: self.counts.off_host.load(Ordering::Relaxed),
             collectives: self.counts.collectives.load(Ordering::Relaxed),
         }
     }
@@ -60,11 +64,19 @@ impl Counted {
         let _guard = self.reset.lock().unwrap_or_else(|p| p.into_inner());
         self.counts.sent.store(0, Ordering::Relaxed);
         self.counts.received.store(0, Ordering::Relaxed);
+        self.counts.off_host.store(0, Ordering::Relaxed);
         self.counts.collectives.store(0, Ordering::Relaxed);
     }
 
-    fn sent(&self, bytes: usize) {
+    /// Counts `bytes` sent to `peer`.
+    fn sent(&self, peer: usize, bytes: usize) {
         self.counts.sent.fetch_add(bytes as u64, Ordering::Relaxed);
+        let inner = self.inner.as_ref();
+        if inner.host_of(peer) != inner.host_of(inner.rank()) {
+            self.counts
+                .off_host
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+        }
     }
 
     fn received(&self, bytes: usize) {
@@ -96,7 +108,7 @@ macro_rules! primitives {
         }
 
         fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
-            self.counter().sent(data.len());
+            self.counter().sent(peer, data.len());
             self.target().send(peer, tag, data)
         }
 
@@ -121,6 +133,10 @@ macro_rules! primitives {
             self.target().schedule(op, n, bytes)
         }
 
+        fn host_of(&self, rank: usize) -> usize {
+            self.target().host_of(rank)
+        }
+
         fn exchange(
             &self,
             sends: &[Outbound<'_>],
@@ -128,7 +144,7 @@ macro_rules! primitives {
             reduce: Option<Reduction<'_>>,
         ) -> Result<(), CommError> {
             let c = self.counter();
-            c.sent(sends.iter().map(|s| s.data.len()).sum());
+            sends.iter().for_each(|s| c.sent(s.peer, s.data.len()));
             c.received(copies.iter().map(|r| r.out.len()).sum());
             if let Some(r) = &reduce {
                 c.received(r.acc.len() * r.from.len());
@@ -144,13 +160,15 @@ macro_rules! primitives {
             at: usize,
         ) -> Result<(), CommError> {
             let c = self.counter();
-            c.sent(sends.iter().map(|s| s.data.len()).sum());
+            sends.iter().for_each(|s| c.sent(s.peer, s.data.len()));
             c.received(copies.iter().map(|r| r.out.len()).sum());
             self.target().exchange_with_own(sends, copies, own, at)
         }
 
         fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
-            self.counter().sent(data.len() * peers.len());
+            peers
+                .iter()
+                .for_each(|&p| self.counter().sent(p, data.len()));
             self.target().send_to_all(peers, tag, data)
         }
     };
@@ -333,10 +351,65 @@ mod tests {
         }
     }
 
+    /// Every rank on a host of its own.
+    struct HostEach(InProcComm);
+
+    impl Communicator for HostEach {
+        fn rank(&self) -> usize {
+            self.0.rank()
+        }
+        fn world_size(&self) -> usize {
+            self.0.world_size()
+        }
+        fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+            self.0.send(peer, tag, data)
+        }
+        fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
+            self.0.recv_into(peer, tag, out)
+        }
+        fn host_of(&self, rank: usize) -> usize {
+            rank
+        }
+    }
+
+    #[test]
+    fn bytes_to_other_hosts_count_apart() {
+        let off_host = |host_each: bool| -> Vec<CommStats> {
+            let comms = InProcComm::mesh(2, std::time::Duration::from_secs(10));
+            std::thread::scope(|s| {
+                let handles: Vec<_> = comms
+                    .into_iter()
+                    .map(|c| {
+                        s.spawn(move || {
+                            let inner: Arc<dyn Communicator> = if host_each {
+                                Arc::new(HostEach(c))
+                            } else {
+                                Arc::new(c)
+                            };
+                            let c = Counted::new(inner);
+                            c.all_gather(&[0, 1], &[7; 24], &[24, 24])
+                                .map(|_| c.stats())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap().unwrap())
+                    .collect()
+            })
+        };
+        for st in off_host(true) {
+            assert_eq!((st.bytes_sent, st.bytes_sent_off_host), (24, 24));
+        }
+        for st in off_host(false) {
+            assert_eq!((st.bytes_sent, st.bytes_sent_off_host), (24, 0));
+        }
+    }
+
     #[test]
     fn reset_zeroes_the_counts() {
         let c = Counted::new(Arc::new(InProcComm::solo()));
-        c.sent(10);
+        c.sent(0, 10);
         c.collective();
         assert_ne!(c.stats(), CommStats::default());
         c.reset();

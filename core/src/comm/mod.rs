@@ -9,11 +9,13 @@
 //! [`CommError::Desync`], as is a message of another collective.
 
 mod counted;
+mod hierarchy;
 mod inproc;
 mod ring;
 
 pub(crate) use counted::Counted;
 pub use counted::{CommStats, comm_stats, reset_comm_stats};
+pub use hierarchy::Grid;
 pub use inproc::InProcComm;
 
 use std::fmt;
@@ -167,6 +169,33 @@ pub const DOUBLING_MAX_BYTES: usize = 64 << 10;
 pub const RING_MIN_BYTES: usize = 1 << 20;
 /// Broadcasts to fewer members than this use direct exchanges unless forced.
 pub const TREE_MIN_MEMBERS: usize = 8;
+/// All-reduces, all-gathers and reduce-scatters of at least this many bytes over several hosts
+/// run hierarchically (below it, the fewer steps of the flat schedules win).
+pub const HIERARCHY_MIN_BYTES: usize = 64 << 10;
+
+/// The host layout on which a collective moving `bytes` over `group` runs hierarchically
+/// ([`Grid`]: several hosts with equally many members each), or `None` for the flat schedules:
+/// the schedule policy's topology half. `GFLOW_HIERARCHY=0` turns it off (every rank of a job
+/// must see the same value, as the launcher ensures).
+pub fn hierarchy<C: Communicator + ?Sized>(
+    comm: &C,
+    group: &[usize],
+    bytes: usize,
+) -> Option<Grid> {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("GFLOW_HIERARCHY").is_ok_and(|v| v == "0"));
+    if off || bytes < HIERARCHY_MIN_BYTES {
+        return None;
+    }
+    let grid = Grid::of(group, |r| comm.host_of(r))?;
+    tracing::debug!(
+        hosts = grid.hosts(),
+        per_host = grid.per_host(),
+        bytes,
+        "hierarchical collective"
+    );
+    Some(grid)
+}
 
 /// One send of an [`Communicator::exchange`].
 pub struct Outbound<'a> {
@@ -298,6 +327,14 @@ pub trait Communicator: Send + Sync {
         Ok(())
     }
 
+    /// Which host runs `rank`: ranks with equal values share memory, and collectives over
+    /// several hosts use it to cross the network once per host ([`hierarchy`]). The default
+    /// puts every rank on one host.
+    fn host_of(&self, rank: usize) -> usize {
+        let _ = rank;
+        0
+    }
+
     /// The schedule of collective `op` over `n` members moving `bytes` (see [`schedule`]); a
     /// transport may pin one.
     fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
@@ -362,6 +399,9 @@ pub trait Communicator: Send + Sync {
             counts.iter().sum(),
             "all_gather output",
         )?;
+        if let Some(grid) = hierarchy(self, group, out.len()) {
+            return hierarchy::all_gather_into(self, group, &grid, me, mine, counts, out);
+        }
         let tag = Tag::new(CommOp::AllGather, group);
         let schedule = self.schedule(CommOp::AllGather, group.len(), out.len());
         let mut slots = split_mut(out, counts);
@@ -408,6 +448,11 @@ pub trait Communicator: Send + Sync {
             "reduce_scatter input",
         )?;
         check_len(self.rank(), out.len(), counts[me], "reduce_scatter output")?;
+        if let Some(grid) = hierarchy(self, group, data.len()) {
+            return hierarchy::reduce_scatter_into(
+                self, group, &grid, me, data, counts, dtype, op, out,
+            );
+        }
         let tag = Tag::new(CommOp::ReduceScatter, group);
         if self.schedule(CommOp::ReduceScatter, group.len(), data.len()) == Schedule::Ring {
             let mut work = data.to_vec();
@@ -455,6 +500,9 @@ pub trait Communicator: Send + Sync {
             .map(|i| balanced_range(elems, group.len(), i).len() * dtype.size())
             .collect();
         let me = position(self.rank(), group, &counts)?;
+        if let Some(grid) = hierarchy(self, group, data.len()) {
+            return hierarchy::all_reduce(self, group, &grid, me, data, dtype, op);
+        }
         let schedule = self.schedule(CommOp::AllReduce, group.len(), data.len());
         if schedule == Schedule::Doubling {
             let tag = Tag::new(CommOp::AllReduce, group);
