@@ -210,6 +210,39 @@ impl fmt::Display for Plan {
 /// # Errors
 /// Either SBP does not fit its placement or the shape (`SbpAxesMismatch`, `SplitDimOutOfRange`).
 pub fn plan(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> Result<Plan> {
+    if src == dst {
+        src.nd_sbp.check(&src.placement, shape.len())?;
+        return Ok(Plan::default());
+    }
+    let key = (shape.to_vec(), elem, src.clone(), dst.clone());
+    if let Some(p) = PLANS.with(|c| c.borrow().get(&key).cloned()) {
+        return Ok(p);
+    }
+    let p = search(shape, elem, src, dst)?;
+    PLANS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PLAN_CACHE_ENTRIES {
+            c.clear();
+        }
+        c.insert(key, p.clone());
+    });
+    Ok(p)
+}
+
+/// Plans remembered per thread: a program converts the same few layouts every step, and the
+/// operators' signature choice costs every candidate's conversions (on a 2-D placement the
+/// search dominated a tensor-parallel GPT's step). Cleared when full.
+const PLAN_CACHE_ENTRIES: usize = 4096;
+
+type PlanKey = (Vec<usize>, usize, Dist, Dist);
+
+thread_local! {
+    static PLANS: std::cell::RefCell<std::collections::HashMap<PlanKey, Plan>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// [`plan`] without the cache.
+fn search(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> Result<Plan> {
     src.nd_sbp.check(&src.placement, shape.len())?;
     dst.nd_sbp.check(&dst.placement, shape.len())?;
     if src == dst {
