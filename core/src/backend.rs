@@ -418,6 +418,22 @@ pub trait Kernels: Send + Sync {
         let hosts = [xs[0].host()?, xs[1].host()?, xs[2].host()?];
         select::select(hosts, shapes, out_shape).map(Buffer::from)
     }
+    /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
+    /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm).
+    fn norm(&self, x: &Buffer, cols: usize, eps: f64, center: bool) -> Result<Buffer> {
+        crate::cpu::norm(x.host()?, cols, eps, center).map(Buffer::from)
+    }
+    /// The gradient of [`Kernels::norm`] for the output gradient `g`.
+    fn norm_grad(
+        &self,
+        x: &Buffer,
+        g: &Buffer,
+        cols: usize,
+        eps: f64,
+        center: bool,
+    ) -> Result<Buffer> {
+        crate::cpu::norm_grad(x.host()?, g.host()?, cols, eps, center).map(Buffer::from)
+    }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {
         Ok(select::pow_scalar(x.host()?, e).into())

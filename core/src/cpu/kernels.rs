@@ -1,6 +1,7 @@
 //! CPU kernels, generic over the float type.
 
 use num_traits::Float as NumFloat;
+use rayon::prelude::*;
 
 use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::Element;
@@ -18,11 +19,28 @@ pub trait Float: Element + NumFloat + Default + 'static {
         sb: (isize, isize),
         c: &mut [Self],
     );
+
+    /// `e^x`: for `f32` the vectorizable approximation of [`super::fast`], else the standard
+    /// library's.
+    fn exp_v(self) -> Self;
+
+    /// `tanh(x)`, as [`Float::exp_v`].
+    fn tanh_v(self) -> Self;
 }
 
 macro_rules! large_gemm {
-    ($t:ty, $f:ident) => {
+    ($t:ty, $f:ident, $exp:expr, $tanh:expr) => {
         impl Float for $t {
+            #[inline(always)]
+            fn exp_v(self) -> Self {
+                $exp(self)
+            }
+
+            #[inline(always)]
+            fn tanh_v(self) -> Self {
+                $tanh(self)
+            }
+
             fn mm_large(
                 (m, k, n): (usize, usize, usize),
                 a: &[Self],
@@ -55,8 +73,89 @@ macro_rules! large_gemm {
         }
     };
 }
-large_gemm!(f32, sgemm);
-large_gemm!(f64, dgemm);
+large_gemm!(f32, sgemm, super::fast::exp, super::fast::tanh);
+large_gemm!(f64, dgemm, f64::exp, f64::tanh);
+
+/// Elementwise work of at least this many elements is split over the threads.
+const PAR_MIN: usize = 1 << 15;
+/// The smallest piece of elementwise work one thread takes.
+const PAR_PIECE: usize = 1 << 13;
+
+/// `f` of every element, on several threads for large inputs (in pieces, each a plain loop
+/// with `f` inlined, so it vectorizes).
+fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
+    let mut out = vec![T::zero(); x.len()];
+    let run = |(o, i): (&mut [T], &[T])| o.iter_mut().zip(i).for_each(|(o, &v)| *o = f(v));
+    if x.len() < PAR_MIN {
+        run((&mut out, x));
+    } else {
+        out.par_chunks_mut(PAR_PIECE)
+            .zip(x.par_chunks(PAR_PIECE))
+            .for_each(run);
+    }
+    out
+}
+
+/// `f` of every pair of elements, as [`map`].
+fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send) -> Vec<T> {
+    let mut out = vec![T::zero(); a.len()];
+    let run = |((o, x), y): ((&mut [T], &[T]), &[T])| {
+        o.iter_mut()
+            .zip(x)
+            .zip(y)
+            .for_each(|((o, &x), &y)| *o = f(x, y));
+    };
+    if a.len() < PAR_MIN {
+        run(((&mut out, a), b));
+    } else {
+        out.par_chunks_mut(PAR_PIECE)
+            .zip(a.par_chunks(PAR_PIECE))
+            .zip(b.par_chunks(PAR_PIECE))
+            .for_each(run);
+    }
+    out
+}
+
+/// Fills `out` in rows of `row` elements, `f(row index, row)`, on several threads when the
+/// rows' work (`work` elements read per row) is large.
+fn rows_mut<T: Float>(
+    out: &mut [T],
+    row: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if row == 0 {
+        return;
+    }
+    let rows = out.len() / row;
+    if rows * work < PAR_MIN || rows < 2 {
+        out.chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
+    } else {
+        out.par_chunks_mut(row)
+            .with_min_len(PAR_PIECE.div_ceil(work.max(1)))
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+    }
+}
+
+/// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
+/// vectorizes), then those in order: `init` for an empty row.
+#[inline(always)]
+fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut lanes = [init; 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            lanes[k] = f(lanes[k], c[k]);
+        }
+    }
+    let mut acc = lanes.into_iter().fold(init, &f);
+    for &v in rest {
+        acc = f(acc, v);
+    }
+    acc
+}
 
 /// Products of at least this many multiply-adds go to `matrixmultiply`, smaller ones to `gemm`:
 /// measured on the 2-core CI machine (AVX2), `gemm` is ~2x faster at 256^3 and `matrixmultiply`
@@ -69,73 +168,47 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
     match op {
-        UnaryOp::Neg => x.iter().map(|&v| -v).collect(),
-        UnaryOp::Exp => x.iter().map(|v| v.exp()).collect(),
-        UnaryOp::Log => x.iter().map(|v| v.ln()).collect(),
-        UnaryOp::Sqrt => x.iter().map(|v| v.sqrt()).collect(),
-        UnaryOp::Square => x.iter().map(|&v| v * v).collect(),
-        UnaryOp::Relu => x
-            .iter()
-            .map(|&v| if v > T::zero() { v } else { T::zero() })
-            .collect(),
-        UnaryOp::Gelu => x
-            .iter()
-            .map(|&v| half * v * (one + (c * (v + k * v * v * v)).tanh()))
-            .collect(),
-        UnaryOp::Sigmoid => x.iter().map(|&v| one / (one + (-v).exp())).collect(),
-        UnaryOp::Tanh => x.iter().map(|v| v.tanh()).collect(),
-        UnaryOp::Step => x
-            .iter()
-            .map(|&v| if v > T::zero() { one } else { T::zero() })
-            .collect(),
-        UnaryOp::Abs => x.iter().map(|v| v.abs()).collect(),
-        UnaryOp::Rsqrt => x.iter().map(|v| one / v.sqrt()).collect(),
-        UnaryOp::Sin => x.iter().map(|v| v.sin()).collect(),
-        UnaryOp::Cos => x.iter().map(|v| v.cos()).collect(),
-        UnaryOp::Silu => x.iter().map(|&v| v / (one + (-v).exp())).collect(),
-        UnaryOp::Erf => x
-            .iter()
-            .map(|&v| T::from_f64(libm::erf(v.to_f64())))
-            .collect(),
-        UnaryOp::GeluErf => x
-            .iter()
-            .map(|&v| T::from_f64(gelu_erf(v.to_f64())))
-            .collect(),
-        UnaryOp::Sign => x
-            .iter()
-            .map(|&v| {
-                if v > T::zero() {
-                    one
-                } else if v < T::zero() {
-                    -one
-                } else {
-                    T::zero()
-                }
-            })
-            .collect(),
-        UnaryOp::SiluGrad => x
-            .iter()
-            .map(|&v| {
-                let s = one / (one + (-v).exp());
-                s * (one + v * (one - s))
-            })
-            .collect(),
-        UnaryOp::GeluErfGrad => x
-            .iter()
-            .map(|&v| {
-                let v = v.to_f64();
-                let pdf = (-0.5 * v * v).exp() * 0.398_942_280_401_432_7;
-                T::from_f64(0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)) + v * pdf)
-            })
-            .collect(),
+        UnaryOp::Neg => map(x, |v| -v),
+        UnaryOp::Exp => map(x, T::exp_v),
+        UnaryOp::Log => map(x, |v| v.ln()),
+        UnaryOp::Sqrt => map(x, |v| v.sqrt()),
+        UnaryOp::Square => map(x, |v| v * v),
+        UnaryOp::Relu => map(x, |v| if v > T::zero() { v } else { T::zero() }),
+        UnaryOp::Gelu => map(x, |v| half * v * (one + (c * (v + k * v * v * v)).tanh_v())),
+        UnaryOp::Sigmoid => map(x, |v| one / (one + (-v).exp_v())),
+        UnaryOp::Tanh => map(x, T::tanh_v),
+        UnaryOp::Step => map(x, |v| if v > T::zero() { one } else { T::zero() }),
+        UnaryOp::Abs => map(x, |v| v.abs()),
+        UnaryOp::Rsqrt => map(x, |v| one / v.sqrt()),
+        UnaryOp::Sin => map(x, |v| v.sin()),
+        UnaryOp::Cos => map(x, |v| v.cos()),
+        UnaryOp::Silu => map(x, |v| v / (one + (-v).exp_v())),
+        UnaryOp::Erf => map(x, |v| T::from_f64(libm::erf(v.to_f64()))),
+        UnaryOp::GeluErf => map(x, |v| T::from_f64(gelu_erf(v.to_f64()))),
+        UnaryOp::Sign => map(x, |v| {
+            if v > T::zero() {
+                one
+            } else if v < T::zero() {
+                -one
+            } else {
+                T::zero()
+            }
+        }),
+        UnaryOp::SiluGrad => map(x, |v| {
+            let s = one / (one + (-v).exp_v());
+            s * (one + v * (one - s))
+        }),
+        UnaryOp::GeluErfGrad => map(x, |v| {
+            let v = v.to_f64();
+            let pdf = (-0.5 * v * v).exp() * 0.398_942_280_401_432_7;
+            T::from_f64(0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)) + v * pdf)
+        }),
         UnaryOp::GeluGrad => {
             let three = T::from_f64(3.0);
-            x.iter()
-                .map(|&v| {
-                    let t = (c * (v + k * v * v * v)).tanh();
-                    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
-                })
-                .collect()
+            map(x, |v| {
+                let t = (c * (v + k * v * v * v)).tanh_v();
+                half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
+            })
         }
     }
 }
@@ -188,72 +261,116 @@ pub(super) fn binary<T: Float>(
     b_shape: &[usize],
     out_shape: &[usize],
 ) -> Vec<T> {
-    let n: usize = out_shape.iter().product();
-    if a_shape == out_shape && b_shape == out_shape {
-        return a.iter().zip(b).map(|(&x, &y)| apply(op, x, y)).collect();
-    }
-    let (sa, sb) = (
-        broadcast_strides(a_shape, out_shape),
-        broadcast_strides(b_shape, out_shape),
-    );
-    let mut out = Vec::with_capacity(n);
-    if n == 0 {
-        return out;
-    }
-    let nd = out_shape.len();
-    if nd == 0 {
-        out.push(apply(op, a[0], b[0]));
-        return out;
-    }
-    let last = nd - 1;
-    let (la, lb) = (sa[last], sb[last]);
-    let mut idx = vec![0usize; last];
-    loop {
-        let oa: usize = (0..last).map(|d| idx[d] * sa[d]).sum();
-        let ob: usize = (0..last).map(|d| idx[d] * sb[d]).sum();
-        for j in 0..out_shape[last] {
-            out.push(apply(op, a[oa + j * la], b[ob + j * lb]));
-        }
-        let mut d = last;
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < out_shape[d] {
-                break;
-            }
-            idx[d] = 0;
+    let shapes = (a_shape, b_shape, out_shape);
+    // One loop per operation, so that each is inlined and vectorizes.
+    match op {
+        BinaryOp::Add => binary_with(|x: T, y: T| x + y, a, b, shapes),
+        BinaryOp::Sub => binary_with(|x: T, y: T| x - y, a, b, shapes),
+        BinaryOp::Mul => binary_with(|x: T, y: T| x * y, a, b, shapes),
+        BinaryOp::Div => binary_with(|x: T, y: T| x / y, a, b, shapes),
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            binary_with(|x: T, y: T| apply(op, x, y), a, b, shapes)
         }
     }
 }
 
+/// [`binary`] with the operation `f`, over (a's, b's, the output's) shapes.
+fn binary_with<T: Float>(
+    f: impl Fn(T, T) -> T + Sync + Send + Copy,
+    a: &[T],
+    b: &[T],
+    (a_shape, b_shape, out_shape): (&[usize], &[usize], &[usize]),
+) -> Vec<T> {
+    if a_shape == out_shape && b_shape == out_shape {
+        return zip_map(a, b, f);
+    }
+    let n: usize = out_shape.iter().product();
+    let (sa, sb) = (
+        broadcast_strides(a_shape, out_shape),
+        broadcast_strides(b_shape, out_shape),
+    );
+    let nd = out_shape.len();
+    if n == 0 || nd == 0 {
+        return (0..n).map(|_| f(a[0], b[0])).collect();
+    }
+    let last = nd - 1;
+    let (row, la, lb) = (out_shape[last], sa[last], sb[last]);
+    // The offsets of row i in a and b: its index over the leading dims, by their strides.
+    let offsets = |mut i: usize| {
+        let (mut oa, mut ob) = (0, 0);
+        for d in (0..last).rev() {
+            let k = i % out_shape[d];
+            i /= out_shape[d];
+            oa += k * sa[d];
+            ob += k * sb[d];
+        }
+        (oa, ob)
+    };
+    let mut out = vec![T::zero(); n];
+    rows_mut(&mut out, row, row, |i, r| {
+        let (oa, ob) = offsets(i);
+        match (la, lb) {
+            (1, 1) => r
+                .iter_mut()
+                .zip(&a[oa..oa + row])
+                .zip(&b[ob..ob + row])
+                .for_each(|((o, &x), &y)| *o = f(x, y)),
+            (1, 0) => {
+                let y = b[ob];
+                r.iter_mut()
+                    .zip(&a[oa..oa + row])
+                    .for_each(|(o, &x)| *o = f(x, y));
+            }
+            (0, 1) => {
+                let x = a[oa];
+                r.iter_mut()
+                    .zip(&b[ob..ob + row])
+                    .for_each(|(o, &y)| *o = f(x, y));
+            }
+            _ => r
+                .iter_mut()
+                .enumerate()
+                .for_each(|(j, o)| *o = f(a[oa + j * la], b[ob + j * lb])),
+        }
+    });
+    out
+}
+
 /// Reduces one dimension of a (outer, len, inner) view.
 fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner: usize) -> Vec<T> {
-    let init = match op {
-        ReduceKind::Sum => T::zero(),
-        ReduceKind::Max => T::neg_infinity(),
-        ReduceKind::Min => T::infinity(),
+    let (init, f): (T, fn(T, T) -> T) = match op {
+        ReduceKind::Sum => (T::zero(), |a, v| a + v),
+        ReduceKind::Max => (
+            T::neg_infinity(),
+            |a, v| if v > a || v.is_nan() { v } else { a },
+        ),
+        ReduceKind::Min => (
+            T::infinity(),
+            |a, v| if v < a || v.is_nan() { v } else { a },
+        ),
     };
     let mut out = vec![init; outer * inner];
-    for o in 0..outer {
-        let acc = &mut out[o * inner..(o + 1) * inner];
+    if inner == 1 {
+        // each output reduces one contiguous row
+        match op {
+            ReduceKind::Sum => rows_mut(&mut out, 1, len, |o, r| {
+                r[0] = fold_row(&x[o * len..(o + 1) * len], init, |a, v| a + v);
+            }),
+            _ => rows_mut(&mut out, 1, len, |o, r| {
+                r[0] = fold_row(&x[o * len..(o + 1) * len], init, f);
+            }),
+        }
+        return out;
+    }
+    rows_mut(&mut out, inner, len * inner, |o, acc| {
         for l in 0..len {
             let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
             match op {
                 ReduceKind::Sum => acc.iter_mut().zip(row).for_each(|(a, &v)| *a = *a + v),
-                ReduceKind::Max => acc
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(a, &v)| *a = if v > *a || v.is_nan() { v } else { *a }),
-                ReduceKind::Min => acc
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(a, &v)| *a = if v < *a || v.is_nan() { v } else { *a }),
+                _ => acc.iter_mut().zip(row).for_each(|(a, &v)| *a = f(*a, v)),
             }
         }
-    }
+    });
     out
 }
 
@@ -270,28 +387,46 @@ pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &
 }
 
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
-    let outer: usize = shape[..dim].iter().product();
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     let mut out = vec![T::zero(); x.len()];
-    for o in 0..outer {
+    let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
+    if inner == 1 {
+        // contiguous rows: one exp per element, the sums in 8 partial results
+        rows_mut(&mut out, len, 2 * len, |o, r| {
+            let row = &x[o * len..(o + 1) * len];
+            let m = fold_row(row, T::neg_infinity(), max);
+            r.iter_mut()
+                .zip(row)
+                .for_each(|(e, &v)| *e = (v - m).exp_v());
+            let sum = fold_row(r, T::zero(), |a, v| a + v);
+            if log {
+                let shift = m + sum.ln();
+                r.iter_mut().zip(row).for_each(|(e, &v)| *e = v - shift);
+            } else {
+                let inv = T::one() / sum;
+                r.iter_mut().for_each(|e| *e = *e * inv);
+            }
+        });
+        return out;
+    }
+    rows_mut(&mut out, len * inner, 2 * len * inner, |o, block| {
+        let xb = &x[o * len * inner..(o + 1) * len * inner];
         for i in 0..inner {
-            let at = |l: usize| (o * len + l) * inner + i;
-            let m = (0..len)
-                .map(|l| x[at(l)])
-                .fold(T::neg_infinity(), |a, v| if v > a { v } else { a });
-            let sum = (0..len)
-                .map(|l| (x[at(l)] - m).exp())
-                .fold(T::zero(), |a, v| a + v);
+            let m = (0..len).fold(T::neg_infinity(), |a, l| max(a, xb[l * inner + i]));
+            let mut sum = T::zero();
             for l in 0..len {
-                out[at(l)] = if log {
-                    x[at(l)] - m - sum.ln()
-                } else {
-                    (x[at(l)] - m).exp() / sum
-                };
+                let e = (xb[l * inner + i] - m).exp_v();
+                block[l * inner + i] = e;
+                sum = sum + e;
+            }
+            let shift = m + sum.ln();
+            for l in 0..len {
+                let at = l * inner + i;
+                block[at] = if log { xb[at] - shift } else { block[at] / sum };
             }
         }
-    }
+    });
     out
 }
 
@@ -435,6 +570,72 @@ fn permute_typed<E: bytemuck::Pod>(x: &[u8], shape: &[usize], perm: &[usize], ou
         }
     }
     out.copy_from_slice(bytemuck::cast_slice(&dst));
+}
+
+/// The mean and reciprocal standard deviation of a row: over `(x - mean)` when `center`
+/// (LayerNorm's biased variance), over `x` itself otherwise (RMSNorm's mean square).
+#[inline(always)]
+fn row_stats<T: Float>(row: &[T], eps: T, center: bool) -> (T, T) {
+    let n = T::from_f64(row.len() as f64);
+    let mean = if center {
+        fold_row(row, T::zero(), |a, v| a + v) / n
+    } else {
+        T::zero()
+    };
+    let mut sq = [T::zero(); 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            let d = c[k] - mean;
+            sq[k] = sq[k] + d * d;
+        }
+    }
+    let mut var = sq.into_iter().fold(T::zero(), |a, v| a + v);
+    for &v in rest {
+        var = var + (v - mean) * (v - mean);
+    }
+    (mean, T::one() / (var / n + eps).sqrt())
+}
+
+/// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
+/// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm). One pass for the statistics and
+/// one for the output, rows on several threads.
+pub(super) fn norm<T: Float>(x: &[T], cols: usize, eps: f64, center: bool) -> Vec<T> {
+    let mut out = vec![T::zero(); x.len()];
+    let eps = T::from_f64(eps);
+    rows_mut(&mut out, cols, 2 * cols, |i, r| {
+        let row = &x[i * cols..(i + 1) * cols];
+        let (mean, rstd) = row_stats(row, eps, center);
+        r.iter_mut()
+            .zip(row)
+            .for_each(|(o, &v)| *o = (v - mean) * rstd);
+    });
+    out
+}
+
+/// The gradient of [`norm`] for the output gradient `g`: with `y` the normalised row,
+/// `dx = rstd * (g - mean(g) - y * mean(g * y))` when `center`, without the `mean(g)` term
+/// otherwise.
+pub(super) fn norm_grad<T: Float>(x: &[T], g: &[T], cols: usize, eps: f64, center: bool) -> Vec<T> {
+    let mut out = vec![T::zero(); x.len()];
+    let eps = T::from_f64(eps);
+    let n = T::from_f64(cols as f64);
+    rows_mut(&mut out, cols, 3 * cols, |i, r| {
+        let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
+        let (mean, rstd) = row_stats(row, eps, center);
+        let (mut gs, mut gy) = (T::zero(), T::zero());
+        for (&v, &gv) in row.iter().zip(grow) {
+            gs = gs + gv;
+            gy = gy + gv * (v - mean) * rstd;
+        }
+        let g_mean = if center { gs / n } else { T::zero() };
+        let gy_mean = gy / n;
+        r.iter_mut().zip(row).zip(grow).for_each(|((o, &v), &gv)| {
+            *o = rstd * (gv - g_mean - (v - mean) * rstd * gy_mean);
+        });
+    });
+    out
 }
 
 #[cfg(test)]

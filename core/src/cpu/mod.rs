@@ -2,6 +2,7 @@
 //! products go through the `gemm` crate (multithreaded); elementwise loops are simple slices
 //! the compiler vectorises.
 
+mod fast;
 mod kernels;
 pub(crate) mod select;
 
@@ -150,6 +151,42 @@ macro_rules! float_op {
             }),
         }
     };
+}
+
+/// Rows of `cols` elements of `x` normalised (see `kernels::norm`): the host kernel of
+/// [`crate::backend::Kernels::norm`]. 16-bit floats compute in f32.
+pub(crate) fn norm(x: &HostData, cols: usize, eps: f64, center: bool) -> Result<HostData> {
+    via_f32(
+        x,
+        |x| float_op!(x, v, T => kernels::norm::<T>(v, cols, eps, center)),
+    )
+}
+
+/// The gradient of [`norm`] for the output gradient `g` (same dtype as `x`).
+pub(crate) fn norm_grad(
+    x: &HostData,
+    g: &HostData,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Result<HostData> {
+    let dtype = x.dtype();
+    if dtype.is_half() {
+        let (x, g) = (x.cast(DType::F32), g.cast(DType::F32));
+        return Ok(norm_grad(&x, &g, cols, eps, center)?.cast(dtype));
+    }
+    match (x, g) {
+        (HostData::F32(x), HostData::F32(g)) => {
+            Ok(HostData::F32(kernels::norm_grad(x, g, cols, eps, center)))
+        }
+        (HostData::F64(x), HostData::F64(g)) => {
+            Ok(HostData::F64(kernels::norm_grad(x, g, cols, eps, center)))
+        }
+        (x, g) => Err(Error::DTypeMismatch {
+            expected: x.dtype(),
+            got: g.dtype(),
+        }),
+    }
 }
 
 impl Backend for CpuBackend {

@@ -13,6 +13,7 @@ mod gather;
 mod index;
 mod layout;
 mod matmul;
+mod norm;
 mod reduce;
 mod select;
 mod shape_ops;
