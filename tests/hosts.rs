@@ -40,7 +40,13 @@ fn hosts(test: &str, tag: &str, n: usize) -> Option<Hosts> {
 fn sorted_lines(outs: &[&Output]) -> Vec<String> {
     let mut v: Vec<String> = outs
         .iter()
-        .flat_map(|o| String::from_utf8_lossy(&o.stdout).into_owned().lines().map(String::from).collect::<Vec<_>>())
+        .flat_map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .into_owned()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
         .collect();
     v.sort();
     v
@@ -96,7 +102,12 @@ fn same_as_one_host(h: &Hosts, per_node: usize, programs: &[&str]) {
             );
         }
         let lines = sorted_lines(&outs.iter().collect::<Vec<_>>());
-        assert_eq!(lines, as_threads(&prog, ranks), "{name} on {}x{per_node}", h.addrs.len());
+        assert_eq!(
+            lines,
+            as_threads(&prog, ranks),
+            "{name} on {}x{per_node}",
+            h.addrs.len()
+        );
         if *name == "collectives_check" {
             assert_eq!(lines.len(), ranks, "{lines:?}");
         }
@@ -105,32 +116,53 @@ fn same_as_one_host(h: &Hosts, per_node: usize, programs: &[&str]) {
 
 #[test]
 fn two_hosts_of_one_rank_run_every_collective_and_the_seeds() {
-    let Some(h) = hosts("two_hosts_of_one_rank_run_every_collective_and_the_seeds", "a", 2) else {
+    let Some(h) = hosts(
+        "two_hosts_of_one_rank_run_every_collective_and_the_seeds",
+        "a",
+        2,
+    ) else {
         return;
     };
     same_as_one_host(
         &h,
         1,
-        &["collectives_check", "global_to_global", "data_parallelism", "model_parallelism"],
+        &[
+            "collectives_check",
+            "global_to_global",
+            "data_parallelism",
+            "model_parallelism",
+        ],
     );
 }
 
 #[test]
 fn two_hosts_of_two_ranks_run_every_collective_and_the_seeds() {
-    let Some(h) = hosts("two_hosts_of_two_ranks_run_every_collective_and_the_seeds", "b", 2) else {
+    let Some(h) = hosts(
+        "two_hosts_of_two_ranks_run_every_collective_and_the_seeds",
+        "b",
+        2,
+    ) else {
         return;
     };
     same_as_one_host(
         &h,
         2,
-        &["collectives_check", "boxing_two_placements", "two_d_sbp", "demo"],
+        &[
+            "collectives_check",
+            "boxing_two_placements",
+            "two_d_sbp",
+            "demo",
+        ],
     );
 }
 
 #[test]
 fn three_hosts_of_one_rank_run_every_collective_and_the_seeds() {
-    let Some(h) = hosts("three_hosts_of_one_rank_run_every_collective_and_the_seeds", "c", 3)
-    else {
+    let Some(h) = hosts(
+        "three_hosts_of_one_rank_run_every_collective_and_the_seeds",
+        "c",
+        3,
+    ) else {
         return;
     };
     same_as_one_host(&h, 1, &["collectives_check", "global_to_global"]);
@@ -165,7 +197,10 @@ impl Watched {
     /// Waits (at most `limit`) for a stderr line containing `what`.
     fn wait_for(&self, what: &str, limit: Duration) {
         let end = Instant::now() + limit;
-        while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        while let Ok(l) = self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
             if l.contains(what) {
                 return;
             }
@@ -217,6 +252,8 @@ fn a_process_that_died_is_named_on_every_host() {
                     ("GFLOW_JOB_TOKEN", "died"),
                     ("GFLOW_TIMEOUT_SECS", "60"),
                     ("GFLOW_CHECK_ROUNDS", "1000"),
+                    // the control channel's notices, in the failure message if the test fails
+                    ("RUST_LOG", "gflow_transport=debug"),
                 ])
                 .env("RANK", r.to_string())
                 .env("LOCAL_RANK", (r % 2).to_string())
@@ -240,7 +277,10 @@ fn a_process_that_died_is_named_on_every_host() {
             let after = at.saturating_duration_since(died);
             assert!(
                 after < Duration::from_secs(5),
-                "victim {victim}: rank {r} ended {after:?} after it"
+                "victim {victim}: rank {r} ended {after:?} after it: {:#?}",
+                outs.iter()
+                    .map(|(_, at, err)| (at.saturating_duration_since(died), err))
+                    .collect::<Vec<_>>()
             );
         }
     }
@@ -276,7 +316,10 @@ fn a_partition_ends_the_job_on_every_host() {
     for (k, (st, at, err)) in outs.iter().enumerate() {
         assert!(!st.success(), "host {k} should fail");
         let took = at.saturating_duration_since(cut);
-        assert!(took < Duration::from_secs(15), "host {k} ended {took:?} after the cut");
+        assert!(
+            took < Duration::from_secs(15),
+            "host {k} ended {took:?} after the cut"
+        );
         let want = format!("no packets from rank {} at {}:", 1 - k, h.addrs[1 - k]);
         assert!(
             err.contains(&want) && err.contains(" for 6 s") && !err.contains("exited"),

@@ -145,7 +145,10 @@ fn a_dead_reader_fails_the_sender() {
             "took {:?}",
             t.elapsed()
         );
-        assert!(err.contains("PeerExited") && err.contains("peer: 1"), "{err}");
+        assert!(
+            err.contains("PeerExited") && err.contains("peer: 1"),
+            "{err}"
+        );
         println!("survivor saw: {err}");
         return;
     }

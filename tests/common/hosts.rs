@@ -64,11 +64,21 @@ impl Hosts {
     /// the master.
     pub fn launch(&self, k: usize, nodes: usize, per_node: usize, program: &Path) -> Command {
         let mut c = self.command(k, &super::launcher());
-        c.args(["--nnodes", &nodes.to_string(), "--node-rank", &k.to_string()])
-            .args(["--nproc-per-node", &per_node.to_string()])
-            .args(["--master-addr", &self.addrs[0], "--master-port", MASTER_PORT])
-            .arg(program)
-            .env("GFLOW_JOB_TOKEN", format!("{}-job", self.prefix));
+        c.args([
+            "--nnodes",
+            &nodes.to_string(),
+            "--node-rank",
+            &k.to_string(),
+        ])
+        .args(["--nproc-per-node", &per_node.to_string()])
+        .args([
+            "--master-addr",
+            &self.addrs[0],
+            "--master-port",
+            MASTER_PORT,
+        ])
+        .arg(program)
+        .env("GFLOW_JOB_TOKEN", format!("{}-job", self.prefix));
         c
     }
 

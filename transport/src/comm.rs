@@ -190,10 +190,17 @@ impl NetComm {
         self
     }
 
-    /// The error for a failed link to `peer`, naming the root cause: a peer process that
-    /// exited (pid, host) before a path that went silent (address), before a peer that closed
-    /// its link, before a timeout.
+    /// The error for a failed link to `peer`, naming the root cause: a process of the job that
+    /// died (pid, host), before a path that went silent (address), before a peer that closed
+    /// its link or ended in order, before a timeout.
     fn link_error(&self, peer: usize, e: LinkError) -> CommError {
+        if let Some(dead) = self.first_dead() {
+            return self.exited(dead);
+        }
+        if let (LinkError::PeerDead, Some(c)) = (&e, &self.control) {
+            // the link saw the process gone (a peer on this host): the job has failed
+            c.saw_die(peer);
+        }
         let exited = self.fate(peer) != Fate::Running;
         match e {
             LinkError::Closed => self
@@ -218,14 +225,24 @@ impl NetComm {
         }
     }
 
+    /// The lowest rank whose process the control channel says died: the job has failed.
+    fn first_dead(&self) -> Option<usize> {
+        self.control.as_ref().and_then(Control::first_dead)
+    }
+
     /// What the control channel knows of `peer`'s process (`Running` without a channel).
     fn fate(&self, peer: usize) -> Fate {
-        self.control.as_ref().map_or(Fate::Running, |c| c.fate(peer))
+        self.control
+            .as_ref()
+            .map_or(Fate::Running, |c| c.fate(peer))
     }
 
     /// "`peer` (pid, host) exited", from the job's table (without one: the peer is gone).
     fn exited(&self, peer: usize) -> CommError {
-        let member = self.control.as_ref().and_then(|c| Some((c, c.member(peer)?)));
+        let member = self
+            .control
+            .as_ref()
+            .and_then(|c| Some((c, c.member(peer)?)));
         match member {
             Some((c, m)) => CommError::PeerExited {
                 rank: self.rank,
@@ -268,7 +285,7 @@ impl NetComm {
             _ => None,
         };
         loop {
-            if let Some(dead) = self.control.as_ref().and_then(Control::first_dead) {
+            if let Some(dead) = self.first_dead() {
                 return Some(self.exited(dead));
             }
             for (peer, side) in self.tx.iter().enumerate() {
@@ -295,13 +312,13 @@ impl NetComm {
         }
     }
 
-    /// Reads `len` bytes of `peer`'s link into `f` before `deadline`, in turns of
-    /// [`WATCH_EVERY`] when there is a control channel: a turn in which no byte came from a
-    /// peer known to have died ends the wait (`PeerDead`) instead of waiting out the deadline.
+    /// Reads `len` bytes of `link` into `f` before `deadline`, in turns of
+    /// [`WATCH_EVERY`] when there is a control channel: a turn in which no byte came, once a
+    /// process of the job is known to have died, ends the wait (`PeerDead`; the job has failed,
+    /// and the peer may be waiting on the dead one) instead of waiting out the deadline.
     fn read_watched(
         &self,
         link: &mut dyn LinkRx,
-        peer: usize,
         len: usize,
         deadline: Instant,
         f: &mut dyn FnMut(usize, &[u8]),
@@ -321,7 +338,7 @@ impl NetComm {
             done = base + got;
             match r {
                 Err(LinkError::Timeout) if Instant::now() < deadline => {
-                    if got == 0 && self.fate(peer) == Fate::Died {
+                    if got == 0 && self.first_dead().is_some() {
                         return Err(LinkError::PeerDead);
                     }
                 }
@@ -375,9 +392,11 @@ impl NetComm {
     /// control channel (this rank ends in order). Called at process exit.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        // Nothing is owed to a peer that died, and its links answer only at the idle timeout:
-        // its writer thread is left behind (it ends with the process) and its links not drained.
-        let died = |peer: usize| self.fate(peer) == Fate::Died;
+        // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
+        // link to a dead peer answers only at the idle timeout: writer threads are left behind
+        // (they end with the process) and links are not drained.
+        let doomed = self.first_dead().is_some();
+        let died = |peer: usize| doomed || self.fate(peer) == Fate::Died;
         for (peer, side) in self.tx.iter().enumerate() {
             let Some(side) = side else { continue };
             while side.pending.load(Ordering::Acquire) > 0
@@ -546,7 +565,7 @@ impl NetComm {
             })?;
         let deadline = Instant::now() + self.timeout;
         let mut head = [0u8; HEADER_LEN];
-        self.read_watched(&mut *side.link, peer, HEADER_LEN, deadline, &mut |at, piece| {
+        self.read_watched(&mut *side.link, HEADER_LEN, deadline, &mut |at, piece| {
             head[at..at + piece.len()].copy_from_slice(piece);
         })
         .map_err(|e| self.link_error(peer, e))?;
@@ -558,7 +577,7 @@ impl NetComm {
                 .map_err(|e| self.link_error(peer, e))?;
             read_by_ref(&mut *side.link, &at, len, f).map_err(|e| self.link_error(peer, e))?;
         } else {
-            self.read_watched(&mut *side.link, peer, len, deadline, f)
+            self.read_watched(&mut *side.link, len, deadline, f)
                 .map_err(|e| self.link_error(peer, e))?;
         }
         side.seq += 1;
@@ -735,21 +754,21 @@ impl NetComm {
                     LinkError::Io(_) => 3,
                     LinkError::Timeout => 4,
                 };
-                // A peer the control channel says died counts as a dead link.
-                let told = |peer: usize, r: Result<(), LinkError>| match r {
-                    Ok(()) if self.fate(peer) == Fate::Died => Err(LinkError::PeerDead),
+                // Once the control channel says a process died, every link counts as dead.
+                let told = |r: Result<(), LinkError>| match r {
+                    Ok(()) if self.first_dead().is_some() => Err(LinkError::PeerDead),
                     r => r,
                 };
                 // Only links with bytes still to move: a finished peer may have left.
                 let worst = outs
                     .iter()
                     .filter(|o| !o.finished())
-                    .map(|o| (o.peer, told(o.peer, o.link.check(deadline))))
+                    .map(|o| (o.peer, told(o.link.check(deadline))))
                     .chain(
                         ins.iter()
                             .chain(&turns)
                             .filter(|i| !i.finished())
-                            .map(|i| (i.peer, told(i.peer, i.side.link.check(deadline)))),
+                            .map(|i| (i.peer, told(i.side.link.check(deadline)))),
                     )
                     .filter_map(|(p, r)| r.err().map(|e| (p, e)))
                     .min_by_key(|(_, e)| rank_of(e));

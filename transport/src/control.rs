@@ -85,7 +85,6 @@ impl Shared {
 /// This rank's view of the job's processes, fed by the control channel.
 #[derive(Clone)]
 pub struct Control {
-    me: usize,
     shared: Arc<Shared>,
 }
 
@@ -94,7 +93,11 @@ impl Control {
     /// order from 1; any other rank: its one connection to rank 0) of the job of `members`.
     pub fn start(me: usize, members: Vec<Member>, conns: Vec<TcpStream>) -> Control {
         let ranked: Vec<(usize, TcpStream)> = if me == 0 {
-            conns.into_iter().enumerate().map(|(i, s)| (i + 1, s)).collect()
+            conns
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (i + 1, s))
+                .collect()
         } else {
             conns.into_iter().map(|s| (0, s)).collect()
         };
@@ -121,15 +124,20 @@ impl Control {
         if let Ok(mut c) = shared.conns.lock() {
             *c = writers;
         }
-        Control { me, shared }
+        Control { shared }
     }
 
     /// What this rank knows of `rank`'s process.
     pub fn fate(&self, rank: usize) -> Fate {
-        self.shared
-            .fates
-            .get(rank)
-            .map_or(Fate::Running, |f| Fate::from_code(f.load(Ordering::Acquire)))
+        self.shared.fates.get(rank).map_or(Fate::Running, |f| {
+            Fate::from_code(f.load(Ordering::Acquire))
+        })
+    }
+
+    /// Records that this rank saw `rank`'s process gone by itself (a peer on this host whose
+    /// pid vanished): as good as rank 0's word.
+    pub fn saw_die(&self, rank: usize) {
+        self.shared.record(rank, Fate::Died);
     }
 
     /// The lowest rank whose process is known to have died, if any.
@@ -161,7 +169,8 @@ impl Control {
     }
 
     /// Says `BYE` on every control connection and closes them: this rank ends in order. Called
-    /// once its links are flushed; later calls do nothing.
+    /// once its links are flushed (at exit: so it logs nothing, thread-locals may be gone);
+    /// later calls do nothing.
     pub fn bye(&self) {
         if self.shared.closing.swap(true, Ordering::AcqRel) {
             return;
@@ -172,7 +181,6 @@ impl Control {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
-        tracing::debug!(rank = self.me, "control channel closed");
     }
 }
 
