@@ -275,6 +275,7 @@ fn a_process_that_died_is_named_on_every_host() {
                 "victim {victim}: rank {r} does not say {want:?}...exited: {err}"
             );
             let after = at.saturating_duration_since(died);
+            println!("victim {victim}: rank {r} ended {after:?} after it");
             assert!(
                 after < Duration::from_secs(5),
                 "victim {victim}: rank {r} ended {after:?} after it: {:#?}",
@@ -316,6 +317,7 @@ fn a_partition_ends_the_job_on_every_host() {
     for (k, (st, at, err)) in outs.iter().enumerate() {
         assert!(!st.success(), "host {k} should fail");
         let took = at.saturating_duration_since(cut);
+        println!("partition: host {k} ended {took:?} after the cut");
         assert!(
             took < Duration::from_secs(15),
             "host {k} ended {took:?} after the cut"
