@@ -337,7 +337,7 @@ fn a_short_outage_is_survived() {
     let Some(h) = hosts("a_short_outage_is_survived", "o", 2) else {
         return;
     };
-    let kids = slow_job(&h, 60);
+    let kids = slow_job(&h, 40);
     kids[0].wait_for("round 1 ok", Duration::from_secs(30));
     h.cut(1);
     std::thread::sleep(Duration::from_secs(3));
@@ -355,7 +355,7 @@ fn a_short_outage_is_survived() {
     let threads = Command::new(&prog)
         .env_remove("WORLD_SIZE")
         .env("GFLOW_SIM_RANKS", "2")
-        .env("GFLOW_CHECK_ROUNDS", "60")
+        .env("GFLOW_CHECK_ROUNDS", "40")
         .output()
         .unwrap();
     assert!(threads.status.success());
