@@ -122,7 +122,7 @@ fn as_processes() {
 }
 
 /// A reader that dies without acknowledging a payload sent by reference: the sender, waiting
-/// for the acknowledgement, fails with `PeerGone` naming it within 10 s instead of hanging.
+/// for the acknowledgement, fails with `PeerExited` naming it within 10 s instead of hanging.
 /// Two processes of this test started by hand (the launcher would stop the survivor itself).
 #[test]
 fn a_dead_reader_fails_the_sender() {
@@ -145,7 +145,10 @@ fn a_dead_reader_fails_the_sender() {
             "took {:?}",
             t.elapsed()
         );
-        assert!(err.contains("PeerGone") && err.contains("peer: 1"), "{err}");
+        assert!(
+            err.contains("PeerExited") && err.contains("peer: 1"),
+            "{err}"
+        );
         println!("survivor saw: {err}");
         return;
     }

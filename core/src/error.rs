@@ -242,7 +242,11 @@ impl Error {
     pub fn is_consequence(&self) -> bool {
         matches!(
             self,
-            Error::Comm(CommError::PeerGone { .. } | CommError::Timeout { .. })
+            Error::Comm(
+                CommError::PeerGone { .. }
+                    | CommError::PeerExited { .. }
+                    | CommError::Timeout { .. }
+            )
         )
     }
 }

@@ -5,9 +5,28 @@
 //! the test's assertions (which may compare ranks) run unchanged in each process.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+pub mod hosts;
+
+use std::path::PathBuf;
 use std::process::Command;
 
 use gflow::{Env, Error, Result};
+
+/// The launcher built with the tests.
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
+}
+
+/// The example binary, brought up to date (a `cargo test --test NAME` alone does not build
+/// examples, and a stale one would test old code).
+pub fn example(name: &str) -> PathBuf {
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", name])
+        .status()
+        .expect("cargo build");
+    assert!(st.success());
+    launcher().parent().unwrap().join("examples").join(name)
+}
 
 /// A value that crosses processes as bytes (the results the tests compare).
 pub trait Wire: Sized {

@@ -15,6 +15,7 @@ use gflow_core::{
 };
 
 use crate::arena;
+use crate::control::{Control, Fate};
 use crate::frame::{HEADER_LEN, Header, REF_LEN};
 use crate::link::{Idle, LinkError, LinkPair, LinkRx, LinkTx};
 
@@ -58,6 +59,11 @@ pub fn refs_enabled() -> bool {
 /// dead (the root cause): more than QUIC's keep-alive interval.
 const CLOSED_GRACE: Duration = Duration::from_secs(2);
 
+/// How often a blocking receive looks whether its peer is known to have died (the control
+/// channel hears of a killed process at once; its QUIC link would stay silent until the idle
+/// timeout).
+const WATCH_EVERY: Duration = Duration::from_millis(200);
+
 /// The communicator of one process over its links to every peer.
 pub struct NetComm {
     rank: usize,
@@ -75,6 +81,8 @@ pub struct NetComm {
     one_copy: bool,
     /// The host of each rank (equal numbers share memory); empty: all on one host.
     hosts: Vec<usize>,
+    /// What the control channel says of the other ranks' processes, and their table entries.
+    control: Option<Control>,
 }
 
 impl NetComm {
@@ -157,6 +165,7 @@ impl NetComm {
             by_ref: refs_enabled(),
             one_copy: false,
             hosts: vec![],
+            control: None,
         }
     }
 
@@ -164,6 +173,14 @@ impl NetComm {
     /// that share memory), so collectives over several hosts run hierarchically.
     pub fn with_hosts(mut self, hosts: Vec<usize>) -> NetComm {
         self.hosts = hosts;
+        self
+    }
+
+    /// This communicator with the job's control channel: failures then name a peer process
+    /// that exited (with its pid and host) apart from a path that went silent (with its
+    /// address), and receives from a peer that died end at once.
+    pub fn with_control(mut self, control: Control) -> NetComm {
+        self.control = Some(control);
         self
     }
 
@@ -183,16 +200,29 @@ impl NetComm {
         self
     }
 
+    /// The error for a failed link to `peer`, naming the root cause: a process of the job that
+    /// died (pid, host), before a path that went silent (address), before a peer that closed
+    /// its link or ended in order, before a timeout.
     fn link_error(&self, peer: usize, e: LinkError) -> CommError {
+        if let Some(dead) = self.first_dead() {
+            return self.exited(dead);
+        }
+        if let (LinkError::PeerDead, Some(c)) = (&e, &self.control) {
+            // the link saw the process gone (a peer on this host): the job has failed
+            c.saw_die(peer);
+        }
+        let exited = self.fate(peer) != Fate::Running;
         match e {
-            LinkError::Closed => CommError::PeerGone {
-                rank: self.rank,
-                peer: self.dead_peer(CLOSED_GRACE).unwrap_or(peer),
-            },
-            LinkError::PeerDead => CommError::PeerGone {
-                rank: self.rank,
-                peer,
-            },
+            LinkError::Closed => self
+                .root_cause(CLOSED_GRACE)
+                .or_else(|| exited.then(|| self.exited(peer)))
+                .unwrap_or(CommError::PeerGone {
+                    rank: self.rank,
+                    peer,
+                }),
+            LinkError::PeerDead => self.exited(peer),
+            _ if exited => self.exited(peer),
+            LinkError::Silent(d) => self.silent(peer, d),
             LinkError::Timeout => CommError::Timeout {
                 rank: self.rank,
                 peer,
@@ -205,37 +235,125 @@ impl NetComm {
         }
     }
 
-    /// A peer whose link reports it dead, looked for during `grace`: a peer that closed its
-    /// link in order usually failed because another died, and every survivor should name the
+    /// The lowest rank whose process the control channel says died: the job has failed.
+    fn first_dead(&self) -> Option<usize> {
+        self.control.as_ref().and_then(Control::first_dead)
+    }
+
+    /// What the control channel knows of `peer`'s process (`Running` without a channel).
+    fn fate(&self, peer: usize) -> Fate {
+        self.control
+            .as_ref()
+            .map_or(Fate::Running, |c| c.fate(peer))
+    }
+
+    /// "`peer` (pid, host) exited", from the job's table (without one: the peer is gone).
+    fn exited(&self, peer: usize) -> CommError {
+        let member = self
+            .control
+            .as_ref()
+            .and_then(|c| Some((c, c.member(peer)?)));
+        match member {
+            Some((c, m)) => CommError::PeerExited {
+                rank: self.rank,
+                peer,
+                pid: m.pid,
+                host: c.host_label(peer),
+            },
+            None => CommError::PeerGone {
+                rank: self.rank,
+                peer,
+            },
+        }
+    }
+
+    /// "no packets from `peer` at its address for `d`".
+    fn silent(&self, peer: usize, d: Duration) -> CommError {
+        CommError::PeerSilent {
+            rank: self.rank,
+            peer,
+            addr: self
+                .control
+                .as_ref()
+                .and_then(|c| c.member(peer))
+                .map_or_else(|| "an unknown address".into(), |m| m.quic.to_string()),
+            secs: d.as_secs(),
+        }
+    }
+
+    /// The failure behind a peer that closed its link, looked for during `grace`: a process the
+    /// control channel says died, else a link that reports its peer dead or silent. A peer that
+    /// closed in order usually failed because another died, and every survivor should name the
     /// dead one (a QUIC peer is known dead only at its idle timeout, which the ranks reach up to
     /// a keep-alive interval apart). Links in use by another thread are skipped.
-    fn dead_peer(&self, grace: Duration) -> Option<usize> {
+    fn root_cause(&self, grace: Duration) -> Option<CommError> {
         let deadline = Instant::now() + grace;
         let far = deadline + self.timeout;
+        let cause = |peer: usize, e: Option<LinkError>| match e {
+            Some(LinkError::PeerDead) => Some(self.exited(peer)),
+            Some(LinkError::Silent(d)) => Some(self.silent(peer, d)),
+            _ => None,
+        };
         loop {
+            if let Some(dead) = self.first_dead() {
+                return Some(self.exited(dead));
+            }
             for (peer, side) in self.tx.iter().enumerate() {
                 let Some(side) = side else { continue };
                 let failed = side.failed.lock().ok().and_then(|f| f.clone());
-                let checked = side.link.try_lock().ok().map(|l| l.check(far));
-                if matches!(failed, Some(LinkError::PeerDead))
-                    || matches!(checked, Some(Err(LinkError::PeerDead)))
-                {
-                    return Some(peer);
+                let checked = side.link.try_lock().ok().and_then(|l| l.check(far).err());
+                if let Some(e) = cause(peer, failed).or_else(|| cause(peer, checked)) {
+                    return Some(e);
                 }
             }
             for (peer, side) in self.rx.iter().enumerate() {
                 let checked = side
                     .as_ref()
                     .and_then(|s| s.try_lock().ok())
-                    .map(|s| s.link.check(far));
-                if matches!(checked, Some(Err(LinkError::PeerDead))) {
-                    return Some(peer);
+                    .and_then(|s| s.link.check(far).err());
+                if let Some(e) = cause(peer, checked) {
+                    return Some(e);
                 }
             }
             if Instant::now() >= deadline {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Reads `len` bytes of `link` into `f` before `deadline`, in turns of
+    /// [`WATCH_EVERY`] when there is a control channel: a turn in which no byte came, once a
+    /// process of the job is known to have died, ends the wait (`PeerDead`; the job has failed,
+    /// and the peer may be waiting on the dead one) instead of waiting out the deadline.
+    fn read_watched(
+        &self,
+        link: &mut dyn LinkRx,
+        len: usize,
+        deadline: Instant,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), LinkError> {
+        if self.control.is_none() {
+            return link.read_with(len, deadline, f);
+        }
+        let mut done = 0;
+        loop {
+            let turn = deadline.min(Instant::now() + WATCH_EVERY);
+            let base = done;
+            let mut got = 0;
+            let r = link.read_with(len - base, turn, &mut |at, piece| {
+                f(base + at, piece);
+                got = at + piece.len();
+            });
+            done = base + got;
+            match r {
+                Err(LinkError::Timeout) if Instant::now() < deadline => {
+                    if got == 0 && self.first_dead().is_some() {
+                        return Err(LinkError::PeerDead);
+                    }
+                }
+                other => return other,
+            }
         }
     }
 
@@ -280,12 +398,20 @@ impl NetComm {
     }
 
     /// Waits (up to `timeout`) until every queued message has been written, closes the links so
-    /// peers see an orderly end, and waits for the peers to close theirs. Called at process exit.
+    /// peers see an orderly end, waits for the peers to close theirs, and says `BYE` on the
+    /// control channel (this rank ends in order). Called at process exit.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        for side in self.tx.iter().flatten() {
+        // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
+        // link to a dead peer answers only at the idle timeout: writer threads are left behind
+        // (they end with the process) and links are not drained.
+        let doomed = self.first_dead().is_some();
+        let died = |peer: usize| doomed || self.fate(peer) == Fate::Died;
+        for (peer, side) in self.tx.iter().enumerate() {
+            let Some(side) = side else { continue };
             while side.pending.load(Ordering::Acquire) > 0
                 && side.failed.lock().is_ok_and(|f| f.is_none())
+                && !died(peer)
                 && Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_micros(200));
@@ -293,14 +419,21 @@ impl NetComm {
             if let Ok(mut q) = side.queue.lock() {
                 q.take();
             }
-            if let Some(h) = side.thread.lock().ok().and_then(|mut t| t.take()) {
+            if let Some(h) = side.thread.lock().ok().and_then(|mut t| t.take())
+                && !died(peer)
+            {
                 let _ = h.join();
             }
         }
-        for side in self.rx.iter().flatten() {
-            if let Ok(mut side) = side.try_lock() {
+        for (peer, side) in self.rx.iter().enumerate() {
+            if let Some(Ok(mut side)) = side.as_ref().map(Mutex::try_lock)
+                && !died(peer)
+            {
                 side.link.drain(deadline);
             }
+        }
+        if let Some(c) = &self.control {
+            c.bye();
         }
     }
 }
@@ -446,9 +579,10 @@ impl NetComm {
             })?;
         let deadline = Instant::now() + self.timeout;
         let mut head = [0u8; HEADER_LEN];
-        side.link
-            .read_exact(&mut head, deadline)
-            .map_err(|e| self.link_error(peer, e))?;
+        self.read_watched(&mut *side.link, HEADER_LEN, deadline, &mut |at, piece| {
+            head[at..at + piece.len()].copy_from_slice(piece);
+        })
+        .map_err(|e| self.link_error(peer, e))?;
         let h = self.check_header(peer, &head, tag, len, side.seq)?;
         if h.by_ref {
             let mut at = [0u8; REF_LEN];
@@ -457,8 +591,7 @@ impl NetComm {
                 .map_err(|e| self.link_error(peer, e))?;
             read_by_ref(&mut *side.link, &at, len, f).map_err(|e| self.link_error(peer, e))?;
         } else {
-            side.link
-                .read_with(len, deadline, f)
+            self.read_watched(&mut *side.link, len, deadline, f)
                 .map_err(|e| self.link_error(peer, e))?;
         }
         side.seq += 1;
@@ -630,20 +763,26 @@ impl NetComm {
                 // failed because of the dead one), before a timeout.
                 let rank_of = |e: &LinkError| match e {
                     LinkError::PeerDead => 0,
-                    LinkError::Closed => 1,
-                    LinkError::Io(_) => 2,
-                    LinkError::Timeout => 3,
+                    LinkError::Silent(_) => 1,
+                    LinkError::Closed => 2,
+                    LinkError::Io(_) => 3,
+                    LinkError::Timeout => 4,
+                };
+                // Once the control channel says a process died, every link counts as dead.
+                let told = |r: Result<(), LinkError>| match r {
+                    Ok(()) if self.first_dead().is_some() => Err(LinkError::PeerDead),
+                    r => r,
                 };
                 // Only links with bytes still to move: a finished peer may have left.
                 let worst = outs
                     .iter()
                     .filter(|o| !o.finished())
-                    .map(|o| (o.peer, o.link.check(deadline)))
+                    .map(|o| (o.peer, told(o.link.check(deadline))))
                     .chain(
                         ins.iter()
                             .chain(&turns)
                             .filter(|i| !i.finished())
-                            .map(|i| (i.peer, i.side.link.check(deadline))),
+                            .map(|i| (i.peer, told(i.side.link.check(deadline)))),
                     )
                     .filter_map(|(p, r)| r.err().map(|e| (p, e)))
                     .min_by_key(|(_, e)| rank_of(e));

@@ -5,6 +5,7 @@
 
 pub mod arena;
 pub mod comm;
+pub mod control;
 pub mod frame;
 pub mod link;
 #[cfg(feature = "quic")]
@@ -254,7 +255,8 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         .collect();
     Ok(NetComm::new(me, links, s.timeout, s.max_frame)
         .with_one_copy(one_copy)
-        .with_hosts(hosts))
+        .with_hosts(hosts)
+        .with_control(session.into_control()))
 }
 
 /// A build without QUIC links the ranks of one host, and refuses, clearly and on every rank, a

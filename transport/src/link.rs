@@ -18,6 +18,11 @@ pub enum LinkError {
     /// The peer process no longer runs.
     #[error("the peer process died")]
     PeerDead,
+    /// No packet came from the peer for this long (the transport's idle timeout): the network
+    /// path went silent, or the peer's host stopped; a process that died is told apart by the
+    /// control channel ([`crate::control`]).
+    #[error("no packets for {} s", .0.as_secs())]
+    Silent(Duration),
     /// An I/O or protocol failure.
     #[error("{0}")]
     Io(String),

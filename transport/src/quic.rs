@@ -471,9 +471,11 @@ impl QuicNode {
     }
 }
 
+/// A lost connection as a link error: the idle timeout (nothing heard for [`IDLE_TIMEOUT`]) is a
+/// silent path, not a dead process (a killed peer is named by the control channel).
 fn lost(e: &quinn::ConnectionError) -> LinkError {
     match e {
-        quinn::ConnectionError::TimedOut => LinkError::PeerDead,
+        quinn::ConnectionError::TimedOut => LinkError::Silent(IDLE_TIMEOUT),
         quinn::ConnectionError::ApplicationClosed(_)
         | quinn::ConnectionError::ConnectionClosed(_)
         | quinn::ConnectionError::LocallyClosed
@@ -521,8 +523,8 @@ impl LinkTx for QuicTx {
     }
 }
 
-/// A connection's health for [`LinkTx::check`] and [`LinkRx::check`]: lost (a peer that died
-/// shows as the idle timeout, `PeerDead`), or past `deadline`.
+/// A connection's health for [`LinkTx::check`] and [`LinkRx::check`]: lost (a peer that went
+/// silent shows as the idle timeout, `Silent`), or past `deadline`.
 fn connection_status(conn: &quinn::Connection, deadline: Instant) -> Result<(), LinkError> {
     if let Some(e) = conn.close_reason() {
         return Err(lost(&e));

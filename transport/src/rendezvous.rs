@@ -4,7 +4,8 @@
 //! table of all ranks, or a refusal that says why. A second round is a barrier (each rank has
 //! created its outgoing links). A wrong token is refused and learns nothing of the job; a wrong
 //! world size, a duplicate rank, a rank out of range or a rank that does not arrive in time is an
-//! error within the deadline, never a hang.
+//! error within the deadline, never a hang. The connections then stay open as the job's control
+//! channel ([`crate::control`]).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::TransportError;
+use crate::control::Control;
 
 /// One rank of the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,7 +120,8 @@ const READY: u8 = 5;
 const GO: u8 = 6;
 const MAX_MSG: usize = 1 << 20;
 
-fn send_msg(s: &mut TcpStream, tag: u8, body: &[u8]) -> std::io::Result<()> {
+/// Writes one message: tag, length, body.
+pub(crate) fn send_msg(s: &mut TcpStream, tag: u8, body: &[u8]) -> std::io::Result<()> {
     let mut m = Vec::with_capacity(5 + body.len());
     m.push(tag);
     m.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -131,6 +134,11 @@ fn recv_msg(s: &mut TcpStream, deadline: Instant) -> Result<(u8, Vec<u8>), Trans
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
     s.set_read_timeout(Some(left)).map_err(io)?;
+    read_msg(s)
+}
+
+/// Reads one message (tag, body), waiting as long as the socket's read timeout allows.
+pub(crate) fn read_msg(s: &mut TcpStream) -> Result<(u8, Vec<u8>), TransportError> {
     let mut head = [0u8; 5];
     s.read_exact(&mut head).map_err(io)?;
     let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
@@ -447,6 +455,14 @@ impl Session {
                 _ => Err(TransportError::Protocol("expected GO".into())),
             }
         }
+    }
+}
+
+impl Session {
+    /// Keeps the rendezvous connections open for the job's life as its control channel
+    /// ([`Control`]): call after the barrier.
+    pub fn into_control(self) -> Control {
+        Control::start(self.rank, self.table.members, self.conns)
     }
 }
 

@@ -242,6 +242,31 @@ pub enum CommError {
         /// The peer.
         peer: usize,
     },
+    /// The peer's process ended (killed, crashed or exited) before the transfer completed.
+    #[error("rank {rank}: rank {peer} (pid {pid}, host {host}) exited")]
+    PeerExited {
+        /// This rank.
+        rank: usize,
+        /// The peer.
+        peer: usize,
+        /// The peer's process id.
+        pid: u32,
+        /// The peer's host.
+        host: String,
+    },
+    /// Nothing at all (not even a keep-alive) came from the peer for `secs`: the network path
+    /// to it went silent (a partition), or its host stopped; its process was not seen to end.
+    #[error("rank {rank}: no packets from rank {peer} at {addr} for {secs} s")]
+    PeerSilent {
+        /// This rank.
+        rank: usize,
+        /// The peer.
+        peer: usize,
+        /// The peer's address.
+        addr: String,
+        /// How long nothing came, in seconds.
+        secs: u64,
+    },
     /// No message from the peer within the deadline.
     #[error("rank {rank}: timed out after {secs:.1} s waiting for rank {peer}")]
     Timeout {

@@ -1,0 +1,216 @@
+//! The control channel: every rank keeps its rendezvous connection to rank 0 open for the job's
+//! life, so a process that dies is told apart from a network path that went silent. QUIC over
+//! UDP sends nothing when a process is killed (its peers only see silence, at the idle timeout),
+//! but the kernel closes a dead process's TCP connections at once: rank 0 reads the close, and
+//! tells every other rank which rank exited; every rank reads rank 0's own close.
+//!
+//! A rank that ends in order (`NetComm::flush`, at exit, also after an error) says `BYE` first,
+//! so its close is an orderly exit; a close without `BYE` is a death. Either way the other ranks
+//! only consult what they learnt when a link fails (a normal exit is never reported), and waits
+//! on a rank that died end at once. Nothing here waits at exit: the reading threads end when
+//! their connection closes, and a finished job does not wait for them.
+
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+use crate::rendezvous::{Member, read_msg, send_msg};
+
+/// Message tags on the control channel (after the rendezvous' own).
+const LEFT: u8 = 16;
+const BYE: u8 = 17;
+
+/// What this rank knows of another rank's process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Running, as far as anyone told.
+    Running,
+    /// It ended in order (said `BYE`), after success or an error of its own.
+    Left,
+    /// Its process ended without a word: killed, crashed or aborted.
+    Died,
+}
+
+impl Fate {
+    fn code(self) -> u8 {
+        match self {
+            Fate::Running => 0,
+            Fate::Left => 1,
+            Fate::Died => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Fate {
+        match c {
+            1 => Fate::Left,
+            2 => Fate::Died,
+            _ => Fate::Running,
+        }
+    }
+}
+
+struct Shared {
+    members: Vec<Member>,
+    fates: Vec<AtomicU8>,
+    /// This rank is ending: closes of its own connections are not news.
+    closing: AtomicBool,
+    /// Rank 0: the connection to each rank (for notices and `BYE`); other ranks: the one to 0.
+    conns: std::sync::Mutex<Vec<(usize, TcpStream)>>,
+}
+
+impl Shared {
+    /// Records that `rank` ended; true if this is news (the first word of its end).
+    fn record(&self, rank: usize, fate: Fate) -> bool {
+        self.fates.get(rank).is_some_and(|f| {
+            f.compare_exchange(0, fate.code(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// Rank 0: tells every rank still connected that `rank` ended.
+    fn tell_all(&self, rank: usize, fate: Fate) {
+        let mut body = (rank as u64).to_le_bytes().to_vec();
+        body.push(fate.code());
+        if let Ok(mut conns) = self.conns.lock() {
+            for (r, s) in conns.iter_mut() {
+                if *r != rank {
+                    let _ = send_msg(s, LEFT, &body);
+                }
+            }
+        }
+    }
+}
+
+/// This rank's view of the job's processes, fed by the control channel.
+#[derive(Clone)]
+pub struct Control {
+    shared: Arc<Shared>,
+}
+
+impl Control {
+    /// Starts watching the rendezvous connections `conns` (rank 0: one per other rank, in rank
+    /// order from 1; any other rank: its one connection to rank 0) of the job of `members`.
+    pub fn start(me: usize, members: Vec<Member>, conns: Vec<TcpStream>) -> Control {
+        let ranked: Vec<(usize, TcpStream)> = if me == 0 {
+            conns
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (i + 1, s))
+                .collect()
+        } else {
+            conns.into_iter().map(|s| (0, s)).collect()
+        };
+        let shared = Arc::new(Shared {
+            fates: members.iter().map(|_| AtomicU8::new(0)).collect(),
+            members,
+            closing: AtomicBool::new(false),
+            conns: std::sync::Mutex::new(vec![]),
+        });
+        let mut writers = vec![];
+        for (peer, s) in ranked {
+            // A notice is a few bytes: it never waits long for a peer that went silent.
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = s.set_read_timeout(None);
+            let Ok(reader) = s.try_clone() else {
+                continue;
+            };
+            writers.push((peer, s));
+            let shared = shared.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("gflow-control-{peer}"))
+                .spawn(move || watch(me, peer, reader, &shared));
+        }
+        if let Ok(mut c) = shared.conns.lock() {
+            *c = writers;
+        }
+        Control { shared }
+    }
+
+    /// What this rank knows of `rank`'s process.
+    pub fn fate(&self, rank: usize) -> Fate {
+        self.shared.fates.get(rank).map_or(Fate::Running, |f| {
+            Fate::from_code(f.load(Ordering::Acquire))
+        })
+    }
+
+    /// Records that this rank saw `rank`'s process gone by itself (a peer on this host whose
+    /// pid vanished): as good as rank 0's word.
+    pub fn saw_die(&self, rank: usize) {
+        self.shared.record(rank, Fate::Died);
+    }
+
+    /// The lowest rank whose process is known to have died, if any.
+    pub fn first_dead(&self) -> Option<usize> {
+        (0..self.shared.fates.len()).find(|&r| self.fate(r) == Fate::Died)
+    }
+
+    /// `rank`'s table entry (pid, host, address).
+    pub fn member(&self, rank: usize) -> Option<&Member> {
+        self.shared.members.get(rank)
+    }
+
+    /// `rank`'s host as people name it: the host name, with the network namespace where
+    /// another rank's host has the same name (namespaces count as hosts).
+    pub fn host_label(&self, rank: usize) -> String {
+        let members = &self.shared.members;
+        let Some(m) = members.get(rank) else {
+            return "unknown".into();
+        };
+        let name = |h: &str| h.split('/').next().unwrap_or_default().to_string();
+        let mine = name(&m.host);
+        let ambiguous = members
+            .iter()
+            .any(|o| o.host != m.host && name(&o.host) == mine);
+        match m.host.rsplit('/').next() {
+            Some(ns) if ambiguous && !ns.is_empty() => format!("{mine} {ns}"),
+            _ => mine,
+        }
+    }
+
+    /// Says `BYE` on every control connection and closes them: this rank ends in order. Called
+    /// once its links are flushed (at exit: so it logs nothing, thread-locals may be gone);
+    /// later calls do nothing.
+    pub fn bye(&self) {
+        if self.shared.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Ok(mut conns) = self.shared.conns.lock() {
+            for (_, s) in conns.iter_mut() {
+                let _ = send_msg(s, BYE, &[]);
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Reads one control connection until it closes: on rank 0 the connection of rank `peer` (its
+/// `BYE` or its death is told to every other rank), elsewhere the one to rank 0 (its notices,
+/// then its `BYE` or its death).
+fn watch(me: usize, peer: usize, mut s: TcpStream, shared: &Shared) {
+    loop {
+        let msg = read_msg(&mut s);
+        if shared.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let (rank, fate) = match msg {
+            Ok((BYE, _)) => (peer, Fate::Left),
+            Ok((LEFT, body)) if me != 0 && body.len() == 9 && body[8] != 0 => {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&body[..8]);
+                (u64::from_le_bytes(w) as usize, Fate::from_code(body[8]))
+            }
+            Ok(_) => continue,
+            Err(_) => (peer, Fate::Died),
+        };
+        if shared.record(rank, fate) {
+            tracing::debug!(rank = me, of = rank, ?fate, "control channel: a rank ended");
+            if me == 0 {
+                shared.tell_all(rank, fate);
+            }
+        }
+        if rank == peer {
+            return;
+        }
+    }
+}
