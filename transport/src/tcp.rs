@@ -11,7 +11,7 @@
 //! checks them against the certificate it saw and answers one byte.
 //!
 //! Sockets are non-blocking after the handshake, so [`crate::NetComm`] runs its direct
-//! exchanges over these links; blocking calls poll with [`crate::link`]'s idle backoff.
+//! exchanges over these links; blocking calls wait in `poll(2)`.
 
 use std::io::{BufRead, ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -23,7 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TransportError;
-use crate::link::{Idle, LinkError, LinkPair, LinkRx, LinkTx};
+use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
 pub use crate::tls::Fingerprint;
 use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
 
@@ -319,6 +319,11 @@ impl TcpNode {
             TlsRx {
                 conn: conn.into(),
                 sock,
+                inbox: Inbox {
+                    buf: vec![0; INBOX].into_boxed_slice(),
+                    at: 0,
+                    end: 0,
+                },
                 failed: None,
             },
         ))
@@ -346,6 +351,46 @@ fn blocking_until(sock: &TcpStream, deadline: Instant) -> std::io::Result<()> {
         .max(Duration::from_millis(1));
     sock.set_read_timeout(Some(left))?;
     sock.set_write_timeout(Some(left))
+}
+
+/// What a blocking call waits for.
+#[derive(Clone, Copy)]
+enum Ready {
+    Read,
+    Write,
+}
+
+/// Waits until `sock` can be read or written (or has failed), at most until `deadline` and at
+/// most 100 ms (callers check the link and the deadline between waits). The kernel wakes the
+/// thread as bytes or room arrive, which a loaded host's sleeping poll loop cannot match.
+#[cfg(unix)]
+fn wait_for(sock: &TcpStream, what: Ready, deadline: Instant) {
+    use std::os::fd::AsRawFd;
+    let events = match what {
+        Ready::Read => libc::POLLIN,
+        Ready::Write => libc::POLLOUT,
+    };
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .min(Duration::from_millis(100));
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ms = i32::try_from(left.as_millis()).unwrap_or(100).max(1);
+    // SAFETY: one valid pollfd, alive for the call; poll only writes its `revents`.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
+/// Waits a little (no `poll` here).
+#[cfg(not(unix))]
+fn wait_for(_sock: &TcpStream, _what: Ready, deadline: Instant) {
+    if Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// What a socket error means for the link: a reset, an end without TLS close_notify or a
@@ -391,16 +436,14 @@ impl TlsTx {
 impl LinkTx for TlsTx {
     fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
         let mut done = 0;
-        let mut idle = Idle::new();
         while done < bytes.len() {
             let n = self.try_write(&bytes[done..]).unwrap_or(0);
             if n > 0 {
                 done += n;
-                idle = Idle::new();
                 continue;
             }
             LinkTx::check(self, deadline)?;
-            idle.snooze();
+            wait_for(&self.sock, Ready::Write, deadline);
         }
         Ok(())
     }
@@ -410,9 +453,8 @@ impl LinkTx for TlsTx {
     fn close(&mut self) {
         self.conn.send_close_notify();
         let give_up = Instant::now() + Duration::from_secs(1);
-        let idle = Idle::new();
         while !self.flush() && self.failed.is_none() && Instant::now() < give_up {
-            idle.snooze();
+            wait_for(&self.sock, Ready::Write, give_up);
         }
         let _ = self.sock.shutdown(Shutdown::Write);
     }
@@ -449,7 +491,39 @@ impl LinkTx for TlsTx {
 struct TlsRx {
     conn: Connection,
     sock: TcpStream,
+    inbox: Inbox,
     failed: Option<LinkError>,
+}
+
+/// Bytes read from the socket ahead of rustls, which asks for 4 KiB at a time: one system call
+/// per [`INBOX`] bytes instead of several per TLS record.
+struct Inbox {
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
+}
+
+/// Bytes a receive takes from the socket at once.
+const INBOX: usize = 256 << 10;
+
+/// The socket seen through its [`Inbox`].
+struct Feed<'a> {
+    inbox: &'a mut Inbox,
+    sock: &'a mut TcpStream,
+}
+
+impl Read for Feed<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let b = &mut *self.inbox;
+        if b.at == b.end {
+            let n = self.sock.read(&mut b.buf)?;
+            (b.at, b.end) = (0, n);
+        }
+        let n = out.len().min(b.end - b.at);
+        out[..n].copy_from_slice(&b.buf[b.at..b.at + n]);
+        b.at += n;
+        Ok(n)
+    }
 }
 
 impl TlsRx {
@@ -459,7 +533,11 @@ impl TlsRx {
         if self.failed.is_some() {
             return false;
         }
-        match self.conn.read_tls(&mut self.sock) {
+        let mut feed = Feed {
+            inbox: &mut self.inbox,
+            sock: &mut self.sock,
+        };
+        match self.conn.read_tls(&mut feed) {
             // EOF: the reader reports it (orderly after close_notify, else the peer died).
             Ok(0) => {}
             Ok(_) => {}
@@ -487,7 +565,6 @@ impl LinkRx for TlsRx {
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), LinkError> {
         let mut done = 0;
-        let mut idle = Idle::new();
         while done < len {
             let n = self
                 .try_read_with(len - done, &mut |piece| {
@@ -496,11 +573,10 @@ impl LinkRx for TlsRx {
                 })
                 .unwrap_or(0);
             if n > 0 {
-                idle = Idle::new();
                 continue;
             }
             LinkRx::check(self, deadline)?;
-            idle.snooze();
+            wait_for(&self.sock, Ready::Read, deadline);
         }
         Ok(())
     }
@@ -548,10 +624,9 @@ impl LinkRx for TlsRx {
     }
 
     fn drain(&mut self, deadline: Instant) {
-        let idle = Idle::new();
         while self.failed.is_none() && Instant::now() < deadline {
             if self.try_read_with(usize::MAX, &mut |_| {}) == Some(0) {
-                idle.snooze();
+                wait_for(&self.sock, Ready::Read, deadline);
             }
         }
     }
