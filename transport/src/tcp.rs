@@ -418,6 +418,26 @@ struct TlsTx {
 }
 
 impl TlsTx {
+    /// [`LinkTx::try_write`]: encrypts up to [`CHUNK`] bytes of `bytes` (unless some are
+    /// staged already) and moves records to the socket; the count of bytes whose records are
+    /// all on the socket.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        if self.failed.is_some() {
+            return 0;
+        }
+        if self.staged == 0 && !bytes.is_empty() && !self.conn.wants_write() {
+            let take = bytes.len().min(CHUNK);
+            match self.conn.writer().write(&bytes[..take]) {
+                Ok(n) => self.staged = n,
+                Err(e) => self.failed = Some(LinkError::Io(e.to_string())),
+            }
+        }
+        if !self.flush() {
+            return 0;
+        }
+        std::mem::take(&mut self.staged)
+    }
+
     /// Moves encrypted records to the socket; true when none is left.
     fn flush(&mut self) -> bool {
         while self.failed.is_none() && self.conn.wants_write() {
@@ -437,7 +457,7 @@ impl LinkTx for TlsTx {
     fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
         let mut done = 0;
         while done < bytes.len() {
-            let n = self.try_write(&bytes[done..]).unwrap_or(0);
+            let n = self.push(&bytes[done..]);
             if n > 0 {
                 done += n;
                 continue;
@@ -460,20 +480,7 @@ impl LinkTx for TlsTx {
     }
 
     fn try_write(&mut self, bytes: &[u8]) -> Option<usize> {
-        if self.failed.is_some() {
-            return Some(0);
-        }
-        if self.staged == 0 && !bytes.is_empty() && !self.conn.wants_write() {
-            let take = bytes.len().min(CHUNK);
-            match self.conn.writer().write(&bytes[..take]) {
-                Ok(n) => self.staged = n,
-                Err(e) => self.failed = Some(LinkError::Io(e.to_string())),
-            }
-        }
-        if !self.flush() {
-            return Some(0);
-        }
-        Some(std::mem::take(&mut self.staged))
+        Some(self.push(bytes))
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
