@@ -323,13 +323,16 @@ fn dispatch(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The `system` label of a launched run: its transport (`GFLOW_TRANSPORT=quic`, else shared
-/// memory on one host) and, when forced, its collective schedule.
-/// `gflow-shm` or `gflow-quic`, with `-ring`, `-direct` or `-doubling` when
+/// The `system` label of a launched run: its transport (`GFLOW_TRANSPORT=quic` or `tcp`, else
+/// shared memory on one host) and, when forced, its collective schedule.
+/// `gflow-shm`, `gflow-quic` or `gflow-tcp`, with `-ring`, `-direct` or `-doubling` when
 /// `GFLOW_COLLECTIVES` forces a schedule.
 fn system_name() -> String {
-    let quic = std::env::var("GFLOW_TRANSPORT").is_ok_and(|t| t == "quic");
-    let base = if quic { "gflow-quic" } else { "gflow-shm" };
+    let base = match std::env::var("GFLOW_TRANSPORT").as_deref() {
+        Ok("quic") => "gflow-quic",
+        Ok("tcp") => "gflow-tcp",
+        _ => "gflow-shm",
+    };
     match std::env::var("GFLOW_COLLECTIVES").ok().as_deref() {
         Some(s @ ("ring" | "direct" | "doubling")) => format!("{base}-{s}"),
         _ => base.into(),

@@ -34,6 +34,17 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "!!! no mpirun and cannot install one: the mpirun test will skip !!!"
   fi
 fi
+# iptables blocks UDP between two network namespaces in tests/tcp.rs (it skips loudly without).
+if ! command -v iptables >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing iptables for the UDP-blocked test"
+    apt-get install -y -qq iptables >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq iptables >/dev/null 2>&1; } ||
+      echo "!!! could not install iptables: the UDP-blocked test will skip !!!"
+  else
+    echo "!!! no iptables and cannot install it: the UDP-blocked test will skip !!!"
+  fi
+fi
 # The checkpoint tests check that files gflow writes load in Python's safetensors.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
   echo "installing python safetensors and numpy for the checkpoint tests"

@@ -190,6 +190,12 @@ pub fn init() -> Result<Env> {
     } else {
         String::new()
     };
+    let forced =
+        gflow_transport::Forced::parse(var("GFLOW_TRANSPORT").as_deref()).map_err(|e| {
+            Error::Environment {
+                reason: format!("rank {rank}: {e}"),
+            }
+        })?;
     let settings = gflow_transport::Settings {
         rendezvous: gflow_transport::rendezvous::Config {
             master: format!("{}:{}", job.master_addr, job.master_port),
@@ -203,7 +209,8 @@ pub fn init() -> Result<Env> {
         max_frame: var("GFLOW_MAX_FRAME")
             .and_then(|s| s.parse().ok())
             .unwrap_or(16 << 30),
-        force_quic: var("GFLOW_TRANSPORT").is_some_and(|t| t == "quic"),
+        force_quic: forced == gflow_transport::Forced::Quic,
+        force_tcp: forced == gflow_transport::Forced::Tcp,
     };
     let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
         Error::Environment {

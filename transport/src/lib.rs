@@ -1,7 +1,8 @@
 //! gflow's transport: makes one process per rank a world. `connect` runs the rendezvous on
 //! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory
 //! and every other pair through QUIC (feature `quic`, on by default; without it a job must stay
-//! on one host), and returns a [`NetComm`], core's `Communicator` over those links.
+//! on one host) or, with `GFLOW_TRANSPORT=tcp`, TLS over TCP (feature `tcp`, on by default), and
+//! returns a [`NetComm`], core's `Communicator` over those links.
 
 pub mod arena;
 pub mod comm;
@@ -12,12 +13,16 @@ pub mod link;
 pub mod quic;
 pub mod rendezvous;
 pub mod shm;
+#[cfg(feature = "tcp")]
+pub mod tcp;
+#[cfg(any(feature = "quic", feature = "tcp"))]
+mod tls;
 
-#[cfg(feature = "quic")]
+#[cfg(any(feature = "quic", feature = "tcp"))]
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
-#[cfg(feature = "quic")]
+#[cfg(any(feature = "quic", feature = "tcp"))]
 use std::time::Instant;
 
 pub use comm::NetComm;
@@ -59,6 +64,45 @@ pub struct Settings {
     pub max_frame: u64,
     /// `GFLOW_TRANSPORT=quic`: QUIC everywhere.
     pub force_quic: bool,
+    /// `GFLOW_TRANSPORT=tcp`: TLS over TCP everywhere.
+    pub force_tcp: bool,
+}
+
+/// The links `GFLOW_TRANSPORT` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forced {
+    /// Unset, empty or `shm`: shared memory within a host, QUIC between hosts.
+    Auto,
+    /// `quic`: QUIC between every pair of ranks, also within a host.
+    Quic,
+    /// `tcp`: TLS over TCP between every pair of ranks, also within a host (for networks that
+    /// block UDP).
+    Tcp,
+}
+
+impl Forced {
+    /// Reads a `GFLOW_TRANSPORT` value.
+    ///
+    /// ```
+    /// use gflow_transport::Forced;
+    /// assert_eq!(Forced::parse(Some("tcp")).unwrap(), Forced::Tcp);
+    /// assert_eq!(Forced::parse(None).unwrap(), Forced::Auto);
+    /// assert!(Forced::parse(Some("udp")).unwrap_err().to_string().contains("quic, tcp"));
+    /// ```
+    ///
+    /// # Errors
+    /// `Unsupported` for any other value, naming the accepted ones.
+    pub fn parse(value: Option<&str>) -> Result<Forced, TransportError> {
+        match value.map(str::trim) {
+            None | Some("" | "shm") => Ok(Forced::Auto),
+            Some("quic") => Ok(Forced::Quic),
+            Some("tcp") => Ok(Forced::Tcp),
+            Some(other) => Err(TransportError::Unsupported(format!(
+                "GFLOW_TRANSPORT={other:?} is not a transport: expected quic, tcp, or shm or \
+                 unset (the default: shared memory within a host, QUIC between hosts)"
+            ))),
+        }
+    }
 }
 
 /// Whether the portable paths are in use: always off Linux, and on Linux under
@@ -94,7 +138,7 @@ fn ring_path(job: u64, from: usize, to: usize) -> PathBuf {
     dir.join(format!("gflow-{job:016x}-{from}-{to}"))
 }
 
-#[cfg(feature = "quic")]
+#[cfg(any(feature = "quic", feature = "tcp"))]
 /// The wildcard address of the family `MASTER_ADDR` resolves to: the QUIC endpoint listens on
 /// every interface of that family, and rank 0 tells each peer which address reached it.
 fn wildcard_for(master: &str) -> IpAddr {
@@ -143,14 +187,74 @@ fn no_quic(why: &str) -> TransportError {
     ))
 }
 
+/// The refusal of TCP links in a build without them.
+#[cfg(not(feature = "tcp"))]
+fn no_tcp() -> TransportError {
+    TransportError::Unsupported(
+        "GFLOW_TRANSPORT=tcp asks for TCP links, and this build of gflow has none (its `tcp` \
+         feature is off): build with the `tcp` feature"
+            .into(),
+    )
+}
+
+/// How long QUIC links may take to come up after the rendezvous: a handshake takes
+/// milliseconds, so this only bounds how soon a job whose UDP is blocked fails (on every rank,
+/// well within 15 s of the start).
+#[cfg(feature = "quic")]
+const QUIC_LINK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A member's host for error messages: its host name and the address rank 0 saw it at.
+#[cfg(feature = "quic")]
+fn host_of(m: &rendezvous::Member) -> String {
+    let name = m.host.split('/').next().unwrap_or_default();
+    format!("{name:?} ({})", m.quic.ip())
+}
+
+/// The error of QUIC links that could not be set up: names this rank's host and the peers',
+/// says UDP may be blocked between them, and names the TCP fallback.
+#[cfg(feature = "quic")]
+fn quic_unreachable(
+    me: usize,
+    members: &[rendezvous::Member],
+    peers: &[Peer],
+    e: TransportError,
+) -> TransportError {
+    let mut hosts: Vec<String> = peers.iter().map(|p| host_of(&members[p.rank])).collect();
+    hosts.dedup();
+    let ranks: Vec<usize> = peers.iter().map(|p| p.rank).collect();
+    let why = format!(
+        "rank {me} on host {} could not link over QUIC to ranks {ranks:?} on host {} ({e}): \
+         UDP may be blocked between these hosts (QUIC runs over UDP); set GFLOW_TRANSPORT=tcp \
+         on every rank to link them over TCP instead",
+        host_of(&members[me]),
+        hosts.join(", "),
+    );
+    match e {
+        TransportError::Timeout(_) => TransportError::Timeout(why),
+        _ => TransportError::Io(why),
+    }
+}
+
 /// Joins the job and links this process to every other rank: shared memory to the ranks of
-/// this host, QUIC to the others (to all with `GFLOW_TRANSPORT=quic` on any rank).
+/// this host, QUIC to the others (to all with `GFLOW_TRANSPORT=quic` on any rank; TLS over TCP
+/// instead of QUIC with `GFLOW_TRANSPORT=tcp`, to all ranks as `quic` does; ranks asking for
+/// both are refused on every rank).
 ///
 /// # Errors
 /// Rendezvous failures (wrong token, world size, duplicate or late rank), or a link that cannot
 /// be set up in time.
 pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let cfg = &s.rendezvous;
+    #[cfg(not(feature = "tcp"))]
+    if s.force_tcp {
+        return Err(no_tcp());
+    }
+    #[cfg(feature = "tcp")]
+    let tcp_node = tcp::TcpNode::bind(wildcard_for(&cfg.master))?;
+    #[cfg(feature = "tcp")]
+    let (tcp_port, tcp_cert) = (tcp_node.port()?, tcp_node.fingerprint());
+    #[cfg(not(feature = "tcp"))]
+    let (tcp_port, tcp_cert) = (0, [0; 32]);
     #[cfg(feature = "quic")]
     let node = QuicNode::bind(wildcard_for(&cfg.master))?;
     #[cfg(feature = "quic")]
@@ -166,15 +270,43 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         cert,
         force_quic: s.force_quic,
         shared_arena: arena::installed() && comm::refs_enabled(),
+        tcp_port,
+        tcp_cert,
+        force_tcp: s.force_tcp,
     };
     let mut session = rendezvous::join(cfg, &offer)?;
     let table = session.table.clone();
     let me = cfg.rank;
     let members = &table.members;
-    let everywhere = members.iter().any(|m| m.force_quic);
+    let asking = |f: fn(&rendezvous::Member) -> bool| -> Vec<usize> {
+        (0..cfg.world).filter(|&r| f(&members[r])).collect()
+    };
+    let (ask_quic, ask_tcp) = (asking(|m| m.force_quic), asking(|m| m.force_tcp));
+    if !ask_quic.is_empty() && !ask_tcp.is_empty() {
+        return Err(TransportError::Refused(format!(
+            "ranks {ask_quic:?} set GFLOW_TRANSPORT=quic but ranks {ask_tcp:?} set \
+             GFLOW_TRANSPORT=tcp: give every rank the same"
+        )));
+    }
+    let by_tcp = !ask_tcp.is_empty();
+    let everywhere = !ask_quic.is_empty() || by_tcp;
+    // Links over the network (QUIC, or TCP with `by_tcp`).
     let by_quic = |peer: usize| everywhere || members[peer].host != members[me].host;
+    #[cfg(not(feature = "tcp"))]
+    if by_tcp {
+        return Err(no_tcp());
+    }
+    #[cfg(feature = "tcp")]
+    let tcp_peers: Vec<tcp::Peer> = (0..cfg.world)
+        .filter(|&p| by_tcp && p != me)
+        .map(|p| tcp::Peer {
+            rank: p,
+            addr: std::net::SocketAddr::new(members[p].quic.ip(), members[p].tcp_port),
+            fingerprint: members[p].tcp_cert,
+        })
+        .collect();
     #[cfg(not(feature = "quic"))]
-    if let Some(p) = (0..cfg.world).find(|&p| p != me && by_quic(p)) {
+    if let Some(p) = (0..cfg.world).find(|&p| p != me && by_quic(p) && !by_tcp) {
         return Err(no_quic(&format!(
             "rank {p} runs on host {:?}, not on this rank's ({me}) host {:?}",
             members[p].host, members[me].host
@@ -182,7 +314,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     }
     #[cfg(feature = "quic")]
     let quic_peers: Vec<Peer> = (0..cfg.world)
-        .filter(|&p| p != me && by_quic(p))
+        .filter(|&p| p != me && by_quic(p) && !by_tcp)
         .map(|p| Peer {
             rank: p,
             addr: members[p].quic,
@@ -228,8 +360,18 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     }
     #[cfg(feature = "quic")]
     if !quic_peers.is_empty() {
+        let deadline = Instant::now() + cfg.timeout.min(QUIC_LINK_TIMEOUT);
+        let pairs = node
+            .link_all(me, table.job, &quic_peers, deadline)
+            .map_err(|e| quic_unreachable(me, members, &quic_peers, e))?;
+        for (peer, pair) in pairs {
+            links[peer] = Some(pair);
+        }
+    }
+    #[cfg(feature = "tcp")]
+    if !tcp_peers.is_empty() {
         let deadline = Instant::now() + cfg.timeout;
-        for (peer, pair) in node.link_all(me, table.job, &quic_peers, deadline)? {
+        for (peer, pair) in tcp_node.link_all(me, table.job, &tcp_peers, deadline)? {
             links[peer] = Some(pair);
         }
     }
@@ -239,14 +381,16 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             .all(|m| m.shared_arena && m.host == members[me].host);
     if tracing::enabled!(tracing::Level::INFO) {
         let shm: Vec<usize> = (0..cfg.world).filter(|&p| p != me && !by_quic(p)).collect();
-        let quic: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_quic(p)).collect();
+        let net: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_quic(p)).collect();
+        let (quic, tcp) = if by_tcp { (vec![], net) } else { (net, vec![]) };
         tracing::info!(
             rank = me,
             host = %members[me].host,
             ?shm,
             ?quic,
+            ?tcp,
             one_copy,
-            "links (shared memory, QUIC) to the other ranks"
+            "links (shared memory, QUIC, TCP) to the other ranks"
         );
     }
     let hosts = members
@@ -286,6 +430,7 @@ mod without_quic {
                         timeout: Duration::from_secs(10),
                         max_frame: 1 << 20,
                         force_quic: false,
+                        force_tcp: false,
                     };
                     s.spawn(move || connect(&settings))
                 })

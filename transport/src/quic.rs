@@ -18,128 +18,18 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
-use sha2::{Digest, Sha256};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::Handle;
 
 use crate::TransportError;
 use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
-
-/// SHA-256 of a certificate's DER bytes: how ranks name each other's certificates.
-pub type Fingerprint = [u8; 32];
+pub use crate::tls::Fingerprint;
+use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
 
 const ALPN: &[u8] = b"gflow/1";
-const SERVER_NAME: &str = "gflow";
 /// A connection with no packet for this long is lost: a killed peer is an error this soon.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(6);
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
-
-fn fingerprint(der: &[u8]) -> Fingerprint {
-    Sha256::digest(der).into()
-}
-
-fn tls_error(e: impl std::fmt::Display) -> TransportError {
-    TransportError::Io(format!("TLS setup: {e}"))
-}
-
-/// ring's TLS 1.3 suites reduced to AES-128-GCM, the fastest here (see the notes).
-fn provider() -> Arc<CryptoProvider> {
-    let mut p = rustls::crypto::ring::default_provider();
-    p.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
-    Arc::new(p)
-}
-
-/// Accepts exactly the certificates whose fingerprints it holds, as server or client verifier.
-#[derive(Debug)]
-struct Pinned {
-    allowed: Vec<Fingerprint>,
-    algs: WebPkiSupportedAlgorithms,
-}
-
-impl Pinned {
-    fn new(allowed: Vec<Fingerprint>) -> Pinned {
-        Pinned {
-            allowed,
-            algs: provider().signature_verification_algorithms,
-        }
-    }
-
-    fn check(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
-        if self.allowed.contains(&fingerprint(cert)) {
-            Ok(())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-}
-
-/// The handshake-signature checks, the same for both verifier traits: the provider's, against
-/// the (already pinned) certificate.
-macro_rules! signature_checks {
-    () => {
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.algs.supported_schemes()
-        }
-    };
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ServerCertVerified::assertion())
-    }
-
-    signature_checks!();
-}
-
-impl ClientCertVerifier for Pinned {
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ClientCertVerified::assertion())
-    }
-
-    signature_checks!();
-}
 
 /// quinn's transport settings. Windows, congestion window and timeouts always; the large MTU
 /// only when every peer is on loopback (a real network's MTU is usually 1500, and quinn drops
@@ -224,10 +114,7 @@ impl QuicNode {
     /// `Io` when the socket, the runtime or the certificate cannot be made.
     pub fn bind(ip: IpAddr) -> Result<QuicNode, TransportError> {
         let io = |what: &str, e: std::io::Error| TransportError::Io(format!("QUIC {what}: {e}"));
-        let certified =
-            rcgen::generate_simple_self_signed(vec![SERVER_NAME.into()]).map_err(tls_error)?;
-        let cert = certified.cert.der().clone();
-        let key = PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der());
+        let (cert, key) = crate::tls::self_signed()?;
 
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(SocketAddr::new(ip, 0)),

@@ -33,6 +33,13 @@ pub struct Member {
     /// Its large buffers live in a shared arena that peers on its host may read
     /// ([`crate::arena`]), and it sends such payloads by reference.
     pub shared_arena: bool,
+    /// The port of its TCP listener (at the IP of `quic`).
+    pub tcp_port: u16,
+    /// SHA-256 of its TCP links' certificate.
+    pub tcp_cert: [u8; 32],
+    /// It asked for TLS over TCP everywhere (`GFLOW_TRANSPORT=tcp`); one such rank decides for
+    /// all, and a job with ranks asking for QUIC as well is refused.
+    pub force_tcp: bool,
 }
 
 impl Member {
@@ -43,6 +50,9 @@ impl Member {
         put_bytes(v, &self.cert);
         v.extend_from_slice(&u64::from(self.force_quic).to_le_bytes());
         v.extend_from_slice(&u64::from(self.shared_arena).to_le_bytes());
+        v.extend_from_slice(&u64::from(self.tcp_port).to_le_bytes());
+        put_bytes(v, &self.tcp_cert);
+        v.extend_from_slice(&u64::from(self.force_tcp).to_le_bytes());
     }
 
     fn decode(c: &mut Cur<'_>) -> Result<Member, TransportError> {
@@ -59,6 +69,12 @@ impl Member {
                 .map_err(|_| bad("certificate fingerprint"))?,
             force_quic: c.u64()? != 0,
             shared_arena: c.u64()? != 0,
+            tcp_port: u16::try_from(c.u64()?).map_err(|_| bad("TCP port"))?,
+            tcp_cert: c
+                .bytes()?
+                .try_into()
+                .map_err(|_| bad("TCP certificate fingerprint"))?,
+            force_tcp: c.u64()? != 0,
         })
     }
 }
@@ -100,6 +116,12 @@ pub struct Offer {
     pub force_quic: bool,
     /// It sends payloads in its shared arena by reference.
     pub shared_arena: bool,
+    /// The port of its TCP listener.
+    pub tcp_port: u16,
+    /// SHA-256 of its TCP links' certificate.
+    pub tcp_cert: [u8; 32],
+    /// It asks for TLS over TCP everywhere.
+    pub force_tcp: bool,
 }
 
 /// An open rendezvous: the table, and the connection(s) for the barrier round.
@@ -240,6 +262,9 @@ pub fn join(cfg: &Config, offer: &Offer) -> Result<Session, TransportError> {
         cert: offer.cert,
         force_quic: offer.force_quic,
         shared_arena: offer.shared_arena,
+        tcp_port: offer.tcp_port,
+        tcp_cert: offer.tcp_cert,
+        force_tcp: offer.force_tcp,
     };
     if cfg.world == 1 {
         return Ok(Session {

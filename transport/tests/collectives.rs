@@ -1,6 +1,7 @@
 //! The collectives over real links, ranks as threads of this process: shared-memory rings
-//! (direct exchanges) and QUIC over loopback (queued sends), with uneven counts, against sums
-//! and concatenations computed here. Values are small integers, so every sum is exact.
+//! (direct exchanges), QUIC over loopback (queued sends) and TLS over TCP (direct exchanges over
+//! sockets), with uneven counts, against sums and concatenations computed here. Values are
+//! small integers, so every sum is exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -11,6 +12,7 @@ use gflow_transport::NetComm;
 use gflow_transport::link::{LinkPair, Liveness};
 use gflow_transport::quic::{Peer, QuicNode};
 use gflow_transport::shm::{Ring, ShmRx, ShmTx};
+use gflow_transport::tcp::{self, TcpNode};
 use proptest::prelude::*;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -80,6 +82,40 @@ fn quic_mesh(n: usize) -> Vec<NetComm> {
                 s.spawn(move || {
                     let mut links: Vec<Option<LinkPair>> = (0..n).map(|_| None).collect();
                     for (p, pair) in q.link_all(r, 1, &others, deadline).unwrap() {
+                        links[p] = Some(pair);
+                    }
+                    NetComm::new(r, links, TIMEOUT, 1 << 30)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// `n` communicators joined pairwise by TLS-over-TCP links over loopback.
+fn tcp_mesh(n: usize) -> Vec<NetComm> {
+    let lo = IpAddr::from([127, 0, 0, 1]);
+    let nodes: Vec<TcpNode> = (0..n).map(|_| TcpNode::bind(lo).unwrap()).collect();
+    let peers: Vec<tcp::Peer> = nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, t)| tcp::Peer {
+            rank,
+            addr: SocketAddr::new(lo, t.port().unwrap()),
+            fingerprint: t.fingerprint(),
+        })
+        .collect();
+    let deadline = Instant::now() + TIMEOUT;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(r, t)| {
+                let others: Vec<tcp::Peer> =
+                    peers.iter().filter(|p| p.rank != r).cloned().collect();
+                s.spawn(move || {
+                    let mut links: Vec<Option<LinkPair>> = (0..n).map(|_| None).collect();
+                    for (p, pair) in t.link_all(r, 1, &others, deadline).unwrap() {
                         links[p] = Some(pair);
                     }
                     NetComm::new(r, links, TIMEOUT, 1 << 30)
@@ -235,6 +271,15 @@ fn quic_collectives() {
     for schedule in [Schedule::Direct, Schedule::Ring, Schedule::Doubling] {
         for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
             check_all(pin(quic_mesh(counts.len()), schedule), &counts);
+        }
+    }
+}
+
+#[test]
+fn tcp_collectives() {
+    for schedule in [Schedule::Direct, Schedule::Ring, Schedule::Doubling] {
+        for counts in [vec![3, 0, 5], vec![300_000, 7], vec![1, 2, 3, 4]] {
+            check_all(pin(tcp_mesh(counts.len()), schedule), &counts);
         }
     }
 }

@@ -1,0 +1,795 @@
+//! TCP links between hosts (`GFLOW_TRANSPORT=tcp`, for networks that block UDP): TLS 1.3 over
+//! TCP, with the trust of the QUIC links (`tls.rs`): a fresh certificate per process,
+//! its fingerprint reported in the rendezvous, mutual verification against the pinned
+//! fingerprints, AES-128-GCM only. A process without the job token is not in the table, fails
+//! the handshake and receives no byte.
+//!
+//! Each direction of a link is a TLS connection of its own: every process dials every peer once
+//! (the connection it writes) and accepts one connection from every peer (the one it reads). The
+//! halves then share no state and no lock, a writer waiting on a full socket never holds up the
+//! reader, and no dialing order is needed. The dialer opens with (job, rank); the acceptor
+//! checks them against the certificate it saw and answers one byte.
+//!
+//! Sockets are non-blocking after the handshake, so [`crate::NetComm`] runs its direct
+//! exchanges over these links; blocking calls wait in `poll(2)`.
+
+use std::io::{BufRead, ErrorKind, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConnection, Connection, ServerConnection};
+
+use crate::TransportError;
+use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
+pub use crate::tls::Fingerprint;
+use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
+
+const ALPN: &[u8] = b"gflow-tcp/1";
+/// Plaintext encrypted per step of a write: 16 TLS records.
+const CHUNK: usize = 256 << 10;
+/// The longest one accepted connection may take to prove itself, so a silent stranger cannot
+/// hold up the acceptor.
+const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
+/// TCP keep-alive: a peer host that vanishes without a word (power, cable) is an error after
+/// about `KEEP_IDLE + KEEP_PROBES * KEEP_EVERY`, as QUIC's idle timeout makes it.
+const KEEP_IDLE: Duration = Duration::from_secs(2);
+const KEEP_EVERY: Duration = Duration::from_secs(1);
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+const KEEP_PROBES: u32 = 4;
+
+/// A peer to link to: its rank, the address its listener is on, its certificate's fingerprint.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The peer's rank.
+    pub rank: usize,
+    /// Its TCP listener.
+    pub addr: SocketAddr,
+    /// Its certificate.
+    pub fingerprint: Fingerprint,
+}
+
+/// One process's TCP listener and certificate.
+pub struct TcpNode {
+    listener: TcpListener,
+    cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+}
+
+impl TcpNode {
+    /// Listens on `ip` (port chosen by the OS) with a fresh self-signed certificate. Listening
+    /// starts here, before the rendezvous, so no peer dials a port that is not open yet.
+    ///
+    /// # Errors
+    /// `Io` when the socket or the certificate cannot be made.
+    pub fn bind(ip: IpAddr) -> Result<TcpNode, TransportError> {
+        let (cert, key) = crate::tls::self_signed()?;
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+            .map_err(|e| TransportError::Io(format!("TCP listener on {ip}: {e}")))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| TransportError::Io(format!("TCP listener: {e}")))?;
+        Ok(TcpNode {
+            listener,
+            cert,
+            key,
+        })
+    }
+
+    /// The port the listener is on.
+    ///
+    /// # Errors
+    /// `Io` when the socket has no address.
+    pub fn port(&self) -> Result<u16, TransportError> {
+        self.listener
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|e| TransportError::Io(format!("TCP listener: {e}")))
+    }
+
+    /// This process's certificate fingerprint, reported in the rendezvous.
+    pub fn fingerprint(&self) -> Fingerprint {
+        fingerprint(&self.cert)
+    }
+
+    fn client_config(
+        &self,
+        peer: Fingerprint,
+    ) -> Result<Arc<rustls::ClientConfig>, TransportError> {
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_error)?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Pinned::new(vec![peer])))
+            .with_client_auth_cert(
+                vec![self.cert.clone()],
+                PrivateKeyDer::Pkcs8(self.key.clone_key()),
+            )
+            .map_err(tls_error)?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(Arc::new(tls))
+    }
+
+    fn server_config(&self, peers: &[Peer]) -> Result<Arc<rustls::ServerConfig>, TransportError> {
+        let verifier = Pinned::new(peers.iter().map(|p| p.fingerprint).collect());
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_error)?
+            .with_client_cert_verifier(Arc::new(verifier))
+            .with_single_cert(
+                vec![self.cert.clone()],
+                PrivateKeyDer::Pkcs8(self.key.clone_key()),
+            )
+            .map_err(tls_error)?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        // No session tickets: nothing the dialer would never read sits in its socket (unread
+        // bytes at close turn its orderly end into a reset).
+        tls.send_tls13_tickets = 0;
+        Ok(Arc::new(tls))
+    }
+
+    /// Links this process (`me`, of job `job`) to every peer: dials each (the connection this
+    /// process writes) while accepting one connection from each (the one it reads).
+    ///
+    /// # Errors
+    /// `Timeout` when a peer does not link before `deadline`; `Io` when a dial fails.
+    pub fn link_all(
+        &self,
+        me: usize,
+        job: u64,
+        peers: &[Peer],
+        deadline: Instant,
+    ) -> Result<Vec<(usize, LinkPair)>, TransportError> {
+        let server = self.server_config(peers)?;
+        let give_up = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let accepting = s.spawn(|| self.accept_all(job, peers, &server, deadline, &give_up));
+            let mut dialed = vec![];
+            for p in peers {
+                match self.dial(me, job, p, deadline) {
+                    Ok(tx) => dialed.push((p.rank, tx)),
+                    Err(e) => {
+                        give_up.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            let mut accepted = accepting
+                .join()
+                .map_err(|_| TransportError::Io("TCP acceptor thread panicked".into()))??;
+            Ok(dialed
+                .into_iter()
+                .filter_map(|(rank, tx)| {
+                    let at = accepted.iter().position(|(r, _)| *r == rank)?;
+                    let (_, rx) = accepted.swap_remove(at);
+                    let pair: LinkPair = (Box::new(tx), Box::new(rx));
+                    Some((rank, pair))
+                })
+                .collect())
+        })
+    }
+
+    /// Dials `p`: TCP, the TLS handshake (its certificate pinned), the hello, its answer.
+    fn dial(
+        &self,
+        me: usize,
+        job: u64,
+        p: &Peer,
+        deadline: Instant,
+    ) -> Result<TlsTx, TransportError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            TransportError::Io(format!("TCP link to rank {} at {}: {e}", p.rank, p.addr))
+        };
+        let mut sock = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(
+                &p.addr,
+                left.clamp(Duration::from_millis(1), Duration::from_secs(1)),
+            ) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(TransportError::Timeout(format!(
+                        "TCP link to rank {} at {}: {e}",
+                        p.rank, p.addr
+                    )));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        tune(&sock).map_err(|e| fail(&e))?;
+        let name = ServerName::try_from(SERVER_NAME).map_err(tls_error)?;
+        let mut conn =
+            ClientConnection::new(self.client_config(p.fingerprint)?, name).map_err(tls_error)?;
+        blocking_until(&sock, deadline).map_err(|e| fail(&e))?;
+        let mut hello = [0u8; 16];
+        hello[..8].copy_from_slice(&job.to_le_bytes());
+        hello[8..].copy_from_slice(&(me as u64).to_le_bytes());
+        let mut ok = [0u8; 1];
+        {
+            let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+            tls.write_all(&hello)
+                .and_then(|()| tls.flush())
+                // The acceptor's answer: it checked our certificate, job and rank (a TLS 1.3
+                // client finishes its handshake before the server judges its certificate).
+                .and_then(|()| tls.read_exact(&mut ok))
+                .map_err(|e| match e.kind() {
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                        TransportError::Timeout(format!(
+                            "TCP link to rank {} at {}: no answer in time",
+                            p.rank, p.addr
+                        ))
+                    }
+                    _ => fail(&e),
+                })?;
+        }
+        sock.set_nonblocking(true).map_err(|e| fail(&e))?;
+        // The write path bounds what it stages itself (`CHUNK`).
+        conn.set_buffer_limit(None);
+        Ok(TlsTx {
+            conn: conn.into(),
+            sock,
+            staged: 0,
+            failed: None,
+        })
+    }
+
+    /// Accepts one genuine connection from every peer before `deadline` (or until `give_up`).
+    /// A connection that fails the handshake, or whose hello does not match its certificate's
+    /// rank and this job, is dropped unanswered.
+    fn accept_all(
+        &self,
+        job: u64,
+        peers: &[Peer],
+        server: &Arc<rustls::ServerConfig>,
+        deadline: Instant,
+        give_up: &AtomicBool,
+    ) -> Result<Vec<(usize, TlsRx)>, TransportError> {
+        let mut got: Vec<(usize, TlsRx)> = vec![];
+        while got.len() < peers.len() {
+            if give_up.load(Ordering::Relaxed) {
+                return Err(TransportError::Io("TCP links abandoned".into()));
+            }
+            if Instant::now() >= deadline {
+                let missing: Vec<usize> = peers
+                    .iter()
+                    .map(|p| p.rank)
+                    .filter(|r| !got.iter().any(|(g, _)| g == r))
+                    .collect();
+                return Err(TransportError::Timeout(format!(
+                    "TCP links from ranks {missing:?} not up in time"
+                )));
+            }
+            let sock = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Err(e) => return Err(TransportError::Io(format!("TCP accept: {e}"))),
+            };
+            let soon = deadline.min(Instant::now() + HANDSHAKE_FOR);
+            if let Some((rank, rx)) = self.admit(sock, job, peers, server, soon)
+                && !got.iter().any(|(r, _)| *r == rank)
+            {
+                got.push((rank, rx));
+            }
+        }
+        Ok(got)
+    }
+
+    /// The handshake and hello of one accepted connection: `Some((rank, half))` for a peer of
+    /// this job, answered; `None` for anything else.
+    fn admit(
+        &self,
+        mut sock: TcpStream,
+        job: u64,
+        peers: &[Peer],
+        server: &Arc<rustls::ServerConfig>,
+        deadline: Instant,
+    ) -> Option<(usize, TlsRx)> {
+        sock.set_nonblocking(false).ok()?;
+        tune(&sock).ok()?;
+        blocking_until(&sock, deadline).ok()?;
+        let mut conn = ServerConnection::new(server.clone()).ok()?;
+        let mut hello = [0u8; 16];
+        rustls::Stream::new(&mut conn, &mut sock)
+            .read_exact(&mut hello)
+            .ok()?;
+        let word = |r: std::ops::Range<usize>| {
+            u64::from_le_bytes(hello[r].try_into().unwrap_or([0xff; 8]))
+        };
+        let (their_job, rank) = (word(0..8), word(8..16) as usize);
+        let cert = conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| fingerprint(c));
+        let genuine = peers
+            .iter()
+            .any(|p| p.rank == rank && Some(p.fingerprint) == cert);
+        if their_job != job || !genuine {
+            return None;
+        }
+        let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+        tls.write_all(&[1]).and_then(|()| tls.flush()).ok()?;
+        sock.set_nonblocking(true).ok()?;
+        Some((
+            rank,
+            TlsRx {
+                conn: conn.into(),
+                sock,
+                inbox: Inbox {
+                    buf: vec![0; INBOX].into_boxed_slice(),
+                    at: 0,
+                    end: 0,
+                },
+                failed: None,
+            },
+        ))
+    }
+}
+
+/// No Nagle delay (a frame header must not wait for an acknowledgement), and keep-alive probes
+/// so a vanished host is noticed. Buffer sizes stay with the kernel's autotuning, which on
+/// Linux grows them up to `tcp_rmem`/`tcp_wmem` (a fixed `SO_RCVBUF` would turn it off and is
+/// capped lower, by `rmem_max`).
+fn tune(sock: &TcpStream) -> std::io::Result<()> {
+    sock.set_nodelay(true)?;
+    let keep = socket2::TcpKeepalive::new()
+        .with_time(KEEP_IDLE)
+        .with_interval(KEEP_EVERY);
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    let keep = keep.with_retries(KEEP_PROBES);
+    socket2::SockRef::from(sock).set_tcp_keepalive(&keep)
+}
+
+/// Makes `sock`'s blocking calls give up at `deadline` (the handshake's).
+fn blocking_until(sock: &TcpStream, deadline: Instant) -> std::io::Result<()> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    sock.set_read_timeout(Some(left))?;
+    sock.set_write_timeout(Some(left))
+}
+
+/// What a blocking call waits for.
+#[derive(Clone, Copy)]
+enum Ready {
+    Read,
+    Write,
+}
+
+/// Waits until `sock` can be read or written (or has failed), at most until `deadline` and at
+/// most 100 ms (callers check the link and the deadline between waits). The kernel wakes the
+/// thread as bytes or room arrive, which a loaded host's sleeping poll loop cannot match.
+#[cfg(unix)]
+fn wait_for(sock: &TcpStream, what: Ready, deadline: Instant) {
+    use std::os::fd::AsRawFd;
+    let events = match what {
+        Ready::Read => libc::POLLIN,
+        Ready::Write => libc::POLLOUT,
+    };
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .min(Duration::from_millis(100));
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    let ms = i32::try_from(left.as_millis()).unwrap_or(100).max(1);
+    // SAFETY: one valid pollfd, alive for the call; poll only writes its `revents`.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
+/// Waits a little (no `poll` here).
+#[cfg(not(unix))]
+fn wait_for(_sock: &TcpStream, _what: Ready, deadline: Instant) {
+    if Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// What a socket error means for the link: a reset, an end without TLS close_notify or a
+/// keep-alive timeout is a peer that died or vanished; a broken pipe, a peer that closed.
+fn lost(e: &std::io::Error) -> LinkError {
+    match e.kind() {
+        ErrorKind::BrokenPipe => LinkError::Closed,
+        ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionAborted
+        | ErrorKind::TimedOut
+        | ErrorKind::UnexpectedEof => LinkError::PeerDead,
+        _ => LinkError::Io(e.to_string()),
+    }
+}
+
+/// The sending half of a TCP link: a TLS connection this process dialed.
+struct TlsTx {
+    conn: Connection,
+    sock: TcpStream,
+    /// Plaintext bytes encrypted into `conn` whose records are not all on the socket yet; they
+    /// count as written only once they are, so a caller that stops calling on "all written"
+    /// leaves nothing behind in this process.
+    staged: usize,
+    failed: Option<LinkError>,
+}
+
+impl TlsTx {
+    /// [`LinkTx::try_write`]: encrypts up to [`CHUNK`] bytes of `bytes` (unless some are
+    /// staged already) and moves records to the socket; the count of bytes whose records are
+    /// all on the socket.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        if self.failed.is_some() {
+            return 0;
+        }
+        if self.staged == 0 && !bytes.is_empty() && !self.conn.wants_write() {
+            let take = bytes.len().min(CHUNK);
+            match self.conn.writer().write(&bytes[..take]) {
+                Ok(n) => self.staged = n,
+                Err(e) => self.failed = Some(LinkError::Io(e.to_string())),
+            }
+        }
+        if !self.flush() {
+            return 0;
+        }
+        std::mem::take(&mut self.staged)
+    }
+
+    /// Moves encrypted records to the socket; true when none is left.
+    fn flush(&mut self) -> bool {
+        while self.failed.is_none() && self.conn.wants_write() {
+            match self.conn.write_tls(&mut self.sock) {
+                Ok(0) => self.failed = Some(LinkError::Closed),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => self.failed = Some(lost(&e)),
+            }
+        }
+        self.failed.is_none()
+    }
+}
+
+impl LinkTx for TlsTx {
+    fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
+        let mut done = 0;
+        while done < bytes.len() {
+            let n = self.push(&bytes[done..]);
+            if n > 0 {
+                done += n;
+                continue;
+            }
+            LinkTx::check(self, deadline)?;
+            wait_for(&self.sock, Ready::Write, deadline);
+        }
+        Ok(())
+    }
+
+    /// Sends TLS close_notify and shuts the socket's sending side: the peer reads an orderly
+    /// end after the last byte.
+    fn close(&mut self) {
+        self.conn.send_close_notify();
+        let give_up = Instant::now() + Duration::from_secs(1);
+        while !self.flush() && self.failed.is_none() && Instant::now() < give_up {
+            wait_for(&self.sock, Ready::Write, give_up);
+        }
+        let _ = self.sock.shutdown(Shutdown::Write);
+    }
+
+    fn try_write(&mut self, bytes: &[u8]) -> Option<usize> {
+        Some(self.push(bytes))
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if Instant::now() > deadline {
+            return Err(LinkError::Timeout);
+        }
+        Ok(())
+    }
+}
+
+/// The receiving half of a TCP link: a TLS connection this process accepted.
+struct TlsRx {
+    conn: Connection,
+    sock: TcpStream,
+    inbox: Inbox,
+    failed: Option<LinkError>,
+}
+
+/// Bytes read from the socket ahead of rustls, which asks for 4 KiB at a time: one system call
+/// per [`INBOX`] bytes instead of several per TLS record.
+struct Inbox {
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
+}
+
+/// Bytes a receive takes from the socket at once.
+const INBOX: usize = 256 << 10;
+
+/// The socket seen through its [`Inbox`].
+struct Feed<'a> {
+    inbox: &'a mut Inbox,
+    sock: &'a mut TcpStream,
+}
+
+impl Read for Feed<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let b = &mut *self.inbox;
+        if b.at == b.end {
+            let n = self.sock.read(&mut b.buf)?;
+            (b.at, b.end) = (0, n);
+        }
+        let n = out.len().min(b.end - b.at);
+        out[..n].copy_from_slice(&b.buf[b.at..b.at + n]);
+        b.at += n;
+        Ok(n)
+    }
+}
+
+impl TlsRx {
+    /// Decrypts what the socket holds into the connection's plaintext buffer; true if any
+    /// record arrived.
+    fn fetch(&mut self) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let mut feed = Feed {
+            inbox: &mut self.inbox,
+            sock: &mut self.sock,
+        };
+        match self.conn.read_tls(&mut feed) {
+            // EOF: the reader reports it (orderly after close_notify, else the peer died).
+            Ok(0) => {}
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                return false;
+            }
+            Err(e) => {
+                self.failed = Some(lost(&e));
+                return false;
+            }
+        }
+        if let Err(e) = self.conn.process_new_packets() {
+            self.failed = Some(LinkError::Io(format!("TLS: {e}")));
+            return false;
+        }
+        true
+    }
+}
+
+impl LinkRx for TlsRx {
+    fn read_with(
+        &mut self,
+        len: usize,
+        deadline: Instant,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), LinkError> {
+        let mut done = 0;
+        while done < len {
+            let n = self
+                .try_read_with(len - done, &mut |piece| {
+                    f(done, piece);
+                    done += piece.len();
+                })
+                .unwrap_or(0);
+            if n > 0 {
+                continue;
+            }
+            LinkRx::check(self, deadline)?;
+            wait_for(&self.sock, Ready::Read, deadline);
+        }
+        Ok(())
+    }
+
+    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+        let mut got = 0;
+        loop {
+            if got == max {
+                return Some(got);
+            }
+            match self.conn.reader().fill_buf() {
+                Ok([]) => {
+                    // close_notify: the peer ended its side in order.
+                    self.failed.get_or_insert(LinkError::Closed);
+                    return Some(got);
+                }
+                Ok(piece) => {
+                    let n = piece.len().min(max - got);
+                    f(&piece[..n]);
+                    self.conn.reader().consume(n);
+                    got += n;
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    // EOF without close_notify: the peer process ended mid-stream.
+                    self.failed.get_or_insert(lost(&e));
+                    return Some(got);
+                }
+            }
+            if !self.fetch() {
+                return Some(got);
+            }
+        }
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if Instant::now() > deadline {
+            return Err(LinkError::Timeout);
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, deadline: Instant) {
+        while self.failed.is_none() && Instant::now() < deadline {
+            if self.try_read_with(usize::MAX, &mut |_| {}) == Some(0) {
+                wait_for(&self.sock, Ready::Read, deadline);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn lo() -> IpAddr {
+        IpAddr::from([127, 0, 0, 1])
+    }
+
+    fn peer(rank: usize, n: &TcpNode) -> Peer {
+        Peer {
+            rank,
+            addr: SocketAddr::new(lo(), n.port().unwrap()),
+            fingerprint: n.fingerprint(),
+        }
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    /// Ranks 0 and 1 linked over loopback: (links of 0, links of 1).
+    fn linked() -> (LinkPair, LinkPair) {
+        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        std::thread::scope(|s| {
+            let at_a = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), soon()));
+            let mut at_b = b.link_all(1, 7, std::slice::from_ref(&pa), soon()).unwrap();
+            let mut at_a = at_a.join().unwrap().unwrap();
+            assert_eq!((at_a[0].0, at_b[0].0), (1, 0));
+            (at_a.remove(0).1, at_b.remove(0).1)
+        })
+    }
+
+    /// A process whose certificate is not in the job's table (it never passed the token check)
+    /// fails the handshake and gets no byte; the genuine rank links and its bytes arrive.
+    #[test]
+    fn only_pinned_certificates_link() {
+        let (a, b, intruder) = (
+            TcpNode::bind(lo()).unwrap(),
+            TcpNode::bind(lo()).unwrap(),
+            TcpNode::bind(lo()).unwrap(),
+        );
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        std::thread::scope(|s| {
+            let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), soon()));
+            let t = Instant::now();
+            let refused = intruder.link_all(1, 7, std::slice::from_ref(&pa), soon());
+            let err = refused.err().expect("the intruder linked").to_string();
+            assert!(t.elapsed() < Duration::from_secs(2), "{err}");
+            assert!(err.contains("rank 0"), "{err}");
+            let mut links = b.link_all(1, 7, std::slice::from_ref(&pa), soon()).unwrap();
+            let mut at_a = server.join().unwrap().unwrap();
+            assert_eq!((links.len(), at_a.len(), at_a[0].0), (1, 1, 1));
+            let msg: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+            links[0].1.0.write_all(&msg, soon()).unwrap();
+            let mut got = vec![0u8; msg.len()];
+            at_a[0].1.1.read_exact(&mut got, soon()).unwrap();
+            assert_eq!(got, msg);
+        });
+    }
+
+    /// A hello naming another job, or another rank than the certificate's, is dropped unanswered.
+    #[test]
+    fn a_wrong_job_or_rank_is_not_answered() {
+        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        let short = || Instant::now() + Duration::from_millis(1500);
+        for (job, rank) in [(8, 1), (7, 2)] {
+            std::thread::scope(|s| {
+                let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), short()));
+                let dialer = b.link_all(rank, job, std::slice::from_ref(&pa), short());
+                assert!(dialer.is_err(), "job {job} rank {rank} linked");
+                assert!(server.join().unwrap().is_err());
+            });
+        }
+    }
+
+    /// Both directions at once, far beyond the socket buffers, through the non-blocking calls
+    /// (as direct exchanges use them) and the blocking ones: every byte arrives, in order.
+    #[test]
+    fn large_transfers_both_ways_arrive_intact() {
+        let ((mut a_tx, mut a_rx), (mut b_tx, mut b_rx)) = linked();
+        let n = 24 << 20;
+        let msg = |seed: u32| -> Vec<u8> {
+            (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed) as u8)
+                .collect()
+        };
+        let (ma, mb) = (msg(1), msg(2));
+        std::thread::scope(|s| {
+            s.spawn(|| b_tx.write_all(&mb, soon()).unwrap());
+            let at_b = s.spawn(|| {
+                let mut at_b = vec![0u8; n];
+                b_rx.read_exact(&mut at_b, soon()).unwrap();
+                at_b
+            });
+            // a: interleaved non-blocking writes and reads on one thread.
+            let (mut sent, mut got) = (0, Vec::with_capacity(n));
+            let deadline = soon();
+            while sent < n || got.len() < n {
+                sent += a_tx.try_write(&ma[sent..]).unwrap();
+                a_rx.try_read_with(n - got.len(), &mut |p| got.extend_from_slice(p))
+                    .unwrap();
+                assert!(
+                    Instant::now() < deadline,
+                    "stuck at {sent} sent, {} got",
+                    got.len()
+                );
+            }
+            assert!(got == mb, "a received other bytes");
+            assert!(at_b.join().unwrap() == ma, "b received other bytes");
+        });
+    }
+
+    /// A peer that goes away (its sockets closed without TLS close_notify, as when its process
+    /// is killed) is an error within a second, for reads and writes, not at the deadline.
+    #[test]
+    fn a_dead_peer_is_an_error_at_once() {
+        let ((mut a_tx, mut a_rx), b) = linked();
+        drop(b);
+        let far = Instant::now() + Duration::from_secs(30);
+        let t = Instant::now();
+        let mut buf = [0u8; 8];
+        let read = a_rx.read_exact(&mut buf, far);
+        assert_eq!(read, Err(LinkError::PeerDead));
+        let big = vec![0u8; 64 << 20];
+        let wrote = a_tx.write_all(&big, far);
+        assert!(
+            matches!(wrote, Err(LinkError::PeerDead | LinkError::Closed)),
+            "{wrote:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    /// An orderly close (`LinkTx::close`) reads as `Closed` after the last byte, and ends the
+    /// peer's drain.
+    #[test]
+    fn an_orderly_close_delivers_every_byte_then_closed() {
+        let ((mut a_tx, _a_rx), (_b_tx, mut b_rx)) = linked();
+        a_tx.write_all(b"last words", soon()).unwrap();
+        a_tx.close();
+        let mut buf = [0u8; 10];
+        b_rx.read_exact(&mut buf, soon()).unwrap();
+        assert_eq!(&buf, b"last words");
+        assert_eq!(
+            b_rx.read_exact(&mut [0u8; 1], soon()),
+            Err(LinkError::Closed)
+        );
+        let t = Instant::now();
+        b_rx.drain(soon());
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+}
