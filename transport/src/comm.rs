@@ -73,6 +73,8 @@ pub struct NetComm {
     /// Every rank shares this host and sends by reference: collectives run direct, since a
     /// payload then costs one copy however many peers read it (no ring pipelining to win).
     one_copy: bool,
+    /// What carries the links ([`LinkTx::kind`]), each kind once.
+    kinds: Vec<&'static str>,
 }
 
 impl NetComm {
@@ -85,6 +87,7 @@ impl NetComm {
         max_frame: u64,
     ) -> NetComm {
         let world = links.len();
+        let mut kinds = vec![];
         let mut tx = vec![];
         let mut rx = vec![];
         for (peer, l) in links.into_iter().enumerate() {
@@ -94,6 +97,9 @@ impl NetComm {
                     rx.push(None);
                 }
                 Some((mut t, r)) => {
+                    if !kinds.contains(&t.kind()) {
+                        kinds.push(t.kind());
+                    }
                     let direct = t.try_write(&[]).is_some();
                     let link = Arc::new(Mutex::new(t));
                     let (q, inbox) = channel::<Outgoing>();
@@ -154,7 +160,14 @@ impl NetComm {
             pinned: None,
             by_ref: refs_enabled(),
             one_copy: false,
+            kinds,
         }
+    }
+
+    /// The kinds of link this process has to its peers (`"shm"`, `"quic"`, ...), each once, in
+    /// the order first met; empty in a world of one.
+    pub fn link_kinds(&self) -> &[&'static str] {
+        &self.kinds
     }
 
     /// This communicator with direct schedules where core would run rings, when `one_copy`:

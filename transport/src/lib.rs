@@ -11,6 +11,8 @@ pub mod link;
 pub mod quic;
 pub mod rendezvous;
 pub mod shm;
+#[cfg(feature = "quic")]
+pub mod stripe;
 
 #[cfg(feature = "quic")]
 use std::net::{IpAddr, ToSocketAddrs};
@@ -228,7 +230,8 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     #[cfg(feature = "quic")]
     if !quic_peers.is_empty() {
         let deadline = Instant::now() + cfg.timeout;
-        for (peer, pair) in node.link_all(me, table.job, &quic_peers, deadline)? {
+        let stripes = quic::stripes(here);
+        for (peer, pair) in node.link_all(me, table.job, &quic_peers, stripes, deadline)? {
             links[peer] = Some(pair);
         }
     }
