@@ -252,7 +252,9 @@ static NET: std::sync::OnceLock<std::sync::Arc<gflow_transport::NetComm>> =
 /// The kinds of link this process has to the other ranks (`"shm"`, `"quic"`, `"tcp"`), each
 /// once; empty before [`init`] or in a world of one. Benchmarks label their rows with it.
 pub fn link_kinds() -> Vec<&'static str> {
-    NET.get().map(|c| c.link_kinds().to_vec()).unwrap_or_default()
+    NET.get()
+        .map(|c| c.link_kinds().to_vec())
+        .unwrap_or_default()
 }
 
 extern "C" fn flush_at_exit() {

@@ -476,10 +476,14 @@ impl QuicNode {
                 let io = |e: &dyn std::fmt::Display| {
                     TransportError::Io(format!("QUIC link to rank {rank}: {e}"))
                 };
-                let (conn, tx, mut rx) =
-                    dial(endpoints[0].clone(), cfg.clone(), addr, hello(job, me, mine))
-                        .await
-                        .map_err(|e| io(&e))?;
+                let (conn, tx, mut rx) = dial(
+                    endpoints[0].clone(),
+                    cfg.clone(),
+                    addr,
+                    hello(job, me, mine),
+                )
+                .await
+                .map_err(|e| io(&e))?;
                 // The acceptor's answer: it checked our certificate, job and rank (a TLS 1.3
                 // client finishes its handshake before the server judges its certificate),
                 // then k and its other endpoints' ports.
@@ -495,7 +499,11 @@ impl QuicNode {
                 let mut raw = vec![0u8; 2 * (k - 1)];
                 rx.read_exact(&mut raw).await.map_err(|e| io(&e))?;
                 let mut tasks = vec![];
-                for (s, port) in raw.chunks(2).enumerate().map(|(i, b)| (i + 1, [b[0], b[1]])) {
+                for (s, port) in raw
+                    .chunks(2)
+                    .enumerate()
+                    .map(|(i, b)| (i + 1, [b[0], b[1]]))
+                {
                     let at = SocketAddr::new(addr.ip(), u16::from_le_bytes(port));
                     let opened = dial(endpoints[s].clone(), cfg.clone(), at, hello(job, me, s));
                     // Spawned on the runtime of endpoint `s`: the connection's driver runs
@@ -657,9 +665,8 @@ async fn accept_one(
     if rx.read_exact(&mut hello).await.is_err() {
         return Ok(None);
     }
-    let word = |r: std::ops::Range<usize>| {
-        u64::from_le_bytes(hello[r].try_into().unwrap_or([0xff; 8]))
-    };
+    let word =
+        |r: std::ops::Range<usize>| u64::from_le_bytes(hello[r].try_into().unwrap_or([0xff; 8]));
     let (their_job, rank, third) = (word(0..8), word(8..16) as usize, word(16..24));
     let cert = conn
         .peer_identity()
@@ -914,7 +921,9 @@ mod tests {
             let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), 3, soon()));
             let refused = intruder.link_all(1, 7, std::slice::from_ref(&pa), 2, soon());
             assert!(refused.is_err(), "the intruder linked");
-            let mut links = b.link_all(1, 7, std::slice::from_ref(&pa), 2, soon()).unwrap();
+            let mut links = b
+                .link_all(1, 7, std::slice::from_ref(&pa), 2, soon())
+                .unwrap();
             let mut at_a = server.join().unwrap().unwrap();
             assert_eq!((links.len(), at_a.len(), at_a[0].0), (1, 1, 1));
             let msg: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
@@ -923,7 +932,11 @@ mod tests {
             at_a[0].1.1.read_exact(&mut got, soon()).unwrap();
             assert_eq!(got, msg);
             let back: Vec<u8> = (0..3 * BLOCK as u32 + 5).map(|i| (i % 253) as u8).collect();
-            at_a[0].1.0.write_shared(Arc::from(back.as_slice()), soon()).unwrap();
+            at_a[0]
+                .1
+                .0
+                .write_shared(Arc::from(back.as_slice()), soon())
+                .unwrap();
             let mut got = vec![0u8; back.len()];
             links[0].1.1.read_exact(&mut got, soon()).unwrap();
             assert_eq!(got, back);

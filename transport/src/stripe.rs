@@ -193,7 +193,10 @@ mod tests {
         }
     }
 
-    fn striped(k: usize, block: usize) -> (StripedTx<Pipe>, StripedRx<PipeRx>, Vec<Arc<Mutex<usize>>>) {
+    fn striped(
+        k: usize,
+        block: usize,
+    ) -> (StripedTx<Pipe>, StripedRx<PipeRx>, Vec<Arc<Mutex<usize>>>) {
         let (mut tx, mut rx, mut counts) = (vec![], vec![], vec![]);
         for _ in 0..k {
             let (s, r) = channel();
