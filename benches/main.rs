@@ -323,19 +323,27 @@ fn dispatch(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The `system` label of a launched run: its transport (`GFLOW_TRANSPORT=quic` or `tcp`, else
-/// shared memory on one host) and, when forced, its collective schedule.
-/// `gflow-shm`, `gflow-quic` or `gflow-tcp`, with `-ring`, `-direct` or `-doubling` when
-/// `GFLOW_COLLECTIVES` forces a schedule.
+/// The `system` label of a launched run: the links its rank 0 used, as the transport reports
+/// them (`gflow-shm` on one host, `gflow-quic` when every peer is over QUIC, `gflow-shm+quic`
+/// for some of each, `gflow-tcp`, `gflow-shm+tcp`), with `-ring`, `-direct` or `-doubling` when
+/// `GFLOW_COLLECTIVES` forces a schedule. Call after `gflow::init`.
 fn system_name() -> String {
-    let base = match std::env::var("GFLOW_TRANSPORT").as_deref() {
-        Ok("quic") => "gflow-quic",
-        Ok("tcp") => "gflow-tcp",
-        _ => "gflow-shm",
+    system_label(&gflow::link_kinds())
+}
+
+/// [`system_name`] for the link kinds `kinds` (shared memory first; a world of one is `shm`).
+fn system_label(kinds: &[&str]) -> String {
+    let mut kinds = kinds.to_vec();
+    kinds.sort_by_key(|k| (*k != "shm", *k));
+    let links = if kinds.is_empty() {
+        "shm".to_string()
+    } else {
+        kinds.join("+")
     };
+    let base = format!("gflow-{links}");
     match std::env::var("GFLOW_COLLECTIVES").ok().as_deref() {
         Some(s @ ("ring" | "direct" | "doubling")) => format!("{base}-{s}"),
-        _ => base.into(),
+        _ => base,
     }
 }
 

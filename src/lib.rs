@@ -256,6 +256,14 @@ fn keep_freed_memory() {
 static NET: std::sync::OnceLock<std::sync::Arc<gflow_transport::NetComm>> =
     std::sync::OnceLock::new();
 
+/// The kinds of link this process has to the other ranks (`"shm"`, `"quic"`, `"tcp"`), each
+/// once; empty before [`init`] or in a world of one. Benchmarks label their rows with it.
+pub fn link_kinds() -> Vec<&'static str> {
+    NET.get()
+        .map(|c| c.link_kinds().to_vec())
+        .unwrap_or_default()
+}
+
 extern "C" fn flush_at_exit() {
     if let Some(c) = NET.get() {
         c.flush(std::time::Duration::from_secs(10));

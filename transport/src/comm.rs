@@ -83,6 +83,8 @@ pub struct NetComm {
     hosts: Vec<usize>,
     /// What the control channel says of the other ranks' processes, and their table entries.
     control: Option<Control>,
+    /// What carries the links ([`LinkTx::kind`]), each kind once.
+    kinds: Vec<&'static str>,
 }
 
 impl NetComm {
@@ -95,6 +97,7 @@ impl NetComm {
         max_frame: u64,
     ) -> NetComm {
         let world = links.len();
+        let mut kinds = vec![];
         let mut tx = vec![];
         let mut rx = vec![];
         for (peer, l) in links.into_iter().enumerate() {
@@ -104,6 +107,9 @@ impl NetComm {
                     rx.push(None);
                 }
                 Some((mut t, r)) => {
+                    if !kinds.contains(&t.kind()) {
+                        kinds.push(t.kind());
+                    }
                     let direct = t.try_write(&[]).is_some();
                     let link = Arc::new(Mutex::new(t));
                     let (q, inbox) = channel::<Outgoing>();
@@ -166,6 +172,7 @@ impl NetComm {
             one_copy: false,
             hosts: vec![],
             control: None,
+            kinds,
         }
     }
 
@@ -182,6 +189,12 @@ impl NetComm {
     pub fn with_control(mut self, control: Control) -> NetComm {
         self.control = Some(control);
         self
+    }
+
+    /// The kinds of link this process has to its peers (`"shm"`, `"quic"`, ...), each once, in
+    /// the order first met; empty in a world of one.
+    pub fn link_kinds(&self) -> &[&'static str] {
+        &self.kinds
     }
 
     /// This communicator with direct schedules where core would run rings, when `one_copy`:

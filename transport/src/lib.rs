@@ -13,6 +13,8 @@ pub mod link;
 pub mod quic;
 pub mod rendezvous;
 pub mod shm;
+#[cfg(feature = "quic")]
+pub mod stripe;
 #[cfg(feature = "tcp")]
 pub mod tcp;
 #[cfg(any(feature = "quic", feature = "tcp"))]
@@ -362,7 +364,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     if !quic_peers.is_empty() {
         let deadline = Instant::now() + cfg.timeout.min(QUIC_LINK_TIMEOUT);
         let pairs = node
-            .link_all(me, table.job, &quic_peers, deadline)
+            .link_all(me, table.job, &quic_peers, quic::stripes(here), deadline)
             .map_err(|e| quic_unreachable(me, members, &quic_peers, e))?;
         for (peer, pair) in pairs {
             links[peer] = Some(pair);

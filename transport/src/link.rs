@@ -42,6 +42,12 @@ pub trait LinkTx: Send {
     /// Tells the peer no more bytes will come.
     fn close(&mut self);
 
+    /// What carries the bytes (`"shm"`, `"quic"`, `"tcp"`), for reports: `gflow-bench` labels
+    /// its rows with the kinds a job's links used ([`crate::NetComm::link_kinds`]).
+    fn kind(&self) -> &'static str {
+        "other"
+    }
+
     /// Writes what fits now, without waiting: `Some(bytes written)` (0 when full), or `None`
     /// for a link without non-blocking writes (`NetComm` then queues to a writer thread).
     fn try_write(&mut self, _bytes: &[u8]) -> Option<usize> {

@@ -23,6 +23,7 @@ use tokio::runtime::Handle;
 
 use crate::TransportError;
 use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
+use crate::stripe::{BLOCK, PartTx, StripedRx, StripedTx};
 pub use crate::tls::Fingerprint;
 use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
 
@@ -31,10 +32,64 @@ const ALPN: &[u8] = b"gflow/1";
 const IDLE_TIMEOUT: Duration = Duration::from_secs(6);
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
-/// quinn's transport settings. Windows, congestion window and timeouts always; the large MTU
-/// only when every peer is on loopback (a real network's MTU is usually 1500, and quinn drops
-/// oversized datagrams silently).
-fn transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
+/// The largest datagram quinn sends with segmentation offload (GSO): it batches up to 10
+/// datagrams in one `sendmsg`, which must stay under 64 KiB (larger is EMSGSIZE, dropped
+/// silently, and black-hole detection then falls back to 1200 bytes).
+const GSO_MAX_DATAGRAM: u16 = 6500;
+
+/// The largest UDP payload the path to `peer` may carry, as far as this host knows: its route's
+/// interface MTU less the IP and UDP headers (Linux reports it on a connected socket; 8972 on a
+/// 9000-byte jumbo-frame link, 1472 on Ethernet). `None` where the system does not say.
+fn path_payload(peer: SocketAddr) -> Option<u16> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let local = SocketAddr::new(
+            if peer.is_ipv4() {
+                IpAddr::from([0u8; 4])
+            } else {
+                IpAddr::from([0u16; 8])
+            },
+            0,
+        );
+        let sock = UdpSocket::bind(local).ok()?;
+        sock.connect(peer).ok()?;
+        let (level, name, headers) = if peer.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_MTU, 28)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+        };
+        let mut mtu: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `mtu`, an int of that size, on a
+        // socket this function owns.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                level,
+                name,
+                (&raw mut mtu).cast(),
+                &raw mut len,
+            )
+        };
+        (rc == 0)
+            .then(|| u16::try_from((mtu - headers).clamp(1200, 65527)).ok())
+            .flatten()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = peer;
+        None
+    }
+}
+
+/// quinn's transport settings for links whose largest UDP payload is `payload` (`None`:
+/// unknown, quinn's defaults). Windows, congestion window and timeouts always. On loopback the
+/// large MTU from the first packet, without segmentation offload. Elsewhere datagrams start at
+/// quinn's safe 1200 bytes and MTU discovery probes up to `payload` (quinn's default stops at
+/// 1452, which binds a jumbo-frame link by packet rate), at most [`GSO_MAX_DATAGRAM`] so that
+/// segmentation offload (GSO, GRO) batches them, 10 to a system call.
+fn transport_config(loopback: bool, payload: Option<u16>) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.stream_receive_window(quinn::VarInt::from_u32(16 << 20))
         .receive_window(quinn::VarInt::from_u32(64 << 20))
@@ -44,13 +99,20 @@ fn transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
     let mut cubic = quinn::congestion::CubicConfig::default();
     cubic.initial_window(1 << 20);
     t.congestion_controller_factory(Arc::new(cubic));
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
     if loopback {
-        let mut mtu = quinn::MtuDiscoveryConfig::default();
         mtu.upper_bound(65527);
         t.initial_mtu(16000)
             .min_mtu(16000)
             .mtu_discovery_config(Some(mtu))
             .enable_segmentation_offload(false);
+    } else if let Some(bound) = payload {
+        // Segmentation offload wins over larger datagrams without it: on a 9000-byte link,
+        // 6500-byte datagrams with GSO moved a 16 MiB message at 0.9-1.4 GB/s, 8972-byte ones
+        // without it at 0.52 (benches/MEASURED.md).
+        mtu.upper_bound(bound.min(GSO_MAX_DATAGRAM));
+        t.mtu_discovery_config(Some(mtu))
+            .enable_segmentation_offload(true);
     }
     Arc::new(t)
 }
@@ -91,6 +153,10 @@ impl Drop for Driver {
 /// One process's QUIC endpoint, its certificate, and the runtime that drives it.
 pub struct QuicNode {
     driver: Arc<Driver>,
+    /// The address the endpoints listen on (the extra endpoints of striped links too).
+    ip: IpAddr,
+    /// What [`serve`](Self::serve) set, for the extra endpoints.
+    server: std::sync::Mutex<Option<quinn::ServerConfig>>,
     cert: CertificateDer<'static>,
     key: PrivatePkcs8KeyDer<'static>,
 }
@@ -106,16 +172,10 @@ pub struct Peer {
     pub fingerprint: Fingerprint,
 }
 
-impl QuicNode {
-    /// Starts the runtime thread and a client-only endpoint on `ip` (port chosen by the OS),
-    /// with a fresh self-signed certificate.
-    ///
-    /// # Errors
-    /// `Io` when the socket, the runtime or the certificate cannot be made.
-    pub fn bind(ip: IpAddr) -> Result<QuicNode, TransportError> {
+impl Driver {
+    /// Starts a runtime thread and an endpoint on `ip` (port chosen by the OS) that it drives.
+    fn start(ip: IpAddr) -> Result<Driver, TransportError> {
         let io = |what: &str, e: std::io::Error| TransportError::Io(format!("QUIC {what}: {e}"));
-        let (cert, key) = crate::tls::self_signed()?;
-
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(SocketAddr::new(ip, 0)),
             socket2::Type::DGRAM,
@@ -152,13 +212,34 @@ impl QuicNode {
             quinn::Endpoint::new(ecfg, None, udp, Arc::new(quinn::TokioRuntime))
                 .map_err(|e| io("endpoint", e))?
         };
+        Ok(Driver {
+            rt: handle,
+            endpoint,
+            stop: std::sync::Mutex::new(Some(stop)),
+            thread: std::sync::Mutex::new(Some(thread)),
+        })
+    }
+
+    fn port(&self) -> Result<u16, TransportError> {
+        self.endpoint
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|e| TransportError::Io(format!("QUIC endpoint: {e}")))
+    }
+}
+
+impl QuicNode {
+    /// Starts the runtime thread and a client-only endpoint on `ip` (port chosen by the OS),
+    /// with a fresh self-signed certificate.
+    ///
+    /// # Errors
+    /// `Io` when the socket, the runtime or the certificate cannot be made.
+    pub fn bind(ip: IpAddr) -> Result<QuicNode, TransportError> {
+        let (cert, key) = crate::tls::self_signed()?;
         Ok(QuicNode {
-            driver: Arc::new(Driver {
-                rt: handle,
-                endpoint,
-                stop: std::sync::Mutex::new(Some(stop)),
-                thread: std::sync::Mutex::new(Some(thread)),
-            }),
+            driver: Arc::new(Driver::start(ip)?),
+            ip,
+            server: std::sync::Mutex::new(None),
             cert,
             key,
         })
@@ -169,11 +250,7 @@ impl QuicNode {
     /// # Errors
     /// `Io` when the socket has no address.
     pub fn port(&self) -> Result<u16, TransportError> {
-        self.driver
-            .endpoint
-            .local_addr()
-            .map(|a| a.port())
-            .map_err(|e| TransportError::Io(format!("QUIC endpoint: {e}")))
+        self.driver.port()
     }
 
     /// This process's certificate fingerprint, reported in the rendezvous.
@@ -181,10 +258,11 @@ impl QuicNode {
         fingerprint(&self.cert)
     }
 
+    /// The client side of links to the peer `peer` (its certificate pinned) at `addr`.
     fn client_config(
         &self,
         peer: Fingerprint,
-        loopback: bool,
+        addr: SocketAddr,
     ) -> Result<quinn::ClientConfig, TransportError> {
         let mut tls = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -200,7 +278,10 @@ impl QuicNode {
         let mut c = quinn::ClientConfig::new(Arc::new(
             QuicClientConfig::try_from(tls).map_err(tls_error)?,
         ));
-        c.transport_config(transport_config(loopback));
+        c.transport_config(transport_config(
+            addr.ip().is_loopback(),
+            path_payload(addr),
+        ));
         Ok(c)
     }
 
@@ -224,95 +305,153 @@ impl QuicNode {
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(
             QuicServerConfig::try_from(tls).map_err(tls_error)?,
         ));
+        // One setting for every client: discovery stops at each path's own limit.
         sc.transport_config(transport_config(
             clients.iter().all(|p| p.addr.ip().is_loopback()),
+            clients.iter().filter_map(|p| path_payload(p.addr)).max(),
         ));
-        self.driver.endpoint.set_server_config(Some(sc));
+        self.driver.endpoint.set_server_config(Some(sc.clone()));
+        if let Ok(mut s) = self.server.lock() {
+            *s = Some(sc);
+        }
         Ok(())
     }
 
     /// Links this process (`me`, of job `job`) to every peer: dials the lower ranks, accepts the
-    /// higher ones (which must have been passed to [`serve`](Self::serve)). Each link is one
-    /// bidirectional stream; the dialer opens it with (job, rank) so the acceptor knows who it
-    /// is, and the acceptor answers one byte once it has checked them.
+    /// higher ones (which must have been passed to [`serve`](Self::serve)). A link is `k` QUIC
+    /// connections, `k` the smaller of the two ends' `stripes`, each with one bidirectional
+    /// stream, each on an endpoint of its own driven by a thread of its own, striped
+    /// ([`crate::stripe`]) so `k` cores encrypt and decrypt. The dialer opens the first with
+    /// (job, rank, its stripes) so the acceptor knows who it is; the acceptor answers once it
+    /// has checked them, with `k` and the ports of its other endpoints; the dialer then opens
+    /// connection `s` (1..k) from its endpoint `s` to the acceptor's, with (job, rank, s), each
+    /// checked the same way. Every connection is mutual TLS with pinned certificates.
     ///
     /// # Errors
-    /// `Timeout` when a peer does not link before `deadline`; `Io`/`Refused` otherwise.
+    /// `Timeout` when a peer does not link before `deadline`; `Io`/`Protocol` otherwise.
     pub fn link_all(
         &self,
         me: usize,
         job: u64,
         peers: &[Peer],
+        stripes: usize,
         deadline: Instant,
     ) -> Result<Vec<(usize, LinkPair)>, TransportError> {
+        let mine = stripes.clamp(1, MAX_STRIPES);
+        let server = self.server.lock().ok().and_then(|s| s.clone());
+        let mut drivers = vec![self.driver.clone()];
+        for _ in 1..mine {
+            let d = Driver::start(self.ip)?;
+            if let Some(sc) = &server {
+                d.endpoint.set_server_config(Some(sc.clone()));
+            }
+            drivers.push(Arc::new(d));
+        }
+        let ports = drivers[1..]
+            .iter()
+            .map(|d| d.port())
+            .collect::<Result<Vec<u16>, _>>()?;
+        let endpoints: Vec<quinn::Endpoint> = drivers.iter().map(|d| d.endpoint.clone()).collect();
+        let handles: Vec<Handle> = drivers.iter().map(|d| d.rt.clone()).collect();
+
         let mut dials = vec![];
         for p in peers.iter().filter(|p| p.rank < me) {
-            let cfg = self.client_config(p.fingerprint, p.addr.ip().is_loopback())?;
-            let (rank, addr, endpoint) = (p.rank, p.addr, self.driver.endpoint.clone());
+            let cfg = self.client_config(p.fingerprint, p.addr)?;
+            let (rank, addr) = (p.rank, p.addr);
+            let (endpoints, handles) = (endpoints.clone(), handles.clone());
             dials.push(async move {
                 let io = |e: &dyn std::fmt::Display| {
                     TransportError::Io(format!("QUIC link to rank {rank}: {e}"))
                 };
-                let conn = endpoint
-                    .connect_with(cfg, addr, SERVER_NAME)
-                    .map_err(|e| io(&e))?
-                    .await
-                    .map_err(|e| io(&e))?;
-                let (mut tx, mut rx) = conn.open_bi().await.map_err(|e| io(&e))?;
-                let mut hello = [0u8; 16];
-                hello[..8].copy_from_slice(&job.to_le_bytes());
-                hello[8..].copy_from_slice(&(me as u64).to_le_bytes());
-                tx.write_all(&hello).await.map_err(|e| io(&e))?;
-                // The acceptor's answer: it checked our certificate, job and rank. (A TLS 1.3
-                // client finishes its handshake before the server judges its certificate.)
-                let mut ok = [0u8; 1];
-                rx.read_exact(&mut ok).await.map_err(|e| io(&e))?;
-                Ok::<_, TransportError>((rank, conn, tx, rx))
+                let (conn, tx, mut rx) = dial(
+                    endpoints[0].clone(),
+                    cfg.clone(),
+                    addr,
+                    hello(job, me, mine),
+                )
+                .await
+                .map_err(|e| io(&e))?;
+                // The acceptor's answer: it checked our certificate, job and rank (a TLS 1.3
+                // client finishes its handshake before the server judges its certificate),
+                // then k and its other endpoints' ports.
+                let mut head = [0u8; 2];
+                rx.read_exact(&mut head).await.map_err(|e| io(&e))?;
+                let k = usize::from(head[1]);
+                if head[0] != 1 || k == 0 || k > mine {
+                    return Err(TransportError::Protocol(format!(
+                        "rank {rank} answered {head:?} to a link asking for at most {mine} \
+                         connections"
+                    )));
+                }
+                let mut raw = vec![0u8; 2 * (k - 1)];
+                rx.read_exact(&mut raw).await.map_err(|e| io(&e))?;
+                let mut tasks = vec![];
+                for (s, port) in raw
+                    .chunks(2)
+                    .enumerate()
+                    .map(|(i, b)| (i + 1, [b[0], b[1]]))
+                {
+                    let at = SocketAddr::new(addr.ip(), u16::from_le_bytes(port));
+                    let opened = dial(endpoints[s].clone(), cfg.clone(), at, hello(job, me, s));
+                    // Spawned on the runtime of endpoint `s`: the connection's driver runs
+                    // where it was made.
+                    tasks.push(handles[s].spawn(async move {
+                        let (conn, tx, mut rx) = opened.await?;
+                        let mut ok = [0u8; 1];
+                        rx.read_exact(&mut ok).await.map_err(|e| e.to_string())?;
+                        Ok::<_, String>((conn, tx, rx))
+                    }));
+                }
+                let mut subs = vec![(conn, tx, rx)];
+                for t in tasks {
+                    subs.push(t.await.map_err(|e| io(&e))?.map_err(|e| io(&e))?);
+                }
+                Ok::<_, TransportError>((rank, subs))
             });
         }
         let higher: Vec<Peer> = peers.iter().filter(|p| p.rank > me).cloned().collect();
-        let endpoint = self.driver.endpoint.clone();
         let accepting = async move {
-            let mut got: Vec<(
-                usize,
-                quinn::Connection,
-                quinn::SendStream,
-                quinn::RecvStream,
-            )> = vec![];
+            // (rank, connections in stripe order, k)
+            let mut got: Vec<(usize, Vec<Conn>, usize)> = vec![];
             while got.len() < higher.len() {
-                let incoming = endpoint.accept().await.ok_or_else(|| {
-                    TransportError::Io("QUIC endpoint closed while accepting".into())
-                })?;
-                // A failed handshake (a certificate outside the job) is refused and ignored.
-                let Ok(conn) = incoming.await else { continue };
-                let Ok((mut tx, mut rx)) = conn.accept_bi().await else {
+                let taken: Vec<usize> = got.iter().map(|g| g.0).collect();
+                let Some((rank, theirs, (conn, mut tx, rx))) =
+                    accept_one(&endpoints[0], job, &higher, &taken).await?
+                else {
                     continue;
                 };
-                let mut hello = [0u8; 16];
-                if rx.read_exact(&mut hello).await.is_err() {
+                let k = usize::try_from(theirs).unwrap_or(1).clamp(1, mine);
+                let mut answer = vec![1, k as u8];
+                answer.extend(ports[..k - 1].iter().flat_map(|p| p.to_le_bytes()));
+                if tx.write_all(&answer).await.is_err() {
                     continue;
                 }
-                let word = |r: std::ops::Range<usize>| {
-                    u64::from_le_bytes(hello[r].try_into().unwrap_or([0xff; 8]))
-                };
-                let (their_job, rank) = (word(0..8), word(8..16) as usize);
-                let cert = conn
-                    .peer_identity()
-                    .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
-                    .and_then(|c| c.first().map(|c| fingerprint(c)));
-                let genuine = higher
-                    .iter()
-                    .any(|p| p.rank == rank && Some(p.fingerprint) == cert);
-                if their_job != job || !genuine || got.iter().any(|(r, ..)| *r == rank) {
-                    conn.close(quinn::VarInt::from_u32(1), b"not a peer of this job");
-                    continue;
-                }
-                if tx.write_all(&[1]).await.is_err() {
-                    continue;
-                }
-                got.push((rank, conn, tx, rx));
+                got.push((rank, vec![(conn, tx, rx)], k));
             }
-            Ok::<_, TransportError>(got)
+            // Then connection s of every peer that asked for more than s, on endpoint s.
+            let mut tasks = vec![];
+            for s in 1..mine {
+                let expected: Vec<Peer> = higher
+                    .iter()
+                    .filter(|p| got.iter().any(|g| g.0 == p.rank && g.2 > s))
+                    .cloned()
+                    .collect();
+                if !expected.is_empty() {
+                    let endpoint = endpoints[s].clone();
+                    tasks.push(handles[s].spawn(accept_stripes(endpoint, job, s, expected)));
+                }
+            }
+            for t in tasks {
+                let accepted = t
+                    .await
+                    .map_err(|e| TransportError::Io(format!("QUIC accept task: {e}")))??;
+                for (rank, c) in accepted {
+                    if let Some(g) = got.iter_mut().find(|g| g.0 == rank) {
+                        g.1.push(c);
+                    }
+                }
+            }
+            Ok::<_, TransportError>(got.into_iter().map(|(r, subs, _)| (r, subs)).collect())
         };
         let all = self.driver.wait(deadline, async {
             let dialed = tokio::spawn(async move {
@@ -322,7 +461,7 @@ impl QuicNode {
                 }
                 Ok::<_, TransportError>(out)
             });
-            let mut links = accepting.await?;
+            let mut links: Vec<(usize, Vec<Conn>)> = accepting.await?;
             links.extend(
                 dialed
                     .await
@@ -338,24 +477,153 @@ impl QuicNode {
         })??;
         Ok(links
             .into_iter()
-            .map(|(rank, conn, tx, rx)| {
-                let pair: LinkPair = (
-                    Box::new(QuicTx {
-                        stream: tx,
-                        _conn: conn.clone(),
-                        driver: self.driver.clone(),
-                    }),
-                    Box::new(QuicRx {
-                        stream: rx,
-                        pending: Bytes::new(),
-                        _conn: conn,
-                        driver: self.driver.clone(),
-                    }),
-                );
-                (rank, pair)
-            })
+            .map(|(rank, subs)| (rank, link_pair(subs, &drivers)))
             .collect())
     }
+}
+
+/// Most connections per link (the acceptor's answer carries the count in one byte).
+const MAX_STRIPES: usize = 8;
+
+/// One QUIC connection of a link and its stream.
+type Conn = (quinn::Connection, quinn::SendStream, quinn::RecvStream);
+
+/// Connections per peer (see [`QuicNode::link_all`]): `GFLOW_QUIC_LINKS` (1 to 8), else this
+/// host's CPUs shared by its `ranks_here` processes, 1 to 4, so every core can encrypt and
+/// decrypt (one connection is driven by one thread).
+pub fn stripes(ranks_here: usize) -> usize {
+    std::env::var("GFLOW_QUIC_LINKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or_else(
+            || (crate::online_cpus() / ranks_here.max(1)).clamp(1, 4),
+            |k: usize| k.clamp(1, MAX_STRIPES),
+        )
+}
+
+/// The first bytes on a connection: job, rank, and a third word (the dialer's stripes on the
+/// first connection of a link, the connection's index on the others).
+fn hello(job: u64, rank: usize, word: usize) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[..8].copy_from_slice(&job.to_le_bytes());
+    h[8..16].copy_from_slice(&(rank as u64).to_le_bytes());
+    h[16..].copy_from_slice(&(word as u64).to_le_bytes());
+    h
+}
+
+/// Connects `endpoint` to `addr`, opens the stream and sends `hello`.
+async fn dial(
+    endpoint: quinn::Endpoint,
+    cfg: quinn::ClientConfig,
+    addr: SocketAddr,
+    hello: [u8; 24],
+) -> Result<Conn, String> {
+    let conn = endpoint
+        .connect_with(cfg, addr, SERVER_NAME)
+        .map_err(|e| e.to_string())?
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut tx, rx) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    tx.write_all(&hello).await.map_err(|e| e.to_string())?;
+    Ok((conn, tx, rx))
+}
+
+/// Accepts the next connection on `endpoint` and reads its hello: `Some((rank, third word,
+/// connection))` when it comes from a certificate of a rank in `expected` not yet `taken`, of
+/// this job; `None` (the connection refused) otherwise. A failed handshake (a certificate
+/// outside the job) is `None` too.
+async fn accept_one(
+    endpoint: &quinn::Endpoint,
+    job: u64,
+    expected: &[Peer],
+    taken: &[usize],
+) -> Result<Option<(usize, u64, Conn)>, TransportError> {
+    let incoming = endpoint
+        .accept()
+        .await
+        .ok_or_else(|| TransportError::Io("QUIC endpoint closed while accepting".into()))?;
+    let Ok(conn) = incoming.await else {
+        return Ok(None);
+    };
+    let Ok((tx, mut rx)) = conn.accept_bi().await else {
+        return Ok(None);
+    };
+    let mut hello = [0u8; 24];
+    if rx.read_exact(&mut hello).await.is_err() {
+        return Ok(None);
+    }
+    let word =
+        |r: std::ops::Range<usize>| u64::from_le_bytes(hello[r].try_into().unwrap_or([0xff; 8]));
+    let (their_job, rank, third) = (word(0..8), word(8..16) as usize, word(16..24));
+    let cert = conn
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .and_then(|c| c.first().map(|c| fingerprint(c)));
+    let genuine = expected
+        .iter()
+        .any(|p| p.rank == rank && Some(p.fingerprint) == cert);
+    if their_job != job || !genuine || taken.contains(&rank) {
+        conn.close(quinn::VarInt::from_u32(1), b"not a peer of this job");
+        return Ok(None);
+    }
+    Ok(Some((rank, third, (conn, tx, rx))))
+}
+
+/// Accepts connection `stripe` of the links to every rank in `expected`, on `endpoint`.
+async fn accept_stripes(
+    endpoint: quinn::Endpoint,
+    job: u64,
+    stripe: usize,
+    expected: Vec<Peer>,
+) -> Result<Vec<(usize, Conn)>, TransportError> {
+    let mut got: Vec<(usize, Conn)> = vec![];
+    while got.len() < expected.len() {
+        let taken: Vec<usize> = got.iter().map(|g| g.0).collect();
+        let Some((rank, index, (conn, mut tx, rx))) =
+            accept_one(&endpoint, job, &expected, &taken).await?
+        else {
+            continue;
+        };
+        if index != stripe as u64 {
+            conn.close(quinn::VarInt::from_u32(1), b"wrong connection index");
+            continue;
+        }
+        if tx.write_all(&[1]).await.is_err() {
+            continue;
+        }
+        got.push((rank, (conn, tx, rx)));
+    }
+    Ok(got)
+}
+
+/// The link over `subs` (connection `s` driven by `drivers[s]`): the connection itself when
+/// there is one, else striped over them.
+fn link_pair(subs: Vec<Conn>, drivers: &[Arc<Driver>]) -> LinkPair {
+    let halves = subs.into_iter().zip(drivers).map(|((conn, tx, rx), d)| {
+        (
+            QuicTx {
+                stream: tx,
+                _conn: conn.clone(),
+                driver: d.clone(),
+            },
+            QuicRx {
+                stream: rx,
+                pending: Bytes::new(),
+                _conn: conn,
+                driver: d.clone(),
+            },
+        )
+    });
+    let (mut txs, mut rxs): (Vec<QuicTx>, Vec<QuicRx>) = halves.unzip();
+    if txs.len() == 1
+        && let (Some(tx), Some(rx)) = (txs.pop(), rxs.pop())
+    {
+        return (Box::new(tx), Box::new(rx));
+    }
+    (
+        Box::new(StripedTx::new(txs, BLOCK)),
+        Box::new(StripedRx::new(rxs, BLOCK)),
+    )
 }
 
 /// A lost connection as a link error: the idle timeout (nothing heard for [`IDLE_TIMEOUT`]) is a
@@ -378,6 +646,26 @@ struct QuicTx {
     driver: Arc<Driver>,
 }
 
+impl PartTx for QuicTx {
+    fn send(&mut self, bytes: Bytes, deadline: Instant) -> Result<(), LinkError> {
+        let driver = self.driver.clone();
+        match driver.wait(deadline, self.stream.write_chunk(bytes)) {
+            Err(_) => Err(LinkError::Timeout),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(quinn::WriteError::ConnectionLost(e))) => Err(lost(&e)),
+            Ok(Err(e)) => Err(LinkError::Io(e.to_string())),
+        }
+    }
+
+    fn close(&mut self) {
+        let _ = self.stream.finish();
+    }
+
+    fn check(&self, deadline: Instant) -> Result<(), LinkError> {
+        connection_status(&self._conn, deadline)
+    }
+}
+
 impl LinkTx for QuicTx {
     fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
         let driver = self.driver.clone();
@@ -390,13 +678,11 @@ impl LinkTx for QuicTx {
     }
 
     fn write_shared(&mut self, data: Arc<[u8]>, deadline: Instant) -> Result<(), LinkError> {
-        let driver = self.driver.clone();
-        match driver.wait(deadline, self.stream.write_chunk(Bytes::from_owner(data))) {
-            Err(_) => Err(LinkError::Timeout),
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(quinn::WriteError::ConnectionLost(e))) => Err(lost(&e)),
-            Ok(Err(e)) => Err(LinkError::Io(e.to_string())),
-        }
+        self.send(Bytes::from_owner(data), deadline)
+    }
+
+    fn kind(&self) -> &'static str {
+        "quic"
     }
 
     /// Finishes the stream; the process then stays until the peer finishes its own
@@ -469,15 +755,24 @@ impl LinkRx for QuicRx {
     }
 
     fn drain(&mut self, deadline: Instant) {
-        let (driver, stream) = (&self.driver, &mut self.stream);
+        let (driver, stream, conn) = (&self.driver, &mut self.stream, &self._conn);
         // On a thread of its own: at process exit this thread's thread-locals (tokio's
-        // runtime context among them) may already be destroyed.
+        // runtime context and tracing's among them) may already be destroyed.
         std::thread::scope(|s| {
             let _ = s
                 .spawn(|| {
-                    driver.wait(deadline, async {
+                    let _ = driver.wait(deadline, async {
                         while let Ok(Some(_)) = stream.read_chunk(usize::MAX, true).await {}
-                    })
+                    });
+                    let path = conn.stats().path;
+                    tracing::debug!(
+                        mtu = path.current_mtu,
+                        sent = path.sent_packets,
+                        lost = path.lost_packets,
+                        rtt_us = path.rtt.as_micros(),
+                        cwnd = path.cwnd,
+                        "QUIC connection at exit"
+                    );
                 })
                 .join();
         });
@@ -498,7 +793,8 @@ mod tests {
     }
 
     /// A process whose certificate is not in the job's table (it never passed the token check)
-    /// fails the handshake and gets nothing; the genuine rank links and its bytes arrive.
+    /// fails the handshake and gets nothing; the genuine rank links (two connections: the
+    /// smaller of the two ends' stripes) and its bytes arrive, both ways.
     #[test]
     fn only_pinned_certificates_link() {
         let lo = IpAddr::from([127, 0, 0, 1]);
@@ -511,10 +807,12 @@ mod tests {
         a.serve(std::slice::from_ref(&pb)).unwrap();
         let soon = || Instant::now() + Duration::from_secs(3);
         std::thread::scope(|s| {
-            let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), soon()));
-            let refused = intruder.link_all(1, 7, std::slice::from_ref(&pa), soon());
+            let server = s.spawn(|| a.link_all(0, 7, std::slice::from_ref(&pb), 3, soon()));
+            let refused = intruder.link_all(1, 7, std::slice::from_ref(&pa), 2, soon());
             assert!(refused.is_err(), "the intruder linked");
-            let mut links = b.link_all(1, 7, std::slice::from_ref(&pa), soon()).unwrap();
+            let mut links = b
+                .link_all(1, 7, std::slice::from_ref(&pa), 2, soon())
+                .unwrap();
             let mut at_a = server.join().unwrap().unwrap();
             assert_eq!((links.len(), at_a.len(), at_a[0].0), (1, 1, 1));
             let msg: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
@@ -522,6 +820,15 @@ mod tests {
             let mut got = vec![0u8; msg.len()];
             at_a[0].1.1.read_exact(&mut got, soon()).unwrap();
             assert_eq!(got, msg);
+            let back: Vec<u8> = (0..3 * BLOCK as u32 + 5).map(|i| (i % 253) as u8).collect();
+            at_a[0]
+                .1
+                .0
+                .write_shared(Arc::from(back.as_slice()), soon())
+                .unwrap();
+            let mut got = vec![0u8; back.len()];
+            links[0].1.1.read_exact(&mut got, soon()).unwrap();
+            assert_eq!(got, back);
         });
     }
 }

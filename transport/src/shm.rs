@@ -187,6 +187,10 @@ impl ShmRx {
 }
 
 impl LinkTx for ShmTx {
+    fn kind(&self) -> &'static str {
+        "shm"
+    }
+
     fn write_all(&mut self, mut bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
         let mut backoff = Backoff::new();
         while !bytes.is_empty() {

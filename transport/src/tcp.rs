@@ -454,6 +454,10 @@ impl TlsTx {
 }
 
 impl LinkTx for TlsTx {
+    fn kind(&self) -> &'static str {
+        "tcp"
+    }
+
     fn write_all(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
         let mut done = 0;
         while done < bytes.len() {

@@ -56,7 +56,8 @@ fn shm_mesh(n: usize) -> Vec<NetComm> {
         .collect()
 }
 
-/// `n` communicators joined pairwise by QUIC connections over loopback.
+/// `n` communicators joined pairwise by QUIC connections over loopback: rank r offers 1 + r % 3
+/// connections per link, so pairs link by 1, 2 or 3 striped connections.
 fn quic_mesh(n: usize) -> Vec<NetComm> {
     let lo = IpAddr::from([127, 0, 0, 1]);
     let nodes: Vec<QuicNode> = (0..n).map(|_| QuicNode::bind(lo).unwrap()).collect();
@@ -81,7 +82,7 @@ fn quic_mesh(n: usize) -> Vec<NetComm> {
                 let others: Vec<Peer> = peers.iter().filter(|p| p.rank != r).cloned().collect();
                 s.spawn(move || {
                     let mut links: Vec<Option<LinkPair>> = (0..n).map(|_| None).collect();
-                    for (p, pair) in q.link_all(r, 1, &others, deadline).unwrap() {
+                    for (p, pair) in q.link_all(r, 1, &others, 1 + r % 3, deadline).unwrap() {
                         links[p] = Some(pair);
                     }
                     NetComm::new(r, links, TIMEOUT, 1 << 30)
