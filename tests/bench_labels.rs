@@ -1,5 +1,5 @@
 //! `gflow-bench collectives` labels its rows with the links the run used, as the transport
-//! reports them: `gflow-shm` on one host, `gflow-quic` under `GFLOW_TRANSPORT=quic`, and
+//! reports them: `gflow-shm` on one host, `gflow-quic` / `gflow-tcp` under `GFLOW_TRANSPORT=quic` / `tcp`, and
 //! `gflow-shm+quic` for two ranks on each of two hosts (network namespaces, root only).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -73,6 +73,11 @@ fn one_host_rows_say_shm() {
 #[test]
 fn rows_say_quic_when_every_peer_is_over_quic() {
     assert_eq!(one_host(Some("quic")), ["gflow-quic"]);
+}
+
+#[test]
+fn rows_say_tcp_when_every_peer_is_over_tcp() {
+    assert_eq!(one_host(Some("tcp")), ["gflow-tcp"]);
 }
 
 /// Two "hosts" (network namespaces joined by a veth pair) with two ranks each: rank 0 reaches

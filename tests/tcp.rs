@@ -101,7 +101,8 @@ fn run_all(cmds: Vec<Command>) -> (Vec<Output>, Duration) {
     (outs, t.elapsed())
 }
 
-/// A rank killed mid-loop: the survivors' TCP links see the end of its sockets at once.
+/// A rank killed mid-loop: the survivors name it as a process that exited (the control channel
+/// and its TCP links see the end of its sockets at once).
 #[test]
 fn survivors_of_a_killed_rank_error_within_seconds_over_tcp() {
     let prog = example("collective_loop");
@@ -122,7 +123,7 @@ fn survivors_of_a_killed_rank_error_within_seconds_over_tcp() {
         if r != 1 {
             let err = stderr(o);
             assert!(
-                err.contains("PeerGone") && err.contains("peer: 1"),
+                err.contains("PeerExited") && err.contains("peer: 1"),
                 "rank {r}: {err}"
             );
         }
