@@ -154,6 +154,32 @@ fn time_collective(env: &Env, runs: usize, mut f: impl FnMut() -> Result<()>) ->
     Ok(median(times))
 }
 
+/// The bytes each host sends to the other hosts in one run of `f` (hosts in the order of their
+/// lowest rank), summed from every rank's `comm_stats().bytes_sent_off_host`: what shows a
+/// hierarchical collective crossing the network once per host.
+fn host_bytes_sent(env: &Env, mut f: impl FnMut() -> Result<()>) -> Result<Vec<u64>> {
+    let world: Vec<usize> = (0..env.world_size()).collect();
+    env.comm().barrier(&world)?;
+    gflow::reset_comm_stats();
+    f()?;
+    let mine = gflow::comm_stats().bytes_sent_off_host;
+    let all = env
+        .comm()
+        .all_gather(&world, &mine.to_le_bytes(), &vec![8; world.len()])?;
+    let mut per_host: Vec<(usize, u64)> = vec![];
+    for (rank, b) in all.chunks_exact(8).enumerate() {
+        let (host, sent) = (
+            env.comm().host_of(rank),
+            u64::from_le_bytes(b.try_into().unwrap_or_default()),
+        );
+        match per_host.iter_mut().find(|(h, _)| *h == host) {
+            Some(e) => e.1 += sent,
+            None => per_host.push((host, sent)),
+        }
+    }
+    Ok(per_host.into_iter().map(|(_, b)| b).collect())
+}
+
 fn boxing(a: &Args) -> Result<()> {
     let n = a.ranks;
     let elems = a.mib * (1 << 20) / 4;
@@ -369,7 +395,7 @@ fn collectives(a: &Args) -> Result<()> {
         ];
         let wanted = |op: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == op);
         for (op, factor) in ops.into_iter().filter(|(op, _)| wanted(op)) {
-            let t = time_collective(&env, a.runs, || {
+            let mut run = || {
                 let c = env.comm();
                 match op {
                     "all_reduce" => {
@@ -410,9 +436,11 @@ fn collectives(a: &Args) -> Result<()> {
                     }
                 }
                 Ok(())
-            })?;
+            };
+            let t = time_collective(&env, a.runs, &mut run)?;
+            let per_host = host_bytes_sent(&env, &mut run)?;
             lines.push(format!(
-                "{{\"system\": \"{transport}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
+                "{{\"system\": \"{transport}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}, \"host_bytes_sent\": {per_host:?}}}",
                 factor * bytes as f64 / t / 1e9
             ));
         }
