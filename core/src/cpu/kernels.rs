@@ -20,16 +20,22 @@ pub trait Float: Element + NumFloat + Default + 'static {
         c: &mut [Self],
     );
 
-    /// `e^x`: for `f32` the vectorizable approximation of [`super::fast`], else the standard
+    /// `e^x`: for `f32` the vectorizable approximation of `cpu::fast`, else the standard
     /// library's.
     fn exp_v(self) -> Self;
 
     /// `tanh(x)`, as [`Float::exp_v`].
     fn tanh_v(self) -> Self;
+
+    /// `erf(x)`, as [`Float::exp_v`] (libm's for `f64`).
+    fn erf_v(self) -> Self;
+
+    /// `erfc(x) = 1 - erf(x)`, accurate also where it is tiny.
+    fn erfc_v(self) -> Self;
 }
 
 macro_rules! large_gemm {
-    ($t:ty, $f:ident, $exp:expr, $tanh:expr) => {
+    ($t:ty, $f:ident, $exp:expr, $tanh:expr, $erf:expr, $erfc:expr) => {
         impl Float for $t {
             #[inline(always)]
             fn exp_v(self) -> Self {
@@ -39,6 +45,16 @@ macro_rules! large_gemm {
             #[inline(always)]
             fn tanh_v(self) -> Self {
                 $tanh(self)
+            }
+
+            #[inline(always)]
+            fn erf_v(self) -> Self {
+                $erf(self)
+            }
+
+            #[inline(always)]
+            fn erfc_v(self) -> Self {
+                $erfc(self)
             }
 
             fn mm_large(
@@ -73,8 +89,15 @@ macro_rules! large_gemm {
         }
     };
 }
-large_gemm!(f32, sgemm, super::fast::exp, super::fast::tanh);
-large_gemm!(f64, dgemm, f64::exp, f64::tanh);
+large_gemm!(
+    f32,
+    sgemm,
+    super::fast::exp,
+    super::fast::tanh,
+    super::fast::erf,
+    super::fast::erfc
+);
+large_gemm!(f64, dgemm, f64::exp, f64::tanh, libm::erf, libm::erfc);
 
 /// Elementwise work of at least this many elements is split over the threads.
 const PAR_MIN: usize = 1 << 15;
@@ -167,6 +190,7 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     let one = T::one();
     // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
+    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
     match op {
         UnaryOp::Neg => map(x, |v| -v),
         UnaryOp::Exp => map(x, T::exp_v),
@@ -183,8 +207,9 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
         UnaryOp::Sin => map(x, |v| v.sin()),
         UnaryOp::Cos => map(x, |v| v.cos()),
         UnaryOp::Silu => map(x, |v| v / (one + (-v).exp_v())),
-        UnaryOp::Erf => map(x, |v| T::from_f64(libm::erf(v.to_f64()))),
-        UnaryOp::GeluErf => map(x, |v| T::from_f64(gelu_erf(v.to_f64()))),
+        UnaryOp::Erf => map(x, T::erf_v),
+        // x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc keeps its relative accuracy for negative x
+        UnaryOp::GeluErf => map(x, |v| half * v * (-v * inv_sqrt2).erfc_v()),
         UnaryOp::Sign => map(x, |v| {
             if v > T::zero() {
                 one
@@ -199,9 +224,8 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             s * (one + v * (one - s))
         }),
         UnaryOp::GeluErfGrad => map(x, |v| {
-            let v = v.to_f64();
-            let pdf = (-0.5 * v * v).exp() * 0.398_942_280_401_432_7;
-            T::from_f64(0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)) + v * pdf)
+            let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
+            half * (-v * inv_sqrt2).erfc_v() + v * pdf
         }),
         UnaryOp::GeluGrad => {
             let three = T::from_f64(3.0);
@@ -211,11 +235,6 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             })
         }
     }
-}
-
-/// PyTorch's exact GELU: `x * Phi(x)`.
-fn gelu_erf(v: f64) -> f64 {
-    0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2))
 }
 
 /// Checks integer row indices against `rows`.
