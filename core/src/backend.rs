@@ -434,6 +434,18 @@ pub trait Kernels: Send + Sync {
     ) -> Result<Buffer> {
         crate::cpu::norm_grad(x.host()?, g.host()?, cols, eps, center).map(Buffer::from)
     }
+    /// The gradient of [`Kernels::softmax`] over `dim` from its output `y` and the output
+    /// gradient `g` (log-softmax's when `log`).
+    fn softmax_grad(
+        &self,
+        y: &Buffer,
+        g: &Buffer,
+        shape: &[usize],
+        dim: usize,
+        log: bool,
+    ) -> Result<Buffer> {
+        crate::cpu::softmax_grad(y.host()?, g.host()?, shape, dim, log).map(Buffer::from)
+    }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {
         Ok(select::pow_scalar(x.host()?, e).into())

@@ -449,6 +449,47 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
     out
 }
 
+/// The gradient of [`softmax`] over `dim` from its output `y` and the output gradient `g`:
+/// `y * (g - sum(g * y))`, or for the log-softmax `g - e^y * sum(g)`. One pass per row for the
+/// sum and one for the result, rows on several threads.
+pub(super) fn softmax_grad<T: Float>(
+    y: &[T],
+    g: &[T],
+    shape: &[usize],
+    dim: usize,
+    log: bool,
+) -> Vec<T> {
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let block = len * inner;
+    let mut out = vec![T::zero(); y.len()];
+    rows_mut(&mut out, block, 3 * block, |o, dx| {
+        let (yb, gb) = (
+            &y[o * block..(o + 1) * block],
+            &g[o * block..(o + 1) * block],
+        );
+        for i in 0..inner {
+            let at = |l: usize| l * inner + i;
+            let s = (0..len).fold(T::zero(), |a, l| {
+                if log {
+                    a + gb[at(l)]
+                } else {
+                    a + gb[at(l)] * yb[at(l)]
+                }
+            });
+            for l in 0..len {
+                let (yv, gv) = (yb[at(l)], gb[at(l)]);
+                dx[at(l)] = if log {
+                    gv - yv.exp_v() * s
+                } else {
+                    yv * (gv - s)
+                };
+            }
+        }
+    });
+    out
+}
+
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     let MatmulDims {
         batch,

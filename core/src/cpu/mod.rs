@@ -189,6 +189,34 @@ pub(crate) fn norm_grad(
     }
 }
 
+/// The gradient of a (log-)softmax over `dim` from its output `y` and output gradient `g`
+/// (same dtype): the host kernel of [`crate::backend::Kernels::softmax_grad`].
+pub(crate) fn softmax_grad(
+    y: &HostData,
+    g: &HostData,
+    shape: &[usize],
+    dim: usize,
+    log: bool,
+) -> Result<HostData> {
+    let dtype = y.dtype();
+    if dtype.is_half() {
+        let (y, g) = (y.cast(DType::F32), g.cast(DType::F32));
+        return Ok(softmax_grad(&y, &g, shape, dim, log)?.cast(dtype));
+    }
+    match (y, g) {
+        (HostData::F32(y), HostData::F32(g)) => {
+            Ok(HostData::F32(kernels::softmax_grad(y, g, shape, dim, log)))
+        }
+        (HostData::F64(y), HostData::F64(g)) => {
+            Ok(HostData::F64(kernels::softmax_grad(y, g, shape, dim, log)))
+        }
+        (y, g) => Err(Error::DTypeMismatch {
+            expected: y.dtype(),
+            got: g.dtype(),
+        }),
+    }
+}
+
 impl Backend for CpuBackend {
     type Storage = HostData;
 

@@ -5,7 +5,7 @@ use crate::autograd::record;
 use crate::error::Result;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
-use crate::tensor::Tensor;
+use crate::tensor::{Device, Tensor};
 
 pub(super) struct Softmax {
     pub(super) dim: usize,
@@ -31,6 +31,60 @@ impl Op for Softmax {
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend
             .softmax(k.inputs[0], &k.shapes[0], self.dim, self.log)
+    }
+}
+
+/// The gradient of [`Softmax`]: inputs (its output, the output's gradient), one fused kernel.
+struct SoftmaxGrad(Softmax);
+
+impl Op for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        if self.0.log {
+            "log_softmax_grad"
+        } else {
+            "softmax_grad"
+        }
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        check_dim(self.name(), self.0.dim, shapes[0].len())?;
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .filter(|&d| d != self.0.dim)
+            .map(|d| Signature::new([Sbp::Split(d), Sbp::Split(d)], Sbp::Split(d)))
+            .collect();
+        v.push(Signature::new(
+            [Sbp::Broadcast, Sbp::Broadcast],
+            Sbp::Broadcast,
+        ));
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend.softmax_grad(
+            k.inputs[0],
+            k.inputs[1],
+            &k.shapes[0],
+            self.0.dim,
+            self.0.log,
+        )
+    }
+}
+
+/// The input gradient of a (log-)softmax over `dim` with output `y`: one fused kernel on the
+/// CPU, else composed of elementwise ops and a reduction (native on the GPUs).
+fn softmax_backward(y: &Tensor, g: &Tensor, dim: usize, log: bool) -> Result<Tensor> {
+    if y.device() == Device::Cpu {
+        return super::dispatch(&SoftmaxGrad(Softmax { dim, log }), &[y, g]);
+    }
+    if log {
+        // dx = g - softmax * sum(g)
+        let total = g.sum(dim, true)?;
+        g.sub(&y.exp()?.mul(&total)?)
+    } else {
+        // dx = y * (g - sum(g * y))
+        let dot = g.mul(y)?.sum(dim, true)?;
+        y.mul(&g.sub(&dot)?)
     }
 }
 
@@ -68,12 +122,7 @@ impl Tensor {
             super::dispatch(&Softmax { dim, log: false }, &[self]),
             "softmax",
             &[self],
-            move |c, g| {
-                // dx = y * (g - sum(g * y))
-                let y = c.out;
-                let dot = g.mul(y)?.sum(dim, true)?;
-                Ok(vec![Some(y.mul(&g.sub(&dot)?)?)])
-            },
+            move |c, g| Ok(vec![Some(softmax_backward(c.out, g, dim, false)?)]),
         )
     }
 
@@ -90,11 +139,7 @@ impl Tensor {
             super::dispatch(&Softmax { dim, log: true }, &[self]),
             "log_softmax",
             &[self],
-            move |c, g| {
-                // dx = g - softmax * sum(g)
-                let total = g.sum(dim, true)?;
-                Ok(vec![Some(g.sub(&c.out.exp()?.mul(&total)?)?)])
-            },
+            move |c, g| Ok(vec![Some(softmax_backward(c.out, g, dim, true)?)]),
         )
     }
 }
