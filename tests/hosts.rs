@@ -168,6 +168,47 @@ fn three_hosts_of_one_rank_run_every_collective_and_the_seeds() {
     same_as_one_host(&h, 1, &["collectives_check", "global_to_global"]);
 }
 
+/// Hosts on a rate-limited (`tc tbf`, 1 Gbit/s) jumbo-frame (MTU 9000) link, two ranks each:
+/// every collective (hierarchical from 64 KiB) is correct over QUIC, whose MTU discovery then
+/// probes past 1500 bytes, and over `GFLOW_TRANSPORT=tcp`.
+#[test]
+fn a_rate_limited_jumbo_link_runs_every_collective_over_quic_and_tcp() {
+    let test = "a_rate_limited_jumbo_link_runs_every_collective_over_quic_and_tcp";
+    let h = match Hosts::up("r", 2, &["--rate", "1gbit", "--mtu", "9000"]) {
+        Ok(h) => h,
+        Err(why) => {
+            return gflow::backend::say_skipped(
+                test,
+                &format!(
+                    "network namespaces or tc cannot be used here ({})",
+                    why.trim()
+                ),
+            );
+        }
+    };
+    let prog = example("collectives_check");
+    let want = as_threads(&prog, 4);
+    for transport in ["quic", "tcp"] {
+        let env = [(
+            "GFLOW_TRANSPORT",
+            if transport == "quic" { "" } else { "tcp" },
+        )];
+        let outs = job(&h, 2, &prog, &env);
+        for (k, o) in outs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "{transport}, host {k}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        assert_eq!(
+            sorted_lines(&outs.iter().collect::<Vec<_>>()),
+            want,
+            "{transport}"
+        );
+    }
+}
+
 /// A child's stderr, read as it comes: the lines so far, and a channel that gets each line.
 struct Watched {
     child: Child,
