@@ -37,17 +37,9 @@ fn hosts(test: &str, tag: &str, n: usize) -> Option<Hosts> {
     }
 }
 
+/// Every output's stdout lines together, sorted.
 fn sorted_lines(outs: &[&Output]) -> Vec<String> {
-    let mut v: Vec<String> = outs
-        .iter()
-        .flat_map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .into_owned()
-                .lines()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let mut v: Vec<String> = outs.iter().flat_map(|o| common::sorted_lines(o)).collect();
     v.sort();
     v
 }

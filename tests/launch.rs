@@ -8,18 +8,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{example, launcher};
+use common::{example, launcher, sorted_lines};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn sorted_lines(o: &Output) -> Vec<String> {
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
-    v.sort();
-    v
-}
 
 fn launch(n: usize, prog: &PathBuf, env: &[(&str, &str)]) -> Output {
     Command::new(launcher())

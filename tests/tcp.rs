@@ -7,32 +7,11 @@
 
 mod common;
 
+use common::{example, launcher, sorted_lines};
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
-}
-
-/// The example binary, brought up to date (a `cargo test --test tcp` alone builds no examples).
-fn example(name: &str) -> PathBuf {
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
-        .status()
-        .expect("cargo build");
-    assert!(st.success());
-    launcher().parent().unwrap().join("examples").join(name)
-}
-
-fn sorted_lines(o: &Output) -> Vec<String> {
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
-    v.sort();
-    v
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

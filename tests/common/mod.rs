@@ -28,6 +28,16 @@ pub fn example(name: &str) -> PathBuf {
     launcher().parent().unwrap().join("examples").join(name)
 }
 
+/// A run's stdout lines, sorted (ranks print in any order).
+pub fn sorted_lines(o: &std::process::Output) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
 /// A value that crosses processes as bytes (the results the tests compare).
 pub trait Wire: Sized {
     /// Appends the encoding.

@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
 use tokio::runtime::Handle;
 
 use crate::TransportError;
 use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
 use crate::stripe::{BLOCK, PartTx, StripedRx, StripedTx};
 pub use crate::tls::Fingerprint;
-use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
+use crate::tls::{SERVER_NAME, fingerprint, pinned_client, pinned_server, tls_error};
 
 const ALPN: &[u8] = b"gflow/1";
 /// A connection with no packet for this long is lost: a killed peer is an error this soon.
@@ -264,17 +264,7 @@ impl QuicNode {
         peer: Fingerprint,
         addr: SocketAddr,
     ) -> Result<quinn::ClientConfig, TransportError> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls_error)?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned::new(vec![peer])))
-            .with_client_auth_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
-            .map_err(tls_error)?;
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let tls = pinned_client(&self.cert, &self.key, peer, ALPN)?;
         let mut c = quinn::ClientConfig::new(Arc::new(
             QuicClientConfig::try_from(tls).map_err(tls_error)?,
         ));
@@ -291,17 +281,12 @@ impl QuicNode {
     /// # Errors
     /// `Io` for a TLS configuration failure.
     pub fn serve(&self, clients: &[Peer]) -> Result<(), TransportError> {
-        let verifier = Pinned::new(clients.iter().map(|p| p.fingerprint).collect());
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls_error)?
-            .with_client_cert_verifier(Arc::new(verifier))
-            .with_single_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
-            .map_err(tls_error)?;
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let tls = pinned_server(
+            &self.cert,
+            &self.key,
+            clients.iter().map(|p| p.fingerprint).collect(),
+            ALPN,
+        )?;
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(
             QuicServerConfig::try_from(tls).map_err(tls_error)?,
         ));

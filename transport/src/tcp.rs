@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TransportError;
 use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
 pub use crate::tls::Fingerprint;
-use crate::tls::{Pinned, SERVER_NAME, fingerprint, provider, tls_error};
+use crate::tls::{SERVER_NAME, fingerprint, pinned_client, pinned_server, tls_error};
 
 const ALPN: &[u8] = b"gflow-tcp/1";
 /// Plaintext encrypted per step of a write: 16 TLS records.
@@ -98,32 +98,16 @@ impl TcpNode {
         &self,
         peer: Fingerprint,
     ) -> Result<Arc<rustls::ClientConfig>, TransportError> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls_error)?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned::new(vec![peer])))
-            .with_client_auth_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
-            .map_err(tls_error)?;
-        tls.alpn_protocols = vec![ALPN.to_vec()];
-        Ok(Arc::new(tls))
+        Ok(Arc::new(pinned_client(&self.cert, &self.key, peer, ALPN)?))
     }
 
     fn server_config(&self, peers: &[Peer]) -> Result<Arc<rustls::ServerConfig>, TransportError> {
-        let verifier = Pinned::new(peers.iter().map(|p| p.fingerprint).collect());
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls_error)?
-            .with_client_cert_verifier(Arc::new(verifier))
-            .with_single_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
-            .map_err(tls_error)?;
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let mut tls = pinned_server(
+            &self.cert,
+            &self.key,
+            peers.iter().map(|p| p.fingerprint).collect(),
+            ALPN,
+        )?;
         // No session tickets: nothing the dialer would never read sits in its socket (unread
         // bytes at close turn its orderly end into a reset).
         tls.send_tls13_tickets = 0;

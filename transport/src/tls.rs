@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use sha2::{Digest, Sha256};
@@ -36,6 +36,43 @@ pub(crate) fn self_signed()
     let cert = certified.cert.der().clone();
     let key = PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der());
     Ok((cert, key))
+}
+
+/// A TLS 1.3 client presenting `cert` (with `key`) that accepts only the server certificate
+/// `peer`, speaking protocol `alpn`.
+pub(crate) fn pinned_client(
+    cert: &CertificateDer<'static>,
+    key: &PrivatePkcs8KeyDer<'static>,
+    peer: Fingerprint,
+    alpn: &[u8],
+) -> Result<rustls::ClientConfig, TransportError> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_error)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned::new(vec![peer])))
+        .with_client_auth_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key.clone_key()))
+        .map_err(tls_error)?;
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    Ok(tls)
+}
+
+/// A TLS 1.3 server presenting `cert` (with `key`) that accepts only the client certificates
+/// `clients`, speaking protocol `alpn`.
+pub(crate) fn pinned_server(
+    cert: &CertificateDer<'static>,
+    key: &PrivatePkcs8KeyDer<'static>,
+    clients: Vec<Fingerprint>,
+    alpn: &[u8],
+) -> Result<rustls::ServerConfig, TransportError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_error)?
+        .with_client_cert_verifier(Arc::new(Pinned::new(clients)))
+        .with_single_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key.clone_key()))
+        .map_err(tls_error)?;
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    Ok(tls)
 }
 
 /// ring's TLS 1.3 suites reduced to AES-128-GCM, the fastest here (see the notes).
