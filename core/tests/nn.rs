@@ -367,3 +367,46 @@ fn norms_match_a_hand_written_reference_fused_and_composed() {
         }
     }
 }
+
+/// 16-bit inputs take the fused norm and softmax backward in f32, rounded once: their input
+/// gradients match the f32 run's to the 16-bit type's precision.
+#[test]
+fn sixteen_bit_norm_and_softmax_gradients_follow_f32() {
+    use gflow_core::DType;
+    let x: Vec<f64> = (0..48)
+        .map(|i| ((i * 29 % 17) as f64 - 8.0) * 0.25)
+        .collect();
+    let grads = |dtype: DType| -> Vec<f64> {
+        simulate(1, |_| {
+            let xt = Tensor::from_vec(x.clone(), &[4, 12], Device::Cpu)?
+                .to_dtype(dtype)?
+                .set_requires_grad(true);
+            let ln = nn::LayerNorm::new(12)?.to_dtype(dtype)?;
+            let y = ln.forward(&xt)?.softmax(1)?;
+            let w = Tensor::from_vec(
+                (0..48).map(|i| i as f64 * 0.1).collect(),
+                &[4, 12],
+                Device::Cpu,
+            )?
+            .to_dtype(dtype)?;
+            y.mul(&w)?.sum(vec![0, 1], false)?.backward()?;
+            xt.grad()
+                .expect("x has a gradient")
+                .to_dtype(DType::F64)?
+                .to_vec::<f64>()
+        })
+        .unwrap()
+        .remove(0)
+    };
+    let want = grads(DType::F32);
+    for (dtype, eps) in [(DType::BF16, 2f64.powi(-7)), (DType::F16, 2f64.powi(-10))] {
+        let got = grads(dtype);
+        let scale = want.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 16.0 * eps * scale,
+                "{dtype:?}: {got:?} vs {want:?}"
+            );
+        }
+    }
+}

@@ -162,6 +162,46 @@ pub(crate) fn norm(x: &HostData, cols: usize, eps: f64, center: bool) -> Result<
     )
 }
 
+/// `$body` on two float operands of one dtype bound as slices `$a`, `$b` of element type `$T`
+/// (16-bit floats computed in f32 and rounded back once): the host form of a backward kernel.
+macro_rules! float_pair {
+    ($x:expr, $y:expr, $a:ident, $b:ident, $T:ident => $body:expr) => {{
+        let dtype = $x.dtype();
+        let (x, y) = if dtype.is_half() {
+            (
+                std::borrow::Cow::Owned($x.cast(DType::F32)),
+                std::borrow::Cow::Owned($y.cast(DType::F32)),
+            )
+        } else {
+            (
+                std::borrow::Cow::Borrowed($x),
+                std::borrow::Cow::Borrowed($y),
+            )
+        };
+        let out = match (&*x, &*y) {
+            (HostData::F32($a), HostData::F32($b)) => {
+                type $T = f32;
+                HostData::F32($body)
+            }
+            (HostData::F64($a), HostData::F64($b)) => {
+                type $T = f64;
+                HostData::F64($body)
+            }
+            (a, b) => {
+                return Err(Error::DTypeMismatch {
+                    expected: a.dtype(),
+                    got: b.dtype(),
+                });
+            }
+        };
+        Ok(if dtype.is_half() {
+            out.cast(dtype)
+        } else {
+            out
+        })
+    }};
+}
+
 /// The gradient of [`norm`] for the output gradient `g` (same dtype as `x`).
 pub(crate) fn norm_grad(
     x: &HostData,
@@ -170,23 +210,7 @@ pub(crate) fn norm_grad(
     eps: f64,
     center: bool,
 ) -> Result<HostData> {
-    let dtype = x.dtype();
-    if dtype.is_half() {
-        let (x, g) = (x.cast(DType::F32), g.cast(DType::F32));
-        return Ok(norm_grad(&x, &g, cols, eps, center)?.cast(dtype));
-    }
-    match (x, g) {
-        (HostData::F32(x), HostData::F32(g)) => {
-            Ok(HostData::F32(kernels::norm_grad(x, g, cols, eps, center)))
-        }
-        (HostData::F64(x), HostData::F64(g)) => {
-            Ok(HostData::F64(kernels::norm_grad(x, g, cols, eps, center)))
-        }
-        (x, g) => Err(Error::DTypeMismatch {
-            expected: x.dtype(),
-            got: g.dtype(),
-        }),
-    }
+    float_pair!(x, g, a, b, T => kernels::norm_grad::<T>(a, b, cols, eps, center))
 }
 
 /// The gradient of a (log-)softmax over `dim` from its output `y` and output gradient `g`
@@ -198,23 +222,7 @@ pub(crate) fn softmax_grad(
     dim: usize,
     log: bool,
 ) -> Result<HostData> {
-    let dtype = y.dtype();
-    if dtype.is_half() {
-        let (y, g) = (y.cast(DType::F32), g.cast(DType::F32));
-        return Ok(softmax_grad(&y, &g, shape, dim, log)?.cast(dtype));
-    }
-    match (y, g) {
-        (HostData::F32(y), HostData::F32(g)) => {
-            Ok(HostData::F32(kernels::softmax_grad(y, g, shape, dim, log)))
-        }
-        (HostData::F64(y), HostData::F64(g)) => {
-            Ok(HostData::F64(kernels::softmax_grad(y, g, shape, dim, log)))
-        }
-        (y, g) => Err(Error::DTypeMismatch {
-            expected: y.dtype(),
-            got: g.dtype(),
-        }),
-    }
+    float_pair!(y, g, a, b, T => kernels::softmax_grad::<T>(a, b, shape, dim, log))
 }
 
 impl Backend for CpuBackend {
