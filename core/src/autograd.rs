@@ -274,6 +274,9 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
             continue;
         };
         *t.grad_fn_lock() = GradFn::Freed;
+        if t.retains_grad() {
+            accumulate(&t, g.clone())?;
+        }
         let ctx = Ctx {
             inputs: &node.inputs,
             out: &t.detach(),

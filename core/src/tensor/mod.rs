@@ -42,8 +42,10 @@ struct TensorImpl {
     data: Option<Shared>,
     /// Whether gradients flow to (a leaf) or through (a result) this tensor.
     requires_grad: AtomicBool,
-    /// The accumulated gradient of a leaf.
+    /// The accumulated gradient of a leaf (or of a result after [`Tensor::retain_grad`]).
     grad: Mutex<Option<Tensor>>,
+    /// Whether [`Tensor::backward`] keeps this result's gradient (set by `retain_grad`).
+    retains_grad: AtomicBool,
     /// How this tensor was computed, for the backward pass.
     grad_fn: Mutex<GradFn>,
     /// The tensor this one became by [`Tensor::become_tensor`]: every handle reads through it.
@@ -59,6 +61,7 @@ impl TensorImpl {
             data,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
+            retains_grad: AtomicBool::new(false),
             grad_fn: Mutex::new(GradFn::Leaf),
             next: OnceLock::new(),
         }
@@ -287,6 +290,43 @@ impl Tensor {
     /// Whether this tensor was made by the user rather than recorded from an operation.
     pub fn is_leaf(&self) -> bool {
         matches!(*self.grad_fn_lock(), GradFn::Leaf)
+    }
+
+    /// Keeps this tensor's gradient in [`Tensor::grad`] after backward passes, as PyTorch's
+    /// `retain_grad`: a result of recorded operations (not a leaf) otherwise passes its gradient
+    /// on and keeps none. A leaf keeps its gradient anyway (nothing changes). The kept gradient
+    /// has this tensor's placement and SBP and accumulates over backward passes, as a leaf's.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?.set_requires_grad(true);
+    /// let y = x.mul(&x)?;                 // y = x², a result
+    /// y.retain_grad()?;
+    /// y.mul(&x)?.sum([0], false)?.backward()?;   // d(sum y·x)/dy = x
+    /// assert_eq!(y.grad().unwrap().to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the tensor does not require a gradient (there would be none to
+    /// keep).
+    pub fn retain_grad(&self) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(Error::InvalidArgument {
+                op: "retain_grad",
+                reason: "the tensor does not require grad, so it gets no gradient to keep".into(),
+            });
+        }
+        if !self.is_leaf() {
+            self.0.retains_grad.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether [`Tensor::retain_grad`] was called on this result (false for a leaf, as
+    /// PyTorch's `retains_grad`).
+    pub fn retains_grad(&self) -> bool {
+        self.0.retains_grad.load(Ordering::Relaxed)
     }
 
     /// The gradient accumulated by [`Tensor::backward`], with this tensor's placement and SBP.
