@@ -224,7 +224,15 @@ pub fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
         })
     })?;
     if let (Some(v), Some(mut w)) = (value, dst.write()) {
-        *w = v;
+        // Host storage is overwritten where it lies, so views of it (Python's zero-copy
+        // `numpy()`) see the new value and never a freed buffer; device storage is replaced.
+        if w.resident_on().is_none() && w.len() == v.len() {
+            w.host_mut()?
+                .as_bytes_mut()
+                .copy_from_slice(v.host()?.as_bytes());
+        } else {
+            *w = v;
+        }
     }
     Ok(())
 }

@@ -92,7 +92,9 @@ def matmul(a, b):
 
 
 def from_numpy(array):
-    """A tensor holding ``array`` (its dtype kept: float32, float64, int64)."""
+    """A local tensor holding ``array``'s elements (its dtype kept: float64, float32, float16,
+    int64, int32, bool), copied once straight into gflow's storage (gflow owns its buffers, so
+    the tensor does not share ``array``'s memory; ``t.numpy()`` does share the tensor's)."""
     return tensor(array)
 
 

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::layout::{PyPlacement, parse_sbp};
+use crate::share::read_exact;
 use crate::tensor::{PyDType, PyTensor, op, run};
 
 /// A shape given as `f(2, 3)` or `f((2, 3))` / `f([2, 3])` / `f(flow.Size(...))`.
@@ -61,6 +62,8 @@ fn parse_device(name: &str) -> PyResult<Device> {
 /// A tensor holding `data` (a NumPy array, nested lists, a scalar): NumPy arrays keep their
 /// dtype (float64, float32, float16, int64, int32, bool; other integers become int64); Python
 /// floats become float32, integers int64 and booleans bool, as in PyTorch. `dtype` converts.
+/// An array whose dtype is kept is copied once, straight into gflow's storage (see
+/// [`crate::share`]); a local tensor keeps that copy, a global one each rank's box of it.
 pub fn from_data(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -70,7 +73,11 @@ pub fn from_data(
 ) -> PyResult<Tensor> {
     let np = py.import("numpy")?;
     let is_array = data.is_instance(&np.getattr("ndarray")?)?;
-    let arr = np.call_method1("ascontiguousarray", (data,))?;
+    let arr = if is_array {
+        data.clone()
+    } else {
+        np.call_method1("asarray", (data,))?
+    };
     let np_dtype = arr.getattr("dtype")?;
     let kind: String = np_dtype.getattr("kind")?.extract()?;
     let size: usize = np_dtype.getattr("itemsize")?.extract()?;
@@ -92,8 +99,36 @@ pub fn from_data(
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
     let target = target(placement, sbp, None)?;
     let global = matches!(target, Target::Global(..));
-    // Read in a type NumPy and gflow share (float64 for floats: exact for float16 and
-    // bfloat16's values), then cast to `want` in gflow.
+    // The array's own elements, when gflow stores its dtype as is: one copy.
+    if want == natural {
+        type Build = Box<dyn FnOnce() -> gflow::Result<Tensor> + Send>;
+        fn build<T: gflow::Element>(v: Vec<T>, shape: Vec<usize>, target: Target) -> Build {
+            Box::new(move || Tensor::from_vec(v, &shape, target))
+        }
+        let (shape, target) = (shape.clone(), target.clone());
+        let exact: Option<Build> = match want {
+            DType::F32 => read_exact::<f32>(&arr)?.map(|v| build(v, shape, target)),
+            DType::F64 => read_exact::<f64>(&arr)?.map(|v| build(v, shape, target)),
+            DType::I64 => read_exact::<i64>(&arr)?.map(|v| build(v, shape, target)),
+            DType::I32 => read_exact::<i32>(&arr)?.map(|v| build(v, shape, target)),
+            // Same-size reinterpretations, collected in place (no second buffer).
+            DType::F16 => read_exact::<u16>(&arr.call_method1("view", ("uint16",))?)?.map(|v| {
+                let v: Vec<gflow::f16> = v.into_iter().map(gflow::f16::from_bits).collect();
+                build(v, shape, target)
+            }),
+            DType::Bool => read_exact::<u8>(&arr.call_method1("view", ("uint8",))?)?.map(|v| {
+                let v: Vec<bool> = v.into_iter().map(|b| b != 0).collect();
+                build(v, shape, target)
+            }),
+            _ => None,
+        };
+        if let Some(f) = exact {
+            return run(py, global, f);
+        }
+    }
+    // Otherwise read in a type NumPy and gflow share (float64 for floats: exact for float16
+    // and bfloat16's values), then cast to `want` in gflow.
+    let arr = np.call_method1("ascontiguousarray", (arr,))?;
     macro_rules! build {
         ($t:ty, $np:literal) => {{
             let a = arr.call_method1("astype", ($np,))?;

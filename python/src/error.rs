@@ -2,8 +2,10 @@
 //! subclass per family of mistakes, so `except flow.PlacementError` catches what it names and
 //! `except flow.Error` catches them all. Nothing a user passes crashes the interpreter.
 
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyIndexError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::{PyErr, create_exception};
 
 create_exception!(
@@ -62,16 +64,37 @@ create_exception!(
 );
 create_exception!(
     gflow,
-    IndexOutOfRangeError,
-    Error,
-    "An index outside the indexed dimension."
-);
-create_exception!(
-    gflow,
     InvalidArgumentError,
     Error,
     "An argument an operation cannot use."
 );
+
+/// `flow.IndexOutOfRangeError`, "an index outside the indexed dimension": a `flow.Error` that
+/// is also an `IndexError`, so `except IndexError` and iteration by `x[i]` work as in PyTorch.
+/// Python builds it (a class with two bases), once.
+fn index_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TYPE.get_or_try_init(py, || {
+        let bases = PyTuple::new(py, [py.get_type::<Error>(), py.get_type::<PyIndexError>()])?;
+        let attrs = PyDict::new(py);
+        attrs.set_item("__doc__", "An index outside the indexed dimension.")?;
+        attrs.set_item("__module__", "gflow")?;
+        let t = py
+            .get_type::<PyType>()
+            .call1(("IndexOutOfRangeError", bases, attrs))?;
+        Ok::<_, PyErr>(t.cast_into::<PyType>()?.unbind())
+    })
+    .map(|t| t.bind(py))
+}
+
+/// A `flow.IndexOutOfRangeError` with `msg`.
+pub fn index_error(msg: impl Into<String>) -> PyErr {
+    let msg = msg.into();
+    Python::attach(|py| match index_error_type(py) {
+        Ok(t) => PyErr::from_type(t.clone(), msg),
+        Err(e) => e,
+    })
+}
 
 /// The Python exception of a gflow error: its family's class, the error's own message.
 pub fn to_py(e: gflow::Error) -> PyErr {
@@ -99,7 +122,7 @@ pub fn to_py(e: gflow::Error) -> PyErr {
         E::Comm(_) | E::RankPanicked { .. } => CommunicationError::new_err(msg),
         E::Environment { .. } => EnvironmentError::new_err(msg),
         E::Checkpoint { .. } => CheckpointError::new_err(msg),
-        E::IndexOutOfRange { .. } => IndexOutOfRangeError::new_err(msg),
+        E::IndexOutOfRange { .. } => index_error(msg),
         E::InvalidArgument { .. } | E::WrongKind { .. } => InvalidArgumentError::new_err(msg),
         _ => Error::new_err(msg),
     }
@@ -129,10 +152,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CommunicationError", py.get_type::<CommunicationError>())?;
     m.add("EnvironmentError", py.get_type::<EnvironmentError>())?;
     m.add("CheckpointError", py.get_type::<CheckpointError>())?;
-    m.add(
-        "IndexOutOfRangeError",
-        py.get_type::<IndexOutOfRangeError>(),
-    )?;
+    m.add("IndexOutOfRangeError", index_error_type(py)?)?;
     m.add(
         "InvalidArgumentError",
         py.get_type::<InvalidArgumentError>(),

@@ -6,10 +6,13 @@
 mod checkpoint;
 mod creation;
 mod error;
+mod index;
 mod layout;
 mod nn;
+mod norm;
 mod ops;
 mod select;
+mod share;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -54,6 +57,8 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout::PyPlacement>()?;
     m.add_class::<layout::PySbp>()?;
     m.add_class::<nn::PyOptimizer>()?;
+    m.add_class::<norm::PyNorm>()?;
+    m.add_class::<share::Storage>()?;
     for (name, d) in tensor::dtypes() {
         m.add(name, tensor::PyDType { inner: d })?;
     }
@@ -75,6 +80,8 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nn::mse_loss, m)?)?;
     m.add_function(wrap_pyfunction!(nn::cross_entropy, m)?)?;
     m.add_function(wrap_pyfunction!(nn::embedding, m)?)?;
+    m.add_function(wrap_pyfunction!(nn::scaled_dot_product_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(nn::clip_grad_norm, m)?)?;
     m.add_function(wrap_pyfunction!(nn::linear_init, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoint::save_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoint::load_checkpoint, m)?)?;

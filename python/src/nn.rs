@@ -66,6 +66,56 @@ pub fn embedding(py: Python<'_>, indices: &PyTensor, weight: &PyTensor) -> PyRes
     op(py, w.is_global(), move || w.gather_rows(&i))
 }
 
+/// Attention as PyTorch's `scaled_dot_product_attention` on (batch, heads, seq, head_dim):
+/// `softmax(q kᵀ · scale + mask) v`, `scale` `1/sqrt(head_dim)` unless given; `attn_mask` Bool
+/// (true = may attend) or float (added), `is_causal` masks keys after the query. gflow's
+/// `nn::functional::scaled_dot_product_attention` (heads split in, heads split out).
+#[pyfunction]
+#[pyo3(signature = (query, key, value, attn_mask = None, dropout_p = 0.0, is_causal = false, scale = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn scaled_dot_product_attention(
+    py: Python<'_>,
+    query: &PyTensor,
+    key: &PyTensor,
+    value: &PyTensor,
+    attn_mask: Option<&PyTensor>,
+    dropout_p: f64,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> PyResult<PyTensor> {
+    if dropout_p != 0.0 {
+        return Err(crate::error::to_py(gflow::Error::InvalidArgument {
+            op: "scaled_dot_product_attention",
+            reason: format!("dropout_p must be 0 (attention dropout is not supported), got {dropout_p}"),
+        }));
+    }
+    let (q, k, v) = (query.get(), key.get(), value.get());
+    let mask = attn_mask.map(PyTensor::get);
+    let global = [&q, &k, &v].iter().any(|t| t.is_global()) || mask.as_ref().is_some_and(Tensor::is_global);
+    op(py, global, move || {
+        // gflow scales by 1/sqrt(head_dim): another scale is folded into the queries.
+        let q = match (scale, q.shape().last()) {
+            (Some(s), Some(&d)) => q.mul_scalar(s * (d as f64).sqrt())?,
+            _ => q,
+        };
+        gflow::nn::functional::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), is_causal)
+    })
+}
+
+/// PyTorch's `clip_grad_norm_` (2-norm) over `params`: the global norm of their gradients
+/// before clipping (the same on every rank), each gradient scaled in place by
+/// `max_norm / (norm + 1e-6)` when that is below 1. gflow's `nn::utils::clip_grad_norm`.
+#[pyfunction]
+pub fn clip_grad_norm(
+    py: Python<'_>,
+    params: Vec<PyRef<'_, PyTensor>>,
+    max_norm: f64,
+) -> PyResult<f64> {
+    let ps = handles(&params);
+    let global = ps.iter().any(Tensor::is_global);
+    run(py, global, move || gflow::nn::utils::clip_grad_norm(&ps, max_norm))
+}
+
 /// gflow's initial `Linear` parameters (PyTorch's scheme from gflow's generator): weight
 /// (out, in) and bias (out) when `bias`.
 #[pyfunction]

@@ -25,9 +25,6 @@ thread_local! {
 #[pyclass(name = "Tensor", module = "gflow", subclass, frozen, weakref)]
 pub struct PyTensor {
     inner: RwLock<Tensor>,
-    /// After `retain_grad()` on a non-leaf: the zero leaf added to it, whose gradient is this
-    /// tensor's (see `retain_grad`).
-    retained: RwLock<Option<Tensor>>,
 }
 
 impl PyTensor {
@@ -35,25 +32,12 @@ impl PyTensor {
     pub fn new(t: Tensor) -> PyTensor {
         PyTensor {
             inner: RwLock::new(t),
-            retained: RwLock::new(None),
         }
     }
 
     /// The handle's tensor (a cheap clone).
     pub fn get(&self) -> Tensor {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The leaf whose gradient is this tensor's: itself, or the zero leaf of `retain_grad`.
-    fn grad_holder(&self) -> Tensor {
-        self.retained_leaf().unwrap_or_else(|| self.get())
-    }
-
-    fn retained_leaf(&self) -> Option<Tensor> {
-        self.retained
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     fn set(&self, t: Tensor) {
@@ -186,8 +170,13 @@ pub fn size<'py>(py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyAny>
 }
 
 /// The whole logical value of `t` as a NumPy array of its dtype (bfloat16, which NumPy lacks,
-/// as float32): the host copy gflow makes is moved into the array, not copied again.
+/// as float32). A local CPU tensor's array views its storage (no copy, see [`crate::share`]);
+/// otherwise (a global tensor's gathered value, a GPU tensor, bfloat16) the host copy gflow
+/// makes is moved into the array, not copied again.
 pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(view) = crate::share::view(py, t)? {
+        return Ok(view);
+    }
     let (t, shape) = match outside(py, t)? {
         Some(empty) => (empty, vec![0]),
         None => (t.clone(), t.shape().to_vec()),
@@ -509,40 +498,24 @@ impl PyTensor {
     /// non-leaf only after `retain_grad()`.
     #[getter]
     fn get_grad(&self) -> Option<PyTensor> {
-        self.grad_holder().grad().map(PyTensor::new)
+        self.get().grad().map(PyTensor::new)
     }
 
     #[setter]
     fn set_grad(&self, grad: Option<&PyTensor>) {
-        self.grad_holder().set_grad(grad.map(PyTensor::get));
+        self.get().set_grad(grad.map(PyTensor::get));
     }
 
-    /// Keeps this non-leaf tensor's gradient in `.grad` after `backward` (a leaf keeps its own
-    /// anyway). gflow's autograd keeps gradients of leaves only, so the handle is pointed at
-    /// `self + z`, where `z` is a zero leaf of the same layout: the same value, and the
-    /// gradient reaching it is exactly this tensor's, which `.grad` then reads.
-    fn retain_grad(&self, py: Python<'_>) -> PyResult<()> {
-        let t = self.get();
-        if !t.requires_grad() {
-            return Err(crate::error::InvalidArgumentError::new_err(
-                "retain_grad: the tensor does not require grad",
-            ));
-        }
-        if t.is_leaf() || self.retained_leaf().is_some() {
-            return Ok(());
-        }
-        let target = match (t.placement(), t.sbp()) {
-            (Some(p), Some(s)) => gflow::Target::Global(p.clone(), s.clone()),
-            _ => gflow::Target::Local(t.device()),
-        };
-        let (global, shape, dtype) = (t.is_global(), t.shape().to_vec(), t.dtype());
-        let (sum, zero) = run(py, global, move || {
-            let zero = Tensor::full_dtype(&shape, 0.0, dtype, target)?.set_requires_grad(true);
-            Ok((t.add(&zero)?, zero))
-        })?;
-        self.set(sum);
-        *self.retained.write().unwrap_or_else(|p| p.into_inner()) = Some(zero);
-        Ok(())
+    /// Keeps this non-leaf tensor's gradient in `.grad` after `backward`, in the tensor's own
+    /// placement and SBP (a leaf keeps its own anyway), as PyTorch's `retain_grad`.
+    fn retain_grad(&self) -> PyResult<()> {
+        self.get().retain_grad().py()
+    }
+
+    /// Whether `retain_grad()` was called on this non-leaf tensor (false for a leaf).
+    #[getter]
+    fn retains_grad(&self) -> bool {
+        self.get().retains_grad()
     }
 
     /// Computes gradients of this tensor with respect to the leaves that require them

@@ -9,12 +9,12 @@ from collections import OrderedDict
 
 from .. import _gflow
 from .._gflow import Tensor
-from . import functional
+from . import functional, utils
 
 __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
     "Identity", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
-    "functional",
+    "LayerNorm", "RMSNorm", "functional", "utils",
 ]
 
 
@@ -284,3 +284,75 @@ class CrossEntropyLoss(Module):
 
     def forward(self, input, target):
         return _gflow.cross_entropy(input, target)
+
+
+class _Norm(Module):
+    """A normalisation layer computed by gflow's own (``gflow::nn::LayerNorm`` / ``RMSNorm``,
+    fused kernels included) with this module's current parameters."""
+
+    def _setup(self, impl, shape, eps, elementwise_affine, names):
+        object.__setattr__(self, "_impl", impl)
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        initial = impl.parameters()
+        # Without an affine transform the layer's own ones and zeros are fixed (no gradients).
+        object.__setattr__(self, "_fixed", [t.detach() for t in initial])
+        object.__setattr__(self, "_names", names)
+        for name, t in zip(names, initial):
+            setattr(self, name, Parameter(t) if elementwise_affine else None)
+
+    def _params(self, x):
+        out = []
+        for name, fixed in zip(self._names, self._fixed):
+            p = getattr(self, name)
+            if p is None:
+                if x.is_global:
+                    p = fixed.to_global(placement=x.placement,
+                                        sbp=[_gflow.broadcast] * len(x.sbp))
+                else:
+                    p = fixed
+            out.append(p)
+        return out
+
+    def forward(self, x):
+        return self._impl.forward(x, self._params(x))
+
+    def extra_repr(self):
+        return (f"{tuple(self.normalized_shape)}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+def _shape(normalized_shape):
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(int(d) for d in normalized_shape)
+
+
+class LayerNorm(_Norm):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``normalized_shape``
+    (biased variance), as PyTorch's: weight starts at ones, bias at zeros; ``bias=False`` or
+    ``elementwise_affine=False`` leave them fixed."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        shape = _shape(normalized_shape)
+        self._setup(_gflow._Norm.layer_norm(list(shape), float(eps)), shape, eps,
+                    elementwise_affine, ("weight", "bias"))
+        if elementwise_affine and not bias:
+            self.bias = None
+
+
+class RMSNorm(_Norm):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last dim (``normalized_shape`` an int
+    or a one-element shape), weight starting at ones; ``eps`` 1e-6 by default, gflow's
+    ``nn::RMSNorm``'s (PyTorch's default is the dtype's machine epsilon)."""
+
+    def __init__(self, normalized_shape, eps=1e-6, elementwise_affine=True):
+        super().__init__()
+        shape = _shape(normalized_shape)
+        if len(shape) != 1:
+            raise _gflow.InvalidArgumentError(
+                f"RMSNorm normalises the last dim only: normalized_shape must have one entry, "
+                f"got {shape}")
+        self._setup(_gflow._Norm.rms_norm(shape[0], float(1e-6 if eps is None else eps)),
+                    shape, eps, elementwise_affine, ("weight",))

@@ -1,11 +1,13 @@
 """Functional forms: ``flow.nn.functional.relu(x)``, ``linear``, ``mse_loss``, ``cross_entropy``,
-``softmax``, ... (gflow's own operators, so results match the Rust API's)."""
+``softmax``, ``scaled_dot_product_attention``, ... (gflow's own operators, so results match
+the Rust API's)."""
 
 from .. import _gflow
 
 linear = _gflow.linear
 mse_loss = _gflow.mse_loss
 cross_entropy = _gflow.cross_entropy
+scaled_dot_product_attention = _gflow.scaled_dot_product_attention
 
 
 def embedding(input, weight):
@@ -43,5 +45,5 @@ def log_softmax(x, dim=-1):
 
 __all__ = [
     "linear", "mse_loss", "cross_entropy", "embedding", "relu", "gelu", "silu", "sigmoid", "tanh",
-    "softmax", "log_softmax",
+    "softmax", "log_softmax", "scaled_dot_product_attention",
 ]
