@@ -81,13 +81,19 @@ def test_print_formats():
                       'sbp=(flow.sbp.split(dim=0),), dtype=flow.float32)')
 
 
-def test_numpy_out_is_a_fresh_array_each_call_and_in_is_copied():
-    # gflow keeps its own storage: numpy() gives an array of the value (gflow's host copy moved
-    # into NumPy), and writes to it never reach the tensor (a copy, not a view).
-    t = flow.tensor(np.arange(4, dtype=np.float32))
+def test_numpy_out_views_a_local_tensor_and_in_is_copied():
+    # As PyTorch: numpy() of a local CPU tensor shares its memory, so writes reach the tensor;
+    # the input array is copied once into gflow's own storage.
+    src = np.arange(4, dtype=np.float32)
+    t = flow.tensor(src)
     a = t.numpy()
     a[0] = 100
-    assert t.numpy()[0] == 0
+    assert t.numpy()[0] == 100 and src[0] == 0
+    # A global tensor's numpy() is its gathered value: a fresh array each call.
+    g = t.to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.broadcast)
+    b = g.numpy()
+    b[1] = -1
+    assert g.numpy()[1] == 1
 
 
 def _mlp():
