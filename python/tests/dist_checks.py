@@ -1,5 +1,6 @@
 """Run under the launcher with 2 processes by test_distributed.py: per-rank randomness, a
-sharded save and a load into another layout, retain_grad on a global tensor. Prints
+sharded save and a load into another layout, retain_grad on a global tensor, [] indexing and
+the NumPy view of a shard, attention with heads split, norms and gradient clipping. Prints
 ``key: value`` lines the test reads; argv[1] is a scratch directory."""
 
 import sys
@@ -52,3 +53,47 @@ h = w * 2
 h.retain_grad()
 (h * h).sum().backward()
 print("retain_grad_ok:", np.allclose(h.grad.numpy(), 2 * h.numpy()), h.grad.sbp)
+
+# [] on a tensor split over two ranks: values and gradient as NumPy's.
+a = np.arange(24, dtype=np.float64).reshape(4, 6)
+g = flow.tensor(a, placement=P, sbp=flow.sbp.split(0), requires_grad=True)
+key = (slice(1, 4), slice(None, None, 2))
+y = g[key]
+(y * y).sum().backward()
+want = np.zeros_like(a)
+want[key] = 2 * a[key]
+print("index_ok:", np.array_equal(y.numpy(), a[key]) and np.array_equal(g[-1].numpy(), a[-1])
+      and np.allclose(g.grad.numpy(), want), y.placement == P)
+try:
+    g[4]
+    print("index_error: none")
+except IndexError as e:
+    print("index_error:", type(e).__name__)
+
+# numpy() of this rank's shard views it: a write shows in the global value.
+s = flow.zeros(4, 3, placement=P, sbp=flow.sbp.split(0))
+s.to_local().numpy()[0, 0] = 10.0 + rank
+print("shard_view_ok:", s.numpy()[:, 0].tolist() == [10.0, 0.0, 11.0, 0.0])
+
+# Attention with heads split over the ranks: the same values as NumPy, heads still split.
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((1, 2, 3, 4)) for _ in range(3))
+parts = [flow.tensor(t, placement=P, sbp=flow.sbp.split(1)) for t in (q, k, v)]
+o = nn.functional.scaled_dot_product_attention(*parts, is_causal=True)
+sc = q @ k.transpose(0, 1, 3, 2) / 2.0
+sc = np.where(np.triu(np.ones((3, 3), bool), 1), -np.inf, sc)
+e = np.exp(sc - sc.max(-1, keepdims=True))
+print("sdpa_ok:", np.allclose(o.numpy(), (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-12), o.sbp)
+
+# LayerNorm on rows split over the ranks; clipping gradients of split and broadcast parameters.
+ln = nn.LayerNorm(6).to_global(placement=P, sbp=flow.sbp.broadcast)
+yl = ln(flow.tensor(a, dtype=flow.float32, placement=P, sbp=flow.sbp.split(0)))
+ref = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
+print("layer_norm_ok:", np.allclose(yl.numpy(), ref, rtol=1e-4, atol=1e-5))
+p1 = flow.ones(4, 2, placement=P, sbp=flow.sbp.split(0), requires_grad=True)
+p2 = flow.ones(3, placement=P, sbp=flow.sbp.broadcast, requires_grad=True)
+((p1 * 3).sum() + (p2 * 4).sum()).backward()
+total = nn.utils.clip_grad_norm_([p1, p2], 1.0)
+# float32 gradients: the norm comes back as a float32 tensor.
+print("clip_ok:", np.isclose(float(total), np.sqrt(8 * 9 + 3 * 16), rtol=1e-7),
+      np.allclose(p1.grad.numpy(), 3 / (float(total) + 1e-6), rtol=1e-6))
