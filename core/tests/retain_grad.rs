@@ -35,13 +35,12 @@ fn a_retained_result_keeps_the_sum_of_its_uses_gradients() {
         .sum([0, 1], false)
         .unwrap();
     loss.backward().unwrap();
-    let want: Vec<f64> = xs
-        .iter()
-        .zip(&ws)
-        .map(|(x, w)| w + 2.0 * x.exp())
-        .collect();
+    let want: Vec<f64> = xs.iter().zip(&ws).map(|(x, w)| w + 2.0 * x.exp()).collect();
     close(&h.grad().unwrap().to_vec::<f64>().unwrap(), &want);
-    assert!(other.grad().is_none(), "a result not retained keeps no gradient");
+    assert!(
+        other.grad().is_none(),
+        "a result not retained keeps no gradient"
+    );
     // The leaf's gradient flows on unchanged: (w + 2h) * exp(x) + 2.
     let dx: Vec<f64> = want
         .iter()
@@ -65,9 +64,15 @@ fn retain_grad_refuses_a_tensor_without_gradients_and_ignores_leaves() {
         .unwrap()
         .set_requires_grad(true);
     leaf.retain_grad().unwrap();
-    assert!(!leaf.retains_grad(), "as PyTorch: retains_grad is false for a leaf");
+    assert!(
+        !leaf.retains_grad(),
+        "as PyTorch: retains_grad is false for a leaf"
+    );
     leaf.sum(0, false).unwrap().backward().unwrap();
-    assert_eq!(leaf.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+    assert_eq!(
+        leaf.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 1.0]
+    );
 }
 
 #[test]

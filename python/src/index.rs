@@ -215,8 +215,15 @@ impl PyTensor {
             return Err(PyTypeError::new_err("iteration over a 0-d tensor"));
         };
         let rows = (0..n)
-            .map(|i| op(py, t.is_global(), || apply(t.clone(), vec![Step::Pick(0, i)])))
+            .map(|i| {
+                op(py, t.is_global(), || {
+                    apply(t.clone(), vec![Step::Pick(0, i)])
+                })
+            })
             .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, rows)?.into_any().try_iter().map(Bound::into_any)
+        PyList::new(py, rows)?
+            .into_any()
+            .try_iter()
+            .map(Bound::into_any)
     }
 }

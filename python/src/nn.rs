@@ -86,12 +86,15 @@ pub fn scaled_dot_product_attention(
     if dropout_p != 0.0 {
         return Err(crate::error::to_py(gflow::Error::InvalidArgument {
             op: "scaled_dot_product_attention",
-            reason: format!("dropout_p must be 0 (attention dropout is not supported), got {dropout_p}"),
+            reason: format!(
+                "dropout_p must be 0 (attention dropout is not supported), got {dropout_p}"
+            ),
         }));
     }
     let (q, k, v) = (query.get(), key.get(), value.get());
     let mask = attn_mask.map(PyTensor::get);
-    let global = [&q, &k, &v].iter().any(|t| t.is_global()) || mask.as_ref().is_some_and(Tensor::is_global);
+    let global =
+        [&q, &k, &v].iter().any(|t| t.is_global()) || mask.as_ref().is_some_and(Tensor::is_global);
     op(py, global, move || {
         // gflow scales by 1/sqrt(head_dim): another scale is folded into the queries.
         let q = match (scale, q.shape().last()) {
@@ -113,7 +116,9 @@ pub fn clip_grad_norm(
 ) -> PyResult<f64> {
     let ps = handles(&params);
     let global = ps.iter().any(Tensor::is_global);
-    run(py, global, move || gflow::nn::utils::clip_grad_norm(&ps, max_norm))
+    run(py, global, move || {
+        gflow::nn::utils::clip_grad_norm(&ps, max_norm)
+    })
 }
 
 /// gflow's initial `Linear` parameters (PyTorch's scheme from gflow's generator): weight

@@ -66,9 +66,9 @@ impl PyNorm {
             }
             given.reverse();
             m.map_parameters(&mut |_| {
-                given
-                    .pop()
-                    .ok_or(gflow::Error::Internal("a norm parameter went missing".into()))
+                given.pop().ok_or(gflow::Error::Internal(
+                    "a norm parameter went missing".into(),
+                ))
             })?;
             m.forward(&x)
         })
