@@ -176,3 +176,10 @@ def test_clip_grad_norm_errors():
         nn.utils.clip_grad_norm_(w, 1.0, norm_type=1)
     with pytest.raises(flow.InvalidArgumentError, match="max_norm"):
         nn.utils.clip_grad_norm_(w, -1.0)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    for module in (flow, nn.utils):
+        assert doctest.testmod(module).failed == 0
