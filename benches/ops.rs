@@ -3,7 +3,8 @@
 //! softmax, log_softmax, layer_norm, rms_norm, gelu (tanh), gelu_erf on activations `--act`
 //! (default 8,1024,768), scaled dot-product attention on `--attn` (default 8,12,256,64), causal
 //! and not, and an `--mm`^3 matmul in f32 and bf16. `fwd_bwd_ms` is the forward, then the
-//! backward of `(out * w).sum()` for a fixed random `w`, as the peer times it.
+//! backward of `(out * w).sum()` for a fixed random `w`, as the peer times it. `--ops a,b` keeps
+//! only the rows of those ops.
 
 use gflow::nn::{self, Module, functional as F};
 use gflow::no_grad;
@@ -58,37 +59,34 @@ pub fn ops(a: &Args, sizes: &OpSizes) -> Result<()> {
     let last = sizes.act.len() - 1;
     let d = sizes.act[last];
     let x = leaf(&sizes.act)?;
-    let mut lines = vec![
-        bench(a, "softmax", std::slice::from_ref(&x), &|t| {
-            t[0].softmax(last)
-        })?,
-        bench(a, "log_softmax", std::slice::from_ref(&x), &|t| {
-            t[0].log_softmax(last)
-        })?,
-        bench(a, "gelu", std::slice::from_ref(&x), &|t| t[0].gelu())?,
-        bench(a, "gelu_erf", std::slice::from_ref(&x), &|t| {
-            t[0].gelu_erf()
-        })?,
-    ];
+    let wanted = |op: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == op);
+    let mut lines = vec![];
+    let mut row = |op: &str, xs: &[Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<()> {
+        if wanted(op) {
+            lines.push(bench(a, op, xs, f)?);
+        }
+        Ok(())
+    };
+    let one = std::slice::from_ref(&x);
+    row("softmax", one, &|t| t[0].softmax(last))?;
+    row("log_softmax", one, &|t| t[0].log_softmax(last))?;
+    row("gelu", one, &|t| t[0].gelu())?;
+    row("gelu_erf", one, &|t| t[0].gelu_erf())?;
     let ln = nn::LayerNorm::new(d)?;
-    lines.push(bench(a, "layer_norm", std::slice::from_ref(&x), &|t| {
-        ln.forward(&t[0])
-    })?);
+    row("layer_norm", one, &|t| ln.forward(&t[0]))?;
     let rms = nn::RMSNorm::new(d)?;
-    lines.push(bench(a, "rms_norm", std::slice::from_ref(&x), &|t| {
-        rms.forward(&t[0])
-    })?);
+    row("rms_norm", one, &|t| rms.forward(&t[0]))?;
     let qkv = [leaf(&sizes.attn)?, leaf(&sizes.attn)?, leaf(&sizes.attn)?];
     for (op, causal) in [
         ("scaled_dot_product_attention", false),
         ("scaled_dot_product_attention_causal", true),
     ] {
-        lines.push(bench(a, op, &qkv, &|t| {
+        row(op, &qkv, &|t| {
             F::scaled_dot_product_attention(&t[0], &t[1], &t[2], None, causal)
-        })?);
+        })?;
     }
     let n = sizes.mm;
-    for dtype in [DType::F32, DType::BF16] {
+    for dtype in [DType::F32, DType::BF16].into_iter().filter(|_| wanted("matmul")) {
         let m1 = Tensor::randn(&[n, n], Device::Cpu)?.to_dtype(dtype)?;
         let m2 = Tensor::randn(&[n, n], Device::Cpu)?.to_dtype(dtype)?;
         let ms = median_ms(a.runs, || m1.matmul(&m2).map(drop))?;

@@ -200,6 +200,16 @@ impl HostData {
         with_vec!(self, v => v.iter().map(|x| Stored::to_f64(*x)).collect())
     }
 
+    /// [`HostData::cast`] taking the data, so that a cast to its own dtype moves it instead of
+    /// copying it.
+    pub fn into_dtype(self, dtype: DType) -> HostData {
+        if dtype == self.dtype() {
+            self
+        } else {
+            self.cast(dtype)
+        }
+    }
+
     /// This data cast to `dtype` (as PyTorch casts: to 16-bit floats rounding to nearest even,
     /// float to integer truncating toward zero, to Bool `x != 0`).
     pub fn cast(&self, dtype: DType) -> HostData {

@@ -31,7 +31,11 @@ pub(super) fn exp(x: f32) -> f32 {
     let y = p * r * r + r + 1.0;
     // n reaches 128 just below EXP_MAX, one past the largest exponent: scale by 2^127 and 2.
     let m = n.min(127.0);
-    let scale = f32::from_bits(((m as i32 + 127) as u32) << 23);
+    // m is an integer in [-126, 127]: m + ROUND holds it in its low mantissa bits, so its bits
+    // minus ROUND's are m (a vector integer subtraction, where `as i32` saturates element by
+    // element in scalar code).
+    let k = (m + ROUND).to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(k.wrapping_add(127) << 23);
     let v = y * scale * (1.0 + (n - m));
     if x > EXP_MAX {
         f32::INFINITY

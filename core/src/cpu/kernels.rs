@@ -104,11 +104,38 @@ const PAR_MIN: usize = 1 << 15;
 /// The smallest piece of elementwise work one thread takes.
 const PAR_PIECE: usize = 1 << 13;
 
+/// Runs `f` compiled for AVX2 where the CPU has it, so the kernels' loops take 8 `f32` lanes
+/// instead of SSE2's 4. The arithmetic is the same IEEE operations in the same order either way
+/// (nothing is contracted into FMA), so results are bit-identical on every x86-64 CPU. `f` must
+/// be `#[inline(always)]` for its body to be compiled so.
+#[inline(always)]
+fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU has the one feature `avx2` is compiled for.
+        return unsafe { avx2(f) };
+    }
+    f()
+}
+
 /// `f` of every element, on several threads for large inputs (in pieces, each a plain loop
 /// with `f` inlined, so it vectorizes).
-fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
+fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
-    let run = |(o, i): (&mut [T], &[T])| o.iter_mut().zip(i).for_each(|(o, &v)| *o = f(v));
+    let run = |(o, i): (&mut [T], &[T])| {
+        wide(
+            #[inline(always)]
+            move || {
+                for (o, &v) in o.iter_mut().zip(i) {
+                    *o = f(v);
+                }
+            },
+        )
+    };
     if x.len() < PAR_MIN {
         run((&mut out, x));
     } else {
@@ -120,13 +147,17 @@ fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
 }
 
 /// `f` of every pair of elements, as [`map`].
-fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send) -> Vec<T> {
+fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Vec<T> {
     let mut out = vec![T::zero(); a.len()];
     let run = |((o, x), y): ((&mut [T], &[T]), &[T])| {
-        o.iter_mut()
-            .zip(x)
-            .zip(y)
-            .for_each(|((o, &x), &y)| *o = f(x, y));
+        wide(
+            #[inline(always)]
+            move || {
+                for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+                    *o = f(x, y);
+                }
+            },
+        )
     };
     if a.len() < PAR_MIN {
         run(((&mut out, a), b));
@@ -140,7 +171,8 @@ fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send) -> V
 }
 
 /// Fills `out` in rows of `row` elements, `f(row index, row)`, on several threads when the
-/// rows' work (`work` elements read per row) is large.
+/// rows' work (`work` elements read per row) is large; `f` should be `#[inline(always)]` (see
+/// [`wide`]).
 fn rows_mut<T: Float>(
     out: &mut [T],
     row: usize,
@@ -151,13 +183,24 @@ fn rows_mut<T: Float>(
         return;
     }
     let rows = out.len() / row;
+    // rows from `first` on, in one piece compiled as wide as the CPU allows
+    let run = |first: usize, piece: &mut [T]| {
+        wide(
+            #[inline(always)]
+            || {
+                for (i, r) in piece.chunks_mut(row).enumerate() {
+                    f(first + i, r);
+                }
+            },
+        )
+    };
     if rows * work < PAR_MIN || rows < 2 {
-        out.chunks_mut(row).enumerate().for_each(|(i, r)| f(i, r));
+        run(0, out);
     } else {
-        out.par_chunks_mut(row)
-            .with_min_len(PAR_PIECE.div_ceil(work.max(1)))
+        let per_piece = PAR_PIECE.div_ceil(work.max(1));
+        out.par_chunks_mut(row * per_piece)
             .enumerate()
-            .for_each(|(i, r)| f(i, r));
+            .for_each(|(p, piece)| run(p * per_piece, piece));
     }
 }
 
@@ -180,6 +223,25 @@ fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
     acc
 }
 
+/// `sum(g * (x - shift))` over two rows of equal length, in 8 interleaved partial sums (as
+/// [`fold_row`]).
+#[inline(always)]
+fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
+    let mut lanes = [T::zero(); 8];
+    let (gc, xc) = (g.chunks_exact(8), x.chunks_exact(8));
+    let (gr, xr) = (gc.remainder(), xc.remainder());
+    for (g, x) in gc.zip(xc) {
+        for k in 0..8 {
+            lanes[k] = lanes[k] + g[k] * (x[k] - shift);
+        }
+    }
+    let mut acc = lanes.into_iter().fold(T::zero(), |a, v| a + v);
+    for (&g, &x) in gr.iter().zip(xr) {
+        acc = acc + g * (x - shift);
+    }
+    acc
+}
+
 /// Products of at least this many multiply-adds go to `matrixmultiply`, smaller ones to `gemm`:
 /// measured on the 2-core CI machine (AVX2), `gemm` is ~2x faster at 256^3 and `matrixmultiply`
 /// ~1.35x faster from 1024^3 (see the Core II closing note).
@@ -192,47 +254,119 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
     let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
     match op {
-        UnaryOp::Neg => map(x, |v| -v),
+        UnaryOp::Neg => map(
+            x,
+            #[inline(always)]
+            |v| -v,
+        ),
         UnaryOp::Exp => map(x, T::exp_v),
-        UnaryOp::Log => map(x, |v| v.ln()),
-        UnaryOp::Sqrt => map(x, |v| v.sqrt()),
-        UnaryOp::Square => map(x, |v| v * v),
-        UnaryOp::Relu => map(x, |v| if v > T::zero() { v } else { T::zero() }),
-        UnaryOp::Gelu => map(x, |v| half * v * (one + (c * (v + k * v * v * v)).tanh_v())),
-        UnaryOp::Sigmoid => map(x, |v| one / (one + (-v).exp_v())),
+        UnaryOp::Log => map(
+            x,
+            #[inline(always)]
+            |v| v.ln(),
+        ),
+        UnaryOp::Sqrt => map(
+            x,
+            #[inline(always)]
+            |v| v.sqrt(),
+        ),
+        UnaryOp::Square => map(
+            x,
+            #[inline(always)]
+            |v| v * v,
+        ),
+        UnaryOp::Relu => map(
+            x,
+            #[inline(always)]
+            |v| if v > T::zero() { v } else { T::zero() },
+        ),
+        UnaryOp::Gelu => map(
+            x,
+            #[inline(always)]
+            |v| half * v * (one + (c * (v + k * v * v * v)).tanh_v()),
+        ),
+        UnaryOp::Sigmoid => map(
+            x,
+            #[inline(always)]
+            |v| one / (one + (-v).exp_v()),
+        ),
         UnaryOp::Tanh => map(x, T::tanh_v),
-        UnaryOp::Step => map(x, |v| if v > T::zero() { one } else { T::zero() }),
-        UnaryOp::Abs => map(x, |v| v.abs()),
-        UnaryOp::Rsqrt => map(x, |v| one / v.sqrt()),
-        UnaryOp::Sin => map(x, |v| v.sin()),
-        UnaryOp::Cos => map(x, |v| v.cos()),
-        UnaryOp::Silu => map(x, |v| v / (one + (-v).exp_v())),
+        UnaryOp::Step => map(
+            x,
+            #[inline(always)]
+            |v| if v > T::zero() { one } else { T::zero() },
+        ),
+        UnaryOp::Abs => map(
+            x,
+            #[inline(always)]
+            |v| v.abs(),
+        ),
+        UnaryOp::Rsqrt => map(
+            x,
+            #[inline(always)]
+            |v| one / v.sqrt(),
+        ),
+        UnaryOp::Sin => map(
+            x,
+            #[inline(always)]
+            |v| v.sin(),
+        ),
+        UnaryOp::Cos => map(
+            x,
+            #[inline(always)]
+            |v| v.cos(),
+        ),
+        UnaryOp::Silu => map(
+            x,
+            #[inline(always)]
+            |v| v / (one + (-v).exp_v()),
+        ),
         UnaryOp::Erf => map(x, T::erf_v),
         // x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc keeps its relative accuracy for negative x
-        UnaryOp::GeluErf => map(x, |v| half * v * (-v * inv_sqrt2).erfc_v()),
-        UnaryOp::Sign => map(x, |v| {
-            if v > T::zero() {
-                one
-            } else if v < T::zero() {
-                -one
-            } else {
-                T::zero()
-            }
-        }),
-        UnaryOp::SiluGrad => map(x, |v| {
-            let s = one / (one + (-v).exp_v());
-            s * (one + v * (one - s))
-        }),
-        UnaryOp::GeluErfGrad => map(x, |v| {
-            let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
-            half * (-v * inv_sqrt2).erfc_v() + v * pdf
-        }),
+        UnaryOp::GeluErf => map(
+            x,
+            #[inline(always)]
+            |v| half * v * (-v * inv_sqrt2).erfc_v(),
+        ),
+        UnaryOp::Sign => map(
+            x,
+            #[inline(always)]
+            |v| {
+                if v > T::zero() {
+                    one
+                } else if v < T::zero() {
+                    -one
+                } else {
+                    T::zero()
+                }
+            },
+        ),
+        UnaryOp::SiluGrad => map(
+            x,
+            #[inline(always)]
+            |v| {
+                let s = one / (one + (-v).exp_v());
+                s * (one + v * (one - s))
+            },
+        ),
+        UnaryOp::GeluErfGrad => map(
+            x,
+            #[inline(always)]
+            |v| {
+                let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
+                half * (-v * inv_sqrt2).erfc_v() + v * pdf
+            },
+        ),
         UnaryOp::GeluGrad => {
             let three = T::from_f64(3.0);
-            map(x, |v| {
-                let t = (c * (v + k * v * v * v)).tanh_v();
-                half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
-            })
+            map(
+                x,
+                #[inline(always)]
+                |v| {
+                    let t = (c * (v + k * v * v * v)).tanh_v();
+                    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
+                },
+            )
         }
     }
 }
@@ -283,13 +417,41 @@ pub(super) fn binary<T: Float>(
     let shapes = (a_shape, b_shape, out_shape);
     // One loop per operation, so that each is inlined and vectorizes.
     match op {
-        BinaryOp::Add => binary_with(|x: T, y: T| x + y, a, b, shapes),
-        BinaryOp::Sub => binary_with(|x: T, y: T| x - y, a, b, shapes),
-        BinaryOp::Mul => binary_with(|x: T, y: T| x * y, a, b, shapes),
-        BinaryOp::Div => binary_with(|x: T, y: T| x / y, a, b, shapes),
-        BinaryOp::Maximum | BinaryOp::Minimum => {
-            binary_with(|x: T, y: T| apply(op, x, y), a, b, shapes)
-        }
+        BinaryOp::Add => binary_with(
+            #[inline(always)]
+            |x: T, y: T| x + y,
+            a,
+            b,
+            shapes,
+        ),
+        BinaryOp::Sub => binary_with(
+            #[inline(always)]
+            |x: T, y: T| x - y,
+            a,
+            b,
+            shapes,
+        ),
+        BinaryOp::Mul => binary_with(
+            #[inline(always)]
+            |x: T, y: T| x * y,
+            a,
+            b,
+            shapes,
+        ),
+        BinaryOp::Div => binary_with(
+            #[inline(always)]
+            |x: T, y: T| x / y,
+            a,
+            b,
+            shapes,
+        ),
+        BinaryOp::Maximum | BinaryOp::Minimum => binary_with(
+            #[inline(always)]
+            |x: T, y: T| apply(op, x, y),
+            a,
+            b,
+            shapes,
+        ),
     }
 }
 
@@ -326,83 +488,152 @@ fn binary_with<T: Float>(
         (oa, ob)
     };
     let mut out = vec![T::zero(); n];
-    rows_mut(&mut out, row, row, |i, r| {
-        let (oa, ob) = offsets(i);
-        match (la, lb) {
-            (1, 1) => r
-                .iter_mut()
-                .zip(&a[oa..oa + row])
-                .zip(&b[ob..ob + row])
-                .for_each(|((o, &x), &y)| *o = f(x, y)),
-            (1, 0) => {
-                let y = b[ob];
-                r.iter_mut()
-                    .zip(&a[oa..oa + row])
-                    .for_each(|(o, &x)| *o = f(x, y));
+    rows_mut(
+        &mut out,
+        row,
+        row,
+        #[inline(always)]
+        |i, r| {
+            let (oa, ob) = offsets(i);
+            match (la, lb) {
+                (1, 1) => {
+                    for ((o, &x), &y) in r.iter_mut().zip(&a[oa..oa + row]).zip(&b[ob..ob + row]) {
+                        *o = f(x, y);
+                    }
+                }
+                (1, 0) => {
+                    let y = b[ob];
+                    for (o, &x) in r.iter_mut().zip(&a[oa..oa + row]) {
+                        *o = f(x, y);
+                    }
+                }
+                (0, 1) => {
+                    let x = a[oa];
+                    for (o, &y) in r.iter_mut().zip(&b[ob..ob + row]) {
+                        *o = f(x, y);
+                    }
+                }
+                _ => {
+                    for (j, o) in r.iter_mut().enumerate() {
+                        *o = f(a[oa + j * la], b[ob + j * lb]);
+                    }
+                }
             }
-            (0, 1) => {
-                let x = a[oa];
-                r.iter_mut()
-                    .zip(&b[ob..ob + row])
-                    .for_each(|(o, &y)| *o = f(x, y));
-            }
-            _ => r
-                .iter_mut()
-                .enumerate()
-                .for_each(|(j, o)| *o = f(a[oa + j * la], b[ob + j * lb])),
-        }
-    });
+        },
+    );
     out
 }
 
 /// Reduces one dimension of a (outer, len, inner) view.
 fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner: usize) -> Vec<T> {
-    let (init, f): (T, fn(T, T) -> T) = match op {
-        ReduceKind::Sum => (T::zero(), |a, v| a + v),
-        ReduceKind::Max => (
+    let view = (outer, len, inner);
+    match op {
+        ReduceKind::Sum => reduce_dim_with(
+            x,
+            view,
+            T::zero(),
+            #[inline(always)]
+            |a, v| a + v,
+        ),
+        ReduceKind::Max => reduce_dim_with(
+            x,
+            view,
             T::neg_infinity(),
+            #[inline(always)]
             |a, v| if v > a || v.is_nan() { v } else { a },
         ),
-        ReduceKind::Min => (
+        ReduceKind::Min => reduce_dim_with(
+            x,
+            view,
             T::infinity(),
+            #[inline(always)]
             |a, v| if v < a || v.is_nan() { v } else { a },
         ),
-    };
+    }
+}
+
+/// Elements of a long row reduced per piece, on several threads (see [`reduce_dim_with`]).
+const ROW_PIECE: usize = 1 << 16;
+
+/// [`reduce_dim`] with the combining function `f` and its identity `init` (inlined, so each
+/// reduction vectorizes). One long row is cut into fixed pieces reduced on several threads and
+/// combined in order, so its bits do not depend on the number of threads.
+fn reduce_dim_with<T: Float>(
+    x: &[T],
+    (outer, len, inner): (usize, usize, usize),
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send + Copy,
+) -> Vec<T> {
     let mut out = vec![init; outer * inner];
     if inner == 1 {
-        // each output reduces one contiguous row
-        match op {
-            ReduceKind::Sum => rows_mut(&mut out, 1, len, |o, r| {
-                r[0] = fold_row(&x[o * len..(o + 1) * len], init, |a, v| a + v);
-            }),
-            _ => rows_mut(&mut out, 1, len, |o, r| {
-                r[0] = fold_row(&x[o * len..(o + 1) * len], init, f);
-            }),
+        if outer == 1 && len >= 2 * ROW_PIECE {
+            let parts: Vec<T> = x
+                .par_chunks(ROW_PIECE)
+                .map(|c| {
+                    wide(
+                        #[inline(always)]
+                        move || fold_row(c, init, f),
+                    )
+                })
+                .collect();
+            out[0] = parts.into_iter().fold(init, f);
+            return out;
         }
+        // each output reduces one contiguous row
+        rows_mut(
+            &mut out,
+            1,
+            len,
+            #[inline(always)]
+            |o, r| r[0] = fold_row(&x[o * len..(o + 1) * len], init, f),
+        );
         return out;
     }
-    rows_mut(&mut out, inner, len * inner, |o, acc| {
-        for l in 0..len {
-            let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
-            match op {
-                ReduceKind::Sum => acc.iter_mut().zip(row).for_each(|(a, &v)| *a = *a + v),
-                _ => acc.iter_mut().zip(row).for_each(|(a, &v)| *a = f(*a, v)),
+    rows_mut(
+        &mut out,
+        inner,
+        len * inner,
+        #[inline(always)]
+        |o, acc| {
+            for l in 0..len {
+                let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a = f(*a, v);
+                }
             }
-        }
-    });
+        },
+    );
     out
 }
 
+/// Reduces `dims` of `x` (kept as size 1); each run of adjacent dims is reduced as one.
 pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &[usize]) -> Vec<T> {
-    let mut cur = x.to_vec();
+    let mut dims = dims.to_vec();
+    dims.sort_unstable();
+    dims.dedup();
     let mut s = shape.to_vec();
-    for &d in dims {
-        let outer: usize = s[..d].iter().product();
-        let inner: usize = s[d + 1..].iter().product();
-        cur = reduce_dim(op, &cur, outer, s[d], inner);
-        s[d] = 1;
+    let mut cur: Option<Vec<T>> = None;
+    let mut i = 0;
+    while i < dims.len() {
+        let first = dims[i];
+        while i + 1 < dims.len() && dims[i + 1] == dims[i] + 1 {
+            i += 1;
+        }
+        let last = dims[i];
+        let outer: usize = s[..first].iter().product();
+        let len: usize = s[first..=last].iter().product();
+        let inner: usize = s[last + 1..].iter().product();
+        cur = Some(reduce_dim(
+            op,
+            cur.as_deref().unwrap_or(x),
+            outer,
+            len,
+            inner,
+        ));
+        s[first..=last].iter_mut().for_each(|d| *d = 1);
+        i += 1;
     }
-    cur
+    cur.unwrap_or_else(|| x.to_vec())
 }
 
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
@@ -412,40 +643,56 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
     let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
     if inner == 1 {
         // contiguous rows: one exp per element, the sums in 8 partial results
-        rows_mut(&mut out, len, 2 * len, |o, r| {
-            let row = &x[o * len..(o + 1) * len];
-            let m = fold_row(row, T::neg_infinity(), max);
-            r.iter_mut()
-                .zip(row)
-                .for_each(|(e, &v)| *e = (v - m).exp_v());
-            let sum = fold_row(r, T::zero(), |a, v| a + v);
-            if log {
-                let shift = m + sum.ln();
-                r.iter_mut().zip(row).for_each(|(e, &v)| *e = v - shift);
-            } else {
-                let inv = T::one() / sum;
-                r.iter_mut().for_each(|e| *e = *e * inv);
-            }
-        });
+        rows_mut(
+            &mut out,
+            len,
+            2 * len,
+            #[inline(always)]
+            |o, r| {
+                let row = &x[o * len..(o + 1) * len];
+                let m = fold_row(row, T::neg_infinity(), max);
+                for (e, &v) in r.iter_mut().zip(row) {
+                    *e = (v - m).exp_v();
+                }
+                let sum = fold_row(r, T::zero(), |a, v| a + v);
+                if log {
+                    let shift = m + sum.ln();
+                    for (e, &v) in r.iter_mut().zip(row) {
+                        *e = v - shift;
+                    }
+                } else {
+                    let inv = T::one() / sum;
+                    for e in r.iter_mut() {
+                        *e = *e * inv;
+                    }
+                }
+            },
+        );
         return out;
     }
-    rows_mut(&mut out, len * inner, 2 * len * inner, |o, block| {
-        let xb = &x[o * len * inner..(o + 1) * len * inner];
-        for i in 0..inner {
-            let m = (0..len).fold(T::neg_infinity(), |a, l| max(a, xb[l * inner + i]));
-            let mut sum = T::zero();
-            for l in 0..len {
-                let e = (xb[l * inner + i] - m).exp_v();
-                block[l * inner + i] = e;
-                sum = sum + e;
+    rows_mut(
+        &mut out,
+        len * inner,
+        2 * len * inner,
+        #[inline(always)]
+        |o, block| {
+            let xb = &x[o * len * inner..(o + 1) * len * inner];
+            for i in 0..inner {
+                let m = (0..len).fold(T::neg_infinity(), |a, l| max(a, xb[l * inner + i]));
+                let mut sum = T::zero();
+                for l in 0..len {
+                    let e = (xb[l * inner + i] - m).exp_v();
+                    block[l * inner + i] = e;
+                    sum = sum + e;
+                }
+                let shift = m + sum.ln();
+                for l in 0..len {
+                    let at = l * inner + i;
+                    block[at] = if log { xb[at] - shift } else { block[at] / sum };
+                }
             }
-            let shift = m + sum.ln();
-            for l in 0..len {
-                let at = l * inner + i;
-                block[at] = if log { xb[at] - shift } else { block[at] / sum };
-            }
-        }
-    });
+        },
+    );
     out
 }
 
@@ -463,30 +710,60 @@ pub(super) fn softmax_grad<T: Float>(
     let inner: usize = shape[dim + 1..].iter().product();
     let block = len * inner;
     let mut out = vec![T::zero(); y.len()];
-    rows_mut(&mut out, block, 3 * block, |o, dx| {
-        let (yb, gb) = (
-            &y[o * block..(o + 1) * block],
-            &g[o * block..(o + 1) * block],
-        );
-        for i in 0..inner {
-            let at = |l: usize| l * inner + i;
-            let s = (0..len).fold(T::zero(), |a, l| {
+    if inner == 1 {
+        // contiguous rows: the row sum in 8 partial results, then one pass
+        rows_mut(
+            &mut out,
+            len,
+            3 * len,
+            #[inline(always)]
+            |o, dx| {
+                let (yr, gr) = (&y[o * len..(o + 1) * len], &g[o * len..(o + 1) * len]);
                 if log {
-                    a + gb[at(l)]
+                    let s = fold_row(gr, T::zero(), |a, v| a + v);
+                    for ((d, &yv), &gv) in dx.iter_mut().zip(yr).zip(gr) {
+                        *d = gv - yv.exp_v() * s;
+                    }
                 } else {
-                    a + gb[at(l)] * yb[at(l)]
+                    let s = dot_row(gr, yr, T::zero());
+                    for ((d, &yv), &gv) in dx.iter_mut().zip(yr).zip(gr) {
+                        *d = yv * (gv - s);
+                    }
                 }
-            });
-            for l in 0..len {
-                let (yv, gv) = (yb[at(l)], gb[at(l)]);
-                dx[at(l)] = if log {
-                    gv - yv.exp_v() * s
-                } else {
-                    yv * (gv - s)
-                };
+            },
+        );
+        return out;
+    }
+    rows_mut(
+        &mut out,
+        block,
+        3 * block,
+        #[inline(always)]
+        |o, dx| {
+            let (yb, gb) = (
+                &y[o * block..(o + 1) * block],
+                &g[o * block..(o + 1) * block],
+            );
+            for i in 0..inner {
+                let at = |l: usize| l * inner + i;
+                let s = (0..len).fold(T::zero(), |a, l| {
+                    if log {
+                        a + gb[at(l)]
+                    } else {
+                        a + gb[at(l)] * yb[at(l)]
+                    }
+                });
+                for l in 0..len {
+                    let (yv, gv) = (yb[at(l)], gb[at(l)]);
+                    dx[at(l)] = if log {
+                        gv - yv.exp_v() * s
+                    } else {
+                        yv * (gv - s)
+                    };
+                }
             }
-        }
-    });
+        },
+    );
     out
 }
 
@@ -664,13 +941,19 @@ fn row_stats<T: Float>(row: &[T], eps: T, center: bool) -> (T, T) {
 pub(super) fn norm<T: Float>(x: &[T], cols: usize, eps: f64, center: bool) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
-    rows_mut(&mut out, cols, 2 * cols, |i, r| {
-        let row = &x[i * cols..(i + 1) * cols];
-        let (mean, rstd) = row_stats(row, eps, center);
-        r.iter_mut()
-            .zip(row)
-            .for_each(|(o, &v)| *o = (v - mean) * rstd);
-    });
+    rows_mut(
+        &mut out,
+        cols,
+        2 * cols,
+        #[inline(always)]
+        |i, r| {
+            let row = &x[i * cols..(i + 1) * cols];
+            let (mean, rstd) = row_stats(row, eps, center);
+            for (o, &v) in r.iter_mut().zip(row) {
+                *o = (v - mean) * rstd;
+            }
+        },
+    );
     out
 }
 
@@ -681,20 +964,23 @@ pub(super) fn norm_grad<T: Float>(x: &[T], g: &[T], cols: usize, eps: f64, cente
     let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
     let n = T::from_f64(cols as f64);
-    rows_mut(&mut out, cols, 3 * cols, |i, r| {
-        let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
-        let (mean, rstd) = row_stats(row, eps, center);
-        let (mut gs, mut gy) = (T::zero(), T::zero());
-        for (&v, &gv) in row.iter().zip(grow) {
-            gs = gs + gv;
-            gy = gy + gv * (v - mean) * rstd;
-        }
-        let g_mean = if center { gs / n } else { T::zero() };
-        let gy_mean = gy / n;
-        r.iter_mut().zip(row).zip(grow).for_each(|((o, &v), &gv)| {
-            *o = rstd * (gv - g_mean - (v - mean) * rstd * gy_mean);
-        });
-    });
+    rows_mut(
+        &mut out,
+        cols,
+        3 * cols,
+        #[inline(always)]
+        |i, r| {
+            let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
+            let (mean, rstd) = row_stats(row, eps, center);
+            let gs = fold_row(grow, T::zero(), |a, v| a + v);
+            let gy = dot_row(grow, row, mean) * rstd;
+            let g_mean = if center { gs / n } else { T::zero() };
+            let gy_mean = gy / n;
+            for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
+                *o = rstd * (gv - g_mean - (v - mean) * rstd * gy_mean);
+            }
+        },
+    );
     out
 }
 

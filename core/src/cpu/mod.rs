@@ -97,7 +97,7 @@ fn int_binary(
     select::for_each_broadcast(out_shape, &[a_shape, b_shape], |o, off| {
         out[o] = f(x[off[0]], y[off[1]]);
     });
-    Ok(HostData::I64(out).cast(a.dtype()))
+    Ok(HostData::I64(out).into_dtype(a.dtype()))
 }
 
 /// A reduction of integer data (in i64, kept in the input's dtype).
@@ -129,7 +129,7 @@ fn int_reduce(op: ReduceKind, x: &HostData, shape: &[usize], dims: &[usize]) -> 
         cur = out;
         s[d] = 1;
     }
-    Ok(HostData::I64(cur).cast(x.dtype()))
+    Ok(HostData::I64(cur).into_dtype(x.dtype()))
 }
 
 /// Applies `$body` to the float vector inside `$x` as `$v` (`$T` its element type); integer data

@@ -304,7 +304,7 @@ pub(crate) fn scatter_add_dim(
             out[*off] += vals[o];
         }
     }
-    Ok(HostData::F64(out).cast(src.dtype()))
+    Ok(HostData::F64(out).into_dtype(src.dtype()))
 }
 
 /// Rows of a `(rows, row_len)` table holding global rows `start..start + rows`, picked by

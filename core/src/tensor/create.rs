@@ -232,7 +232,7 @@ impl Tensor {
     pub fn arange_dtype(n: usize, dtype: DType, target: impl IntoTarget) -> Result<Tensor> {
         Tensor::build(&[n], dtype, target.into_target(), |r| match dtype {
             DType::I64 => HostData::I64(r[0].clone().map(|i| i as i64).collect()),
-            _ => HostData::F64(r[0].clone().map(|i| i as f64).collect()).cast(dtype),
+            _ => HostData::F64(r[0].clone().map(|i| i as f64).collect()).into_dtype(dtype),
         })
     }
 
@@ -301,7 +301,7 @@ impl Tensor {
             match dtype {
                 DType::F64 => HostData::F64(out),
                 // Other floats round through f32, so an F16 randn is the F32 one rounded.
-                _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()).cast(dtype),
+                _ => HostData::F32(out.into_iter().map(|x| x as f32).collect()).into_dtype(dtype),
             }
         })
     }
