@@ -13,7 +13,7 @@
 //! ```
 
 pub use gflow_core::{
-    Buffer, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo, DeviceKind,
+    Buffer, Collectives, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo, DeviceKind,
     DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks,
     ReduceOp, Result, Sbp, Tag, Target, Tensor, backend, boxing, comm, comm_stats, devices,
     is_grad_enabled, manual_seed, nn, no_grad, no_sync, optim, reset_comm_stats, sbp,
