@@ -101,7 +101,9 @@ impl Communicator for Counted {
     }
 
     fn exchange(&self, step: Exchange<'_>) -> Result<(), CommError> {
-        step.sends.iter().for_each(|s| self.sent(s.peer, s.data.len()));
+        step.sends
+            .iter()
+            .for_each(|s| self.sent(s.peer, s.data.len()));
         self.received(step.copies.iter().map(|r| r.out.len()).sum());
         if let Some(r) = &step.reduce {
             self.received(r.acc.len() * r.from.len());

@@ -7,12 +7,23 @@ use super::{CommOp, Tag};
 
 /// (position, world rank) of every member but the one at `me`, in group order.
 fn others(group: &[usize], me: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-    group.iter().copied().enumerate().filter(move |&(i, _)| i != me)
+    group
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(move |&(i, _)| i != me)
 }
 
 /// All-gather: `mine` to every other member, member i's block into `slots[i]`, and `mine`
 /// copied into `slots[me]` in its place among the receives.
-pub(super) fn all_gather(p: &mut Plan, tag: Tag, group: &[usize], me: usize, mine: Span, slots: &[Span]) {
+pub(super) fn all_gather(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    me: usize,
+    mine: Span,
+    slots: &[Span],
+) {
     p.push(Step::Exchange {
         tag,
         sends: others(group, me).map(|(_, r)| (r, mine)).collect(),
@@ -96,7 +107,11 @@ pub(super) fn broadcast(
             from: data,
             to: out,
         });
-        p.exchange(tag, others(group, me).map(|(_, r)| (r, data)).collect(), vec![]);
+        p.exchange(
+            tag,
+            others(group, me).map(|(_, r)| (r, data)).collect(),
+            vec![],
+        );
     } else {
         p.exchange(tag, vec![], vec![(group[root], out)]);
     }

@@ -4,7 +4,9 @@
 //! transport combines in the same order (Architecture Invariant: bit-identical results).
 
 use super::plan::{Plan, Span, Step, carve};
-use super::{CommError, CommOp, Communicator, Exchange, Inbound, Outbound, Own, Reduction, Tag, schedule};
+use super::{
+    CommError, CommOp, Communicator, Exchange, Inbound, Outbound, Own, Reduction, Tag, schedule,
+};
 use crate::dtype::DType;
 use crate::reduce::{ReduceOp, combine_bytes};
 
@@ -58,7 +60,12 @@ pub trait Collectives: Communicator + sealed::Sealed {
     ) -> Result<(), CommError> {
         let me = position(self.rank(), group, counts)?;
         check_len(self.rank(), mine.len(), counts[me], "all_gather input")?;
-        check_len(self.rank(), out.len(), counts.iter().sum(), "all_gather output")?;
+        check_len(
+            self.rank(),
+            out.len(),
+            counts.iter().sum(),
+            "all_gather output",
+        )?;
         self.observe(CommOp::AllGather);
         let policy = self.policy();
         let grid = policy.grid(group, out.len(), |r| self.host_of(r));
@@ -67,7 +74,12 @@ pub trait Collectives: Communicator + sealed::Sealed {
     }
 
     /// [`Collectives::all_gather_into`] into a new buffer.
-    fn all_gather(&self, group: &[usize], mine: &[u8], counts: &[usize]) -> Result<Vec<u8>, CommError> {
+    fn all_gather(
+        &self,
+        group: &[usize],
+        mine: &[u8],
+        counts: &[usize],
+    ) -> Result<Vec<u8>, CommError> {
         let mut out = vec![0; counts.iter().sum()];
         self.all_gather_into(group, mine, counts, &mut out)?;
         Ok(out)
@@ -86,7 +98,12 @@ pub trait Collectives: Communicator + sealed::Sealed {
         out: &mut [u8],
     ) -> Result<(), CommError> {
         let me = position(self.rank(), group, counts)?;
-        check_len(self.rank(), data.len(), counts.iter().sum(), "reduce_scatter input")?;
+        check_len(
+            self.rank(),
+            data.len(),
+            counts.iter().sum(),
+            "reduce_scatter input",
+        )?;
         check_len(self.rank(), out.len(), counts[me], "reduce_scatter output")?;
         self.observe(CommOp::ReduceScatter);
         let policy = self.policy();
@@ -111,7 +128,13 @@ pub trait Collectives: Communicator + sealed::Sealed {
     }
 
     /// Reduces `data` with `op` over the group, in place, with the same bits on every member.
-    fn all_reduce(&self, group: &[usize], data: &mut [u8], dtype: DType, op: ReduceOp) -> Result<(), CommError> {
+    fn all_reduce(
+        &self,
+        group: &[usize],
+        data: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
         let me = position(self.rank(), group, group)?;
         self.observe(CommOp::AllReduce);
         if group.len() == 1 {
@@ -119,13 +142,19 @@ pub trait Collectives: Communicator + sealed::Sealed {
         }
         let policy = self.policy();
         let grid = policy.grid(group, data.len(), |r| self.host_of(r));
-        let plan = schedule::all_reduce(&policy, grid.as_ref(), group, me, data.len(), dtype.size());
+        let plan =
+            schedule::all_reduce(&policy, grid.as_ref(), group, me, data.len(), dtype.size());
         run(self, &plan, &[], data, Some((dtype, op)))
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]`
     /// bytes from member i).
-    fn all_to_all(&self, group: &[usize], sends: &[&[u8]], recv_counts: &[usize]) -> Result<Vec<Vec<u8>>, CommError> {
+    fn all_to_all(
+        &self,
+        group: &[usize],
+        sends: &[&[u8]],
+        recv_counts: &[usize],
+    ) -> Result<Vec<Vec<u8>>, CommError> {
         let mut out = vec![0; recv_counts.iter().sum()];
         self.all_to_all_into(group, sends, recv_counts, &mut out)?;
         let mut rest = &out[..];
@@ -150,9 +179,24 @@ pub trait Collectives: Communicator + sealed::Sealed {
         out: &mut [u8],
     ) -> Result<(), CommError> {
         let me = position(self.rank(), group, recv_counts)?;
-        check_len(self.rank(), sends.len(), group.len(), "all_to_all send list")?;
-        check_len(self.rank(), sends[me].len(), recv_counts[me], "all_to_all self part")?;
-        check_len(self.rank(), out.len(), recv_counts.iter().sum(), "all_to_all output")?;
+        check_len(
+            self.rank(),
+            sends.len(),
+            group.len(),
+            "all_to_all send list",
+        )?;
+        check_len(
+            self.rank(),
+            sends[me].len(),
+            recv_counts[me],
+            "all_to_all self part",
+        )?;
+        check_len(
+            self.rank(),
+            out.len(),
+            recv_counts.iter().sum(),
+            "all_to_all output",
+        )?;
         self.observe(CommOp::AllToAll);
         let send_counts: Vec<usize> = sends.iter().map(|s| s.len()).collect();
         let plan = schedule::all_to_all(group, me, &send_counts, recv_counts);
@@ -161,7 +205,13 @@ pub trait Collectives: Communicator + sealed::Sealed {
 
     /// Copies `len` bytes from the member at group position `root` to every member (`data` is
     /// read on the root only).
-    fn broadcast(&self, group: &[usize], root: usize, data: &[u8], len: usize) -> Result<Vec<u8>, CommError> {
+    fn broadcast(
+        &self,
+        group: &[usize],
+        root: usize,
+        data: &[u8],
+        len: usize,
+    ) -> Result<Vec<u8>, CommError> {
         let me = position(self.rank(), group, group)?;
         if root >= group.len() {
             return Err(CommError::BadGroup {
@@ -210,13 +260,20 @@ fn run<C: Communicator + ?Sized>(
                 }
             }
             Step::Combine { acc, with } => {
-                let (dtype, op) = reduce_with.ok_or_else(|| bad("a combine without a reduction".into()))?;
+                let (dtype, op) =
+                    reduce_with.ok_or_else(|| bad("a combine without a reduction".into()))?;
                 let c = carve(inputs, output, &mut scratch, &[*with], &[*acc]).map_err(bad)?;
                 for (w, r) in c.writes.into_iter().zip(c.reads) {
                     combine_bytes(dtype, op, w, r);
                 }
             }
-            Step::Exchange { tag, sends, copies, reduce, own } => {
+            Step::Exchange {
+                tag,
+                sends,
+                copies,
+                reduce,
+                own,
+            } => {
                 let mut reads: Vec<Span> = sends.iter().map(|s| s.1).collect();
                 reads.extend(own.iter().map(|o| o.0));
                 let mut writes: Vec<Span> = copies.iter().map(|c| c.1).collect();
@@ -237,13 +294,14 @@ fn run<C: Communicator + ?Sized>(
                     .collect();
                 let reduce = match reduce {
                     Some((_, from)) => {
-                        let (dtype, op) = reduce_with.ok_or_else(|| bad("a reduction without an operation".into()))?;
+                        let (dtype, op) = reduce_with
+                            .ok_or_else(|| bad("a reduction without an operation".into()))?;
                         Some(Reduction {
-                        acc: w.next().ok_or_else(|| bad("no accumulator".into()))?,
-                        dtype,
-                        op,
-                        from: from.iter().map(|&p| (p, tag)).collect(),
-                    })
+                            acc: w.next().ok_or_else(|| bad("no accumulator".into()))?,
+                            dtype,
+                            op,
+                            from: from.iter().map(|&p| (p, tag)).collect(),
+                        })
                     }
                     None => None,
                 };
@@ -251,7 +309,12 @@ fn run<C: Communicator + ?Sized>(
                     (Some((_, _, at)), Some(from), Some(to)) => Some(Own { from, to, at: *at }),
                     _ => None,
                 };
-                comm.exchange(Exchange { sends, copies, reduce, own })?;
+                comm.exchange(Exchange {
+                    sends,
+                    copies,
+                    reduce,
+                    own,
+                })?;
             }
         }
     }

@@ -144,7 +144,10 @@ pub(super) fn all_gather(
     for q in grid.column_major() {
         let to = slots[q];
         p.push(Step::Copy {
-            from: Span { at: from, ..to.with_buf(Buf::Scratch) },
+            from: Span {
+                at: from,
+                ..to.with_buf(Buf::Scratch)
+            },
             to,
         });
         from += to.len;
@@ -175,7 +178,10 @@ pub(super) fn reduce_scatter(
         let from = chunks[q];
         p.push(Step::Copy {
             from,
-            to: Span { at: to, ..from.with_buf(Buf::Scratch) },
+            to: Span {
+                at: to,
+                ..from.with_buf(Buf::Scratch)
+            },
         });
         to += from.len;
     }

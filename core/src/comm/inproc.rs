@@ -1,7 +1,7 @@
 //! Ranks as threads of one process: a full mesh of channels. Backs `simulate`.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
 
 use super::{CommError, Communicator, Exchange, Mailbox, Tag, exchange_queued};

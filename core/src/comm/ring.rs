@@ -46,7 +46,13 @@ pub(super) fn reduce_scatter(p: &mut Plan, tag: Tag, group: &[usize], me: usize,
 /// Binomial-tree broadcast from position `root` in place in `buf`: in round k the members that
 /// have the data (relative positions below 2^k) send it 2^k further, so n members are reached
 /// in ceil(log2 n) rounds and the root sends log2 n messages instead of n-1.
-pub(super) fn broadcast(p: &mut Plan, tag: Tag, group: &[usize], (me, root): (usize, usize), buf: Span) {
+pub(super) fn broadcast(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    (me, root): (usize, usize),
+    buf: Span,
+) {
     let n = group.len();
     let v = (me + n - root) % n;
     let at = |rel: usize| group[(rel + root) % n];
