@@ -230,7 +230,8 @@ pub(crate) fn simulate(
     let mut outputs = outputs;
     let mut scratch: Vec<Vec<u8>> = plans.iter().map(|p| vec![0; p.scratch]).collect();
     // queue[from][to]: messages in flight
-    let mut queue: Vec<Vec<VecDeque<(Tag, Vec<u8>)>>> = vec![vec![VecDeque::new(); n]; n];
+    type Queue = VecDeque<(Tag, Vec<u8>)>;
+    let mut queue: Vec<Vec<Queue>> = vec![vec![VecDeque::new(); n]; n];
     let mut next = vec![0usize; n];
     // a member's exchange is two phases: its sends go out, then its receives wait
     let mut sent = vec![false; n];
