@@ -20,7 +20,7 @@ mod sealed {
 /// this crate. Groups are lists of world ranks, identical (same order) on every member.
 ///
 /// ```
-/// use gflow_core::comm::{Collectives, InProcComm};
+/// use gflow_core::comm::{Collectives, Communicator, InProcComm};
 /// use std::time::Duration;
 /// let got = std::thread::scope(|s| {
 ///     let hs: Vec<_> = InProcComm::mesh(2, Duration::from_secs(5))
