@@ -1,6 +1,6 @@
 //! The `Communicator` seam: what a transport must give (rank, world size, point-to-point sends,
 //! one step of an exchange, the host of each rank), and nothing more. Every collective is a
-//! [`plan::Plan`] (a pure function of operation, group, sizes and [`Policy`]) run by one driver,
+//! `Plan` (a pure function of operation, group, sizes and [`Policy`]) run by one driver,
 //! [`Collectives`], which no transport can override: every transport gets every algorithm, and
 //! every member gets bit-identical results by construction (each reduced value is combined in
 //! one fixed order at one member and shared).
@@ -12,7 +12,7 @@ mod direct;
 mod driver;
 mod hierarchy;
 mod inproc;
-pub mod plan;
+mod plan;
 mod policy;
 mod ring;
 mod schedule;
