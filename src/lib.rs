@@ -13,9 +13,9 @@
 //! ```
 
 pub use gflow_core::{
-    Buffer, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo, DeviceKind,
-    DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement, Ranks,
-    ReduceOp, Result, Sbp, Tag, Target, Tensor, backend, boxing, comm, comm_stats, devices,
+    Buffer, Collectives, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo,
+    DeviceKind, DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement,
+    Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor, backend, boxing, comm, comm_stats, devices,
     is_grad_enabled, manual_seed, nn, no_grad, no_sync, optim, reset_comm_stats, sbp,
 };
 
@@ -38,8 +38,10 @@ pub use gflow_core::StateDict;
 pub use gflow_core::rng::{RngState, rng_state, set_rng_state};
 
 /// Everything a program needs: `use gflow::prelude::*;` (types, `nn`, `optim`, and the
-/// `Module` and `Optimizer` traits whose methods models and optimizers use).
+/// `Module`, `Optimizer` and `Collectives` traits whose methods models, optimizers and
+/// communicators use).
 pub mod prelude {
+    pub use gflow_core::Collectives;
     pub use gflow_core::nn::{self, Module};
     pub use gflow_core::optim::{self, Optimizer};
     pub use gflow_core::{

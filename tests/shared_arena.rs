@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gflow::{DType, ReduceOp, Result};
+use gflow::{Collectives, DType, ReduceOp, Result};
 
 #[global_allocator]
 static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;

@@ -1,7 +1,7 @@
 //! Agreement between ranks through the env's communicator: every rank learns every rank's
 //! report, so all take the same decision (commit or abort a save, succeed or fail a load).
 
-use gflow_core::{Result, env};
+use gflow_core::{Collectives, Result, env};
 
 /// Every rank's `mine`, in rank order (an all-gather over the world; sizes may differ).
 ///

@@ -42,8 +42,8 @@ pub mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, no_sync};
 pub use comm::{
-    CommError, CommOp, CommStats, Communicator, Inbound, Outbound, Reduction, Schedule, Tag,
-    comm_stats, reset_comm_stats, schedule,
+    Collectives, CommError, CommOp, CommStats, Communicator, Exchange, Inbound, Outbound, Policy,
+    Reduction, Schedule, Tag, comm_stats, reset_comm_stats,
 };
 pub use device::{DeviceInfo, DeviceKind, devices};
 pub use dtype::{DType, Element, bf16, f16};

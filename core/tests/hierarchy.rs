@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use gflow_core::comm::InProcComm;
-use gflow_core::{CommError, Communicator, DType, ReduceOp, Tag};
+use gflow_core::{Collectives, CommError, Communicator, DType, Exchange, ReduceOp, Tag};
 
 /// One rank of a mesh whose ranks run on `hosts[rank]`; counts what it sends off its host.
 struct OnHost<'a> {
@@ -27,19 +27,29 @@ impl Communicator for OnHost<'_> {
     }
 
     fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
-        let host = self.hosts[self.rank()];
-        if self.hosts[peer] != host {
-            self.off_host[host].fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
+        self.count(peer, data.len());
         self.inner.send(peer, tag, data)
     }
 
-    fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
-        self.inner.recv_into(peer, tag, out)
+    fn exchange(&self, step: Exchange<'_>) -> Result<(), CommError> {
+        for s in &step.sends {
+            self.count(s.peer, s.data.len());
+        }
+        self.inner.exchange(step)
     }
 
     fn host_of(&self, rank: usize) -> usize {
         self.hosts[rank]
+    }
+}
+
+impl OnHost<'_> {
+    /// Counts `bytes` sent to `peer` if it is on another host.
+    fn count(&self, peer: usize, bytes: usize) {
+        let host = self.hosts[self.rank()];
+        if self.hosts[peer] != host {
+            self.off_host[host].fetch_add(bytes as u64, Ordering::Relaxed);
+        }
     }
 }
 

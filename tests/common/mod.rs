@@ -10,7 +10,7 @@ pub mod hosts;
 use std::path::PathBuf;
 use std::process::Command;
 
-use gflow::{Env, Error, Result};
+use gflow::{Collectives, Env, Error, Result};
 
 /// The launcher built with the tests.
 pub fn launcher() -> PathBuf {

@@ -48,22 +48,21 @@ pub trait LinkTx: Send {
         "other"
     }
 
-    /// Writes what fits now, without waiting: `Some(bytes written)` (0 when full), or `None`
-    /// for a link without non-blocking writes (`NetComm` then queues to a writer thread).
-    fn try_write(&mut self, _bytes: &[u8]) -> Option<usize> {
-        None
+    /// What this link can do beyond blocking writes.
+    fn caps(&self) -> Caps {
+        Caps::default()
+    }
+
+    /// Writes what fits now, without waiting: the bytes written (0 when full). Called only on a
+    /// link whose [`LinkTx::caps`] are `nonblocking` (others always say 0).
+    fn try_write(&mut self, _bytes: &[u8]) -> usize {
+        0
     }
 
     /// `Ok` while waiting on this link can still succeed before `deadline` (the peer lives and
     /// has not closed); polled by non-blocking exchanges when no byte moves.
     fn check(&self, _deadline: Instant) -> Result<(), LinkError> {
         Ok(())
-    }
-
-    /// Whether the peer can read this process's shared arena ([`crate::arena`]), so a payload
-    /// there may be sent as a reference: true for shared-memory links.
-    fn shares_memory(&self) -> bool {
-        false
     }
 
     /// How many payloads sent by reference the peer has finished reading (the sender keeps
@@ -91,11 +90,16 @@ pub trait LinkRx: Send {
         })
     }
 
+    /// What this link can do beyond blocking reads.
+    fn caps(&self) -> Caps {
+        Caps::default()
+    }
+
     /// Consumes what has arrived, at most `max` bytes, without waiting, handing it to `f` in
-    /// order: `Some(bytes consumed)` (0 when nothing is there), or `None` for a link without
-    /// non-blocking reads.
-    fn try_read_with(&mut self, _max: usize, _f: &mut dyn FnMut(&[u8])) -> Option<usize> {
-        None
+    /// order: the bytes consumed (0 when nothing is there). Called only on a link whose
+    /// [`LinkRx::caps`] are `nonblocking`.
+    fn try_read_with(&mut self, _max: usize, _f: &mut dyn FnMut(&[u8])) -> usize {
+        0
     }
 
     /// As [`LinkTx::check`], for the receiving side (bytes still unread count as progress).
@@ -122,6 +126,18 @@ pub trait LinkRx: Send {
     /// only when its program is done, so it needs none of the bytes this process sent any more.
     /// A link whose written bytes outlive the writer (shared memory) returns at once.
     fn drain(&mut self, _deadline: Instant) {}
+}
+
+/// What a link half can do beyond its blocking calls, declared by the link (never probed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// `try_write` / `try_read_with` move bytes without waiting, so direct exchanges may
+    /// interleave this link with others (else `NetComm` queues to a writer thread and reads
+    /// blocking).
+    pub nonblocking: bool,
+    /// The peer can read this process's shared arena ([`crate::arena`]), so a payload there may
+    /// be sent as a reference (`refs_done`, `peer_bytes`, `ref_done`): shared-memory links.
+    pub shares_memory: bool,
 }
 
 /// Both halves of a link to one peer.
@@ -214,6 +230,41 @@ static SPINNING: AtomicBool = AtomicBool::new(true);
 /// all_reduce 0.5-0.6 -> 2.6-2.8).
 pub fn set_spinning(on: bool) {
     SPINNING.store(on, Ordering::Relaxed);
+}
+
+/// How a polling wait passes time while nothing moves ([`Idle`]), and when it should look at
+/// its links (deadline, peer alive: a read of `/proc`, ~10 µs): after every 2 ms of idling,
+/// never on a short wait. The one backoff of the workspace: shared-memory rings and direct
+/// exchanges wait with it.
+pub struct Backoff {
+    idle: Idle,
+    last_check: Instant,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            idle: Idle::new(),
+            last_check: Instant::now(),
+        }
+    }
+}
+
+impl Backoff {
+    /// Waits a little.
+    pub fn snooze(&self) {
+        self.idle.snooze();
+    }
+
+    /// True after every 2 ms of idling.
+    pub fn check_due(&mut self) -> bool {
+        let now = Instant::now();
+        let due = now.duration_since(self.last_check) > Duration::from_millis(2);
+        if due {
+            self.last_check = now;
+        }
+        due
+    }
 }
 
 impl Idle {

@@ -7,12 +7,12 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use memmap2::MmapMut;
 
 use crate::arena::PeerArena;
-use crate::link::{Idle, LinkError, LinkRx, LinkTx, Liveness};
+use crate::link::{Backoff, Caps, LinkError, LinkRx, LinkTx, Liveness};
 
 /// Bytes of data per ring: 1 MiB measured best of 256 KiB to 16 MiB (2 processes, 16 MiB
 /// all_gather: 4 MiB 2.7-3.4 GB/s, 1 MiB 3.6-3.9, 16 MiB 1.7-2.8): rings that stay in cache.
@@ -110,29 +110,18 @@ impl Ring {
     }
 }
 
-/// Waits politely ([`Idle`]); checks the deadline and the peer (a read of `/proc`, ~10 µs)
-/// after every 2 ms of waiting, never on a short wait.
-struct Backoff {
-    idle: Idle,
-    last_check: Instant,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            idle: Idle::new(),
-            last_check: Instant::now(),
-        }
+/// Waits politely ([`Backoff`]), checking the ring and the peer when a check is due.
+fn wait(
+    backoff: &mut Backoff,
+    deadline: Instant,
+    peer: &Liveness,
+    ring: &Ring,
+) -> Result<(), LinkError> {
+    backoff.snooze();
+    if backoff.check_due() {
+        status(ring, peer, deadline)?;
     }
-
-    fn wait(&mut self, deadline: Instant, peer: &Liveness, ring: &Ring) -> Result<(), LinkError> {
-        self.idle.snooze();
-        if self.last_check.elapsed() > Duration::from_millis(2) {
-            self.last_check = Instant::now();
-            status(ring, peer, deadline)?;
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Whether waiting on `ring` can still succeed: not closed, before the deadline, peer alive.
@@ -192,12 +181,12 @@ impl LinkTx for ShmTx {
     }
 
     fn write_all(&mut self, mut bytes: &[u8], deadline: Instant) -> Result<(), LinkError> {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         while !bytes.is_empty() {
-            match self.try_write(bytes).unwrap_or(0) {
-                0 => backoff.wait(deadline, &self.peer, &self.ring)?,
+            match self.try_write(bytes) {
+                0 => wait(&mut backoff, deadline, &self.peer, &self.ring)?,
                 n => {
-                    backoff = Backoff::new();
+                    backoff = Backoff::default();
                     bytes = &bytes[n..];
                 }
             }
@@ -205,7 +194,14 @@ impl LinkTx for ShmTx {
         Ok(())
     }
 
-    fn try_write(&mut self, bytes: &[u8]) -> Option<usize> {
+    fn caps(&self) -> Caps {
+        Caps {
+            nonblocking: true,
+            shares_memory: self.ring.atomic64(READER_MAPS).load(Ordering::Acquire) == 1,
+        }
+    }
+
+    fn try_write(&mut self, bytes: &[u8]) -> usize {
         let r = &self.ring;
         let (wpos, rpos) = (r.atomic64(WRITE_POS), r.atomic64(READ_POS));
         let w = wpos.load(Ordering::Relaxed);
@@ -222,7 +218,7 @@ impl LinkTx for ShmTx {
             }
             wpos.store(w + n as u64, Ordering::Release);
         }
-        Some(n)
+        n
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
@@ -231,10 +227,6 @@ impl LinkTx for ShmTx {
 
     fn close(&mut self) {
         self.ring.close();
-    }
-
-    fn shares_memory(&self) -> bool {
-        self.ring.atomic64(READER_MAPS).load(Ordering::Acquire) == 1
     }
 
     fn refs_done(&self) -> u64 {
@@ -249,29 +241,34 @@ impl LinkRx for ShmRx {
         deadline: Instant,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<(), LinkError> {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::default();
         let mut done = 0;
         while done < len {
-            let got = self
-                .try_read_with(len - done, &mut |piece| {
-                    f(done, piece);
-                    done += piece.len();
-                })
-                .unwrap_or(0);
+            let got = self.try_read_with(len - done, &mut |piece| {
+                f(done, piece);
+                done += piece.len();
+            });
             if got == 0 {
-                match backoff.wait(deadline, &self.peer, &self.ring) {
+                match wait(&mut backoff, deadline, &self.peer, &self.ring) {
                     // The writer publishes its last bytes before closing: look once more.
                     Err(LinkError::Closed | LinkError::PeerDead) if self.unread() > 0 => {}
                     other => other?,
                 }
             } else {
-                backoff = Backoff::new();
+                backoff = Backoff::default();
             }
         }
         Ok(())
     }
 
-    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+    fn caps(&self) -> Caps {
+        Caps {
+            nonblocking: true,
+            shares_memory: true,
+        }
+    }
+
+    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
         let r = &self.ring;
         let rpos = r.atomic64(READ_POS);
         let rd = rpos.load(Ordering::Relaxed);
@@ -294,7 +291,7 @@ impl LinkRx for ShmRx {
             }
             rpos.store(rd + n as u64, Ordering::Release);
         }
-        Some(n)
+        n
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
@@ -352,7 +349,7 @@ mod tests {
         let data: Vec<u8> = (0..3 * RING_BYTES + 12345)
             .map(|i| (i * 31 % 251) as u8)
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
         let sent = data.clone();
         let h = std::thread::spawn(move || tx.write_all(&sent, deadline).map(|_| tx));
         let mut got = vec![0u8; data.len()];

@@ -23,7 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TransportError;
-use crate::link::{LinkError, LinkPair, LinkRx, LinkTx};
+use crate::link::{Caps, LinkError, LinkPair, LinkRx, LinkTx};
 pub use crate::tls::Fingerprint;
 use crate::tls::{SERVER_NAME, fingerprint, pinned_client, pinned_server, tls_error};
 
@@ -467,8 +467,15 @@ impl LinkTx for TlsTx {
         let _ = self.sock.shutdown(Shutdown::Write);
     }
 
-    fn try_write(&mut self, bytes: &[u8]) -> Option<usize> {
-        Some(self.push(bytes))
+    fn caps(&self) -> Caps {
+        Caps {
+            nonblocking: true,
+            shares_memory: false,
+        }
+    }
+
+    fn try_write(&mut self, bytes: &[u8]) -> usize {
+        self.push(bytes)
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
@@ -561,12 +568,10 @@ impl LinkRx for TlsRx {
     ) -> Result<(), LinkError> {
         let mut done = 0;
         while done < len {
-            let n = self
-                .try_read_with(len - done, &mut |piece| {
-                    f(done, piece);
-                    done += piece.len();
-                })
-                .unwrap_or(0);
+            let n = self.try_read_with(len - done, &mut |piece| {
+                f(done, piece);
+                done += piece.len();
+            });
             if n > 0 {
                 continue;
             }
@@ -576,17 +581,24 @@ impl LinkRx for TlsRx {
         Ok(())
     }
 
-    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+    fn caps(&self) -> Caps {
+        Caps {
+            nonblocking: true,
+            shares_memory: false,
+        }
+    }
+
+    fn try_read_with(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
         let mut got = 0;
         loop {
             if got == max {
-                return Some(got);
+                return got;
             }
             match self.conn.reader().fill_buf() {
                 Ok([]) => {
                     // close_notify: the peer ended its side in order.
                     self.failed.get_or_insert(LinkError::Closed);
-                    return Some(got);
+                    return got;
                 }
                 Ok(piece) => {
                     let n = piece.len().min(max - got);
@@ -599,11 +611,11 @@ impl LinkRx for TlsRx {
                 Err(e) => {
                     // EOF without close_notify: the peer process ended mid-stream.
                     self.failed.get_or_insert(lost(&e));
-                    return Some(got);
+                    return got;
                 }
             }
             if !self.fetch() {
-                return Some(got);
+                return got;
             }
         }
     }
@@ -620,7 +632,7 @@ impl LinkRx for TlsRx {
 
     fn drain(&mut self, deadline: Instant) {
         while self.failed.is_none() && Instant::now() < deadline {
-            if self.try_read_with(usize::MAX, &mut |_| {}) == Some(0) {
+            if self.try_read_with(usize::MAX, &mut |_| {}) == 0 {
                 wait_for(&self.sock, Ready::Read, deadline);
             }
         }
@@ -728,9 +740,8 @@ mod tests {
             let (mut sent, mut got) = (0, Vec::with_capacity(n));
             let deadline = soon();
             while sent < n || got.len() < n {
-                sent += a_tx.try_write(&ma[sent..]).unwrap();
-                a_rx.try_read_with(n - got.len(), &mut |p| got.extend_from_slice(p))
-                    .unwrap();
+                sent += a_tx.try_write(&ma[sent..]);
+                a_rx.try_read_with(n - got.len(), &mut |p| got.extend_from_slice(p));
                 assert!(
                     Instant::now() < deadline,
                     "stuck at {sent} sent, {} got",

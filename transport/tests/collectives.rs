@@ -7,7 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use gflow_core::{CommOp, Communicator, DType, ReduceOp, Schedule, Tag};
+use gflow_core::{Collectives, CommOp, Communicator, DType, ReduceOp, Schedule, Tag};
 use gflow_transport::NetComm;
 use gflow_transport::link::{LinkPair, Liveness};
 use gflow_transport::quic::{Peer, QuicNode};

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::comm::{CommOp, Communicator, Tag};
+use crate::comm::{Collectives, CommOp, Communicator, Tag};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::placement::Placement;

@@ -3,7 +3,7 @@
 //! rebalanced to the placement's splitter), broadcast takes the first rank of each broadcast group,
 //! partial treats the components as summands (or min/max operands).
 
-use crate::comm::Communicator;
+use crate::comm::{Collectives, Communicator};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sbp::Sbp;

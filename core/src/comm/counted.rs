@@ -5,9 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{CommError, CommOp, Communicator, Inbound, Outbound, Reduction, Schedule, Tag};
-use crate::dtype::DType;
-use crate::reduce::ReduceOp;
+use super::{CommError, CommOp, Communicator, Exchange, Policy, Tag};
 
 /// This rank's communication since its start or the last [`reset_comm_stats`]: what
 /// [`comm_stats`] returns.
@@ -84,205 +82,46 @@ impl Counted {
             .received
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
-
-    fn collective(&self) -> Primitives<'_> {
-        self.counts.collectives.fetch_add(1, Ordering::Relaxed);
-        Primitives(self)
-    }
 }
 
-/// [`Counted`] seen through its primitives only: the collectives' default bodies run on it,
-/// so one collective counts once and its messages count through [`Counted`]'s primitives.
-struct Primitives<'a>(&'a Counted);
-
-/// Forwards the primitives of [`Communicator`] to `self.target()`, counting their bytes on
-/// `self.counter()`.
-macro_rules! primitives {
-    () => {
-        fn rank(&self) -> usize {
-            self.target().rank()
-        }
-
-        fn world_size(&self) -> usize {
-            self.target().world_size()
-        }
-
-        fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
-            self.counter().sent(peer, data.len());
-            self.target().send(peer, tag, data)
-        }
-
-        fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
-            self.counter().received(out.len());
-            self.target().recv_into(peer, tag, out)
-        }
-
-        fn recv_combine(
-            &self,
-            peer: usize,
-            tag: Tag,
-            acc: &mut [u8],
-            dtype: DType,
-            reduce: ReduceOp,
-        ) -> Result<(), CommError> {
-            self.counter().received(acc.len());
-            self.target().recv_combine(peer, tag, acc, dtype, reduce)
-        }
-
-        fn schedule(&self, op: CommOp, n: usize, bytes: usize) -> Schedule {
-            self.target().schedule(op, n, bytes)
-        }
-
-        fn host_of(&self, rank: usize) -> usize {
-            self.target().host_of(rank)
-        }
-
-        fn exchange(
-            &self,
-            sends: &[Outbound<'_>],
-            copies: &mut [Inbound<'_>],
-            reduce: Option<Reduction<'_>>,
-        ) -> Result<(), CommError> {
-            let c = self.counter();
-            sends.iter().for_each(|s| c.sent(s.peer, s.data.len()));
-            c.received(copies.iter().map(|r| r.out.len()).sum());
-            if let Some(r) = &reduce {
-                c.received(r.acc.len() * r.from.len());
-            }
-            self.target().exchange(sends, copies, reduce)
-        }
-
-        fn exchange_with_own(
-            &self,
-            sends: &[Outbound<'_>],
-            copies: &mut [Inbound<'_>],
-            own: (&[u8], &mut [u8]),
-            at: usize,
-        ) -> Result<(), CommError> {
-            let c = self.counter();
-            sends.iter().for_each(|s| c.sent(s.peer, s.data.len()));
-            c.received(copies.iter().map(|r| r.out.len()).sum());
-            self.target().exchange_with_own(sends, copies, own, at)
-        }
-
-        fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
-            peers
-                .iter()
-                .for_each(|&p| self.counter().sent(p, data.len()));
-            self.target().send_to_all(peers, tag, data)
-        }
-    };
-}
-
-impl Primitives<'_> {
-    fn target(&self) -> &dyn Communicator {
-        self.0.inner.as_ref()
-    }
-
-    fn counter(&self) -> &Counted {
-        self.0
-    }
-}
-
-impl Counted {
-    fn target(&self) -> &dyn Communicator {
-        self.inner.as_ref()
-    }
-
-    fn counter(&self) -> &Counted {
-        self
-    }
-}
-
-impl Communicator for Primitives<'_> {
-    primitives!();
-}
-
+/// Forwards to the transport, counting each message's payload and each collective once (the
+/// driver reports it through [`Communicator::observe`]).
 impl Communicator for Counted {
-    primitives!();
-
-    fn all_gather_into(
-        &self,
-        group: &[usize],
-        mine: &[u8],
-        counts: &[usize],
-        out: &mut [u8],
-    ) -> Result<(), CommError> {
-        self.collective().all_gather_into(group, mine, counts, out)
+    fn rank(&self) -> usize {
+        self.inner.rank()
     }
 
-    fn all_gather(
-        &self,
-        group: &[usize],
-        mine: &[u8],
-        counts: &[usize],
-    ) -> Result<Vec<u8>, CommError> {
-        self.collective().all_gather(group, mine, counts)
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
     }
 
-    fn reduce_scatter_into(
-        &self,
-        group: &[usize],
-        data: &[u8],
-        counts: &[usize],
-        dtype: DType,
-        op: ReduceOp,
-        out: &mut [u8],
-    ) -> Result<(), CommError> {
-        self.collective()
-            .reduce_scatter_into(group, data, counts, dtype, op, out)
+    fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        self.sent(peer, data.len());
+        self.inner.send(peer, tag, data)
     }
 
-    fn reduce_scatter(
-        &self,
-        group: &[usize],
-        data: &[u8],
-        counts: &[usize],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<Vec<u8>, CommError> {
-        self.collective()
-            .reduce_scatter(group, data, counts, dtype, op)
+    fn exchange(&self, step: Exchange<'_>) -> Result<(), CommError> {
+        step.sends
+            .iter()
+            .for_each(|s| self.sent(s.peer, s.data.len()));
+        self.received(step.copies.iter().map(|r| r.out.len()).sum());
+        if let Some(r) = &step.reduce {
+            self.received(r.acc.len() * r.from.len());
+        }
+        self.inner.exchange(step)
     }
 
-    fn all_reduce(
-        &self,
-        group: &[usize],
-        data: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<(), CommError> {
-        self.collective().all_reduce(group, data, dtype, op)
+    fn host_of(&self, rank: usize) -> usize {
+        self.inner.host_of(rank)
     }
 
-    fn all_to_all(
-        &self,
-        group: &[usize],
-        sends: &[&[u8]],
-        recv_counts: &[usize],
-    ) -> Result<Vec<Vec<u8>>, CommError> {
-        self.collective().all_to_all(group, sends, recv_counts)
+    fn policy(&self) -> Policy {
+        self.inner.policy()
     }
 
-    fn all_to_all_into(
-        &self,
-        group: &[usize],
-        sends: &[&[u8]],
-        recv_counts: &[usize],
-        out: &mut [u8],
-    ) -> Result<(), CommError> {
-        self.collective()
-            .all_to_all_into(group, sends, recv_counts, out)
-    }
-
-    fn broadcast(
-        &self,
-        group: &[usize],
-        root: usize,
-        data: &[u8],
-        len: usize,
-    ) -> Result<Vec<u8>, CommError> {
-        self.collective().broadcast(group, root, data, len)
+    fn observe(&self, op: CommOp) {
+        self.counts.collectives.fetch_add(1, Ordering::Relaxed);
+        self.inner.observe(op);
     }
 }
 
@@ -319,7 +158,9 @@ pub fn reset_comm_stats() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::InProcComm;
+    use crate::comm::{Collectives, InProcComm};
+    use crate::dtype::DType;
+    use crate::reduce::ReduceOp;
 
     #[test]
     fn a_collective_counts_once_and_its_messages_count_their_bytes() {
@@ -364,8 +205,8 @@ mod tests {
         fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
             self.0.send(peer, tag, data)
         }
-        fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
-            self.0.recv_into(peer, tag, out)
+        fn exchange(&self, step: Exchange<'_>) -> Result<(), CommError> {
+            self.0.exchange(step)
         }
         fn host_of(&self, rank: usize) -> usize {
             rank
@@ -410,7 +251,7 @@ mod tests {
     fn reset_zeroes_the_counts() {
         let c = Counted::new(Arc::new(InProcComm::solo()));
         c.sent(0, 10);
-        c.collective();
+        c.observe(CommOp::AllGather);
         assert_ne!(c.stats(), CommStats::default());
         c.reset();
         assert_eq!(c.stats(), CommStats::default());

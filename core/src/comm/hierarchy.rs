@@ -8,10 +8,9 @@
 //! the ranks' hosts); the collectives here are the flat ones run on the grid's rows (one host)
 //! and columns (one member per host), which never nest further.
 
-use super::{CommError, Communicator, prefix};
-use crate::dtype::DType;
-use crate::reduce::ReduceOp;
-use crate::sbp::balanced_range;
+use super::Policy;
+use super::plan::{Buf, Plan, Span, Step};
+use super::schedule::{all_gather_flat, all_reduce_flat, balanced_counts, reduce_scatter_flat};
 
 /// A group's members laid out by host: `cells[h][l]` is the group position of the `l`-th member
 /// (in group order) of the `h`-th host (hosts in the order their first member appears).
@@ -52,7 +51,7 @@ impl Grid {
         self.cells[0].len()
     }
 
-    /// (host, member on that host) of group position `pos`.
+    /// (host, member on that host) of group position `pos` (`None` outside the group).
     pub fn locate(&self, pos: usize) -> Option<(usize, usize)> {
         self.cells
             .iter()
@@ -68,6 +67,11 @@ impl Grid {
     /// The group positions of each host's `l`-th member, in host order.
     pub fn column(&self, l: usize) -> Vec<usize> {
         self.cells.iter().map(|row| row[l]).collect()
+    }
+
+    /// [`Grid::locate`] for a position of the group the grid was made from (always there).
+    fn cell(&self, pos: usize) -> (usize, usize) {
+        self.locate(pos).unwrap_or((0, 0))
     }
 
     /// The world ranks of the members of this member's host and of its column.
@@ -90,58 +94,64 @@ impl Grid {
     }
 }
 
-/// Hierarchical all-reduce of `data` for the member at group position `me`: a reduce-scatter
-/// within its host, an all-reduce of its piece with the same piece of every other host (the
-/// only network traffic: 1/per_host of the buffer per member), and an all-gather within the
-/// host. Each element is reduced at one member and shared, so every member ends bit-identical.
-pub(super) fn all_reduce<C: Communicator + ?Sized>(
-    comm: &C,
+/// Hierarchical all-reduce of `data` (elements of `elem` bytes) in place for the member at
+/// group position `me`: a reduce-scatter within its host, an all-reduce of its piece with the
+/// same piece of every other host (the only network traffic: 1/per_host of the buffer per
+/// member), and an all-gather within the host. Each element is reduced at one member and
+/// shared, so every member ends bit-identical.
+pub(super) fn all_reduce(
+    p: &mut Plan,
+    policy: &Policy,
     group: &[usize],
     grid: &Grid,
     me: usize,
-    data: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
-) -> Result<(), CommError> {
-    let at = locate(comm, grid, me)?;
+    data: Span,
+    elem: usize,
+) {
+    let at = grid.cell(me);
     let (host, column) = grid.subgroups(group, at);
-    let elems = data.len() / dtype.size();
-    let counts: Vec<usize> = (0..grid.per_host())
-        .map(|i| balanced_range(elems, grid.per_host(), i).len() * dtype.size())
-        .collect();
-    let mut piece = vec![0u8; counts[at.1]];
-    comm.reduce_scatter_into(&host, data, &counts, dtype, op, &mut piece)?;
-    comm.all_reduce(&column, &mut piece, dtype, op)?;
-    comm.all_gather_into(&host, &piece, &counts, data)
+    let counts = balanced_counts(data.len, elem, grid.per_host());
+    let piece = p.alloc(counts[at.1]);
+    reduce_scatter_flat(p, policy, &host, at.1, &counts, data, piece);
+    all_reduce_flat(p, policy, &column, at.0, piece, elem);
+    all_gather_flat(p, policy, &host, at.1, &counts, piece, data);
 }
 
 /// Hierarchical all-gather (member i gives `counts[i]` bytes; `out` gets them in group order):
 /// the members of one column gather their blocks across hosts (each block crosses the network
 /// once per other host), then each host gathers its members' columns, and the blocks are put in
 /// group order.
-pub(super) fn all_gather_into<C: Communicator + ?Sized>(
-    comm: &C,
+#[allow(clippy::too_many_arguments)]
+pub(super) fn all_gather(
+    p: &mut Plan,
+    policy: &Policy,
     group: &[usize],
     grid: &Grid,
     me: usize,
-    mine: &[u8],
     counts: &[usize],
-    out: &mut [u8],
-) -> Result<(), CommError> {
-    let at = locate(comm, grid, me)?;
+    mine: Span,
+    out: Span,
+) {
+    let at = grid.cell(me);
     let (host, column) = grid.subgroups(group, at);
-    let in_column: Vec<usize> = grid.column(at.1).iter().map(|&p| counts[p]).collect();
-    let mut col = vec![0u8; in_column.iter().sum()];
-    comm.all_gather_into(&column, mine, &in_column, &mut col)?;
-    let mut all = vec![0u8; out.len()];
-    comm.all_gather_into(&host, &col, &grid.column_bytes(counts), &mut all)?;
-    let offsets = prefix(counts);
-    let mut from = 0;
-    for p in grid.column_major() {
-        out[offsets[p]..offsets[p + 1]].copy_from_slice(&all[from..from + counts[p]]);
-        from += counts[p];
+    let in_column: Vec<usize> = grid.column(at.1).iter().map(|&q| counts[q]).collect();
+    let col = p.alloc(in_column.iter().sum());
+    all_gather_flat(p, policy, &column, at.0, &in_column, mine, col);
+    let all = p.alloc(out.len);
+    all_gather_flat(p, policy, &host, at.1, &grid.column_bytes(counts), col, all);
+    let slots = out.split(counts);
+    let mut from = all.at;
+    for q in grid.column_major() {
+        let to = slots[q];
+        p.push(Step::Copy {
+            from: Span {
+                at: from,
+                ..to.with_buf(Buf::Scratch)
+            },
+            to,
+        });
+        from += to.len;
     }
-    Ok(())
 }
 
 /// Hierarchical reduce-scatter (`data` holds member i's chunk of `counts[i]` bytes in group
@@ -149,41 +159,37 @@ pub(super) fn all_gather_into<C: Communicator + ?Sized>(
 /// column, each host reduce-scatters the columns among its members, and each column
 /// reduce-scatters across hosts (each host sends its partial sums over the network once).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn reduce_scatter_into<C: Communicator + ?Sized>(
-    comm: &C,
+pub(super) fn reduce_scatter(
+    p: &mut Plan,
+    policy: &Policy,
     group: &[usize],
     grid: &Grid,
     me: usize,
-    data: &[u8],
     counts: &[usize],
-    dtype: DType,
-    op: ReduceOp,
-    out: &mut [u8],
-) -> Result<(), CommError> {
-    let at = locate(comm, grid, me)?;
+    data: Span,
+    out: Span,
+) {
+    let at = grid.cell(me);
     let (host, column) = grid.subgroups(group, at);
-    let offsets = prefix(counts);
-    let mut by_column = Vec::with_capacity(data.len());
-    for p in grid.column_major() {
-        by_column.extend_from_slice(&data[offsets[p]..offsets[p + 1]]);
+    let chunks = data.split(counts);
+    let by_column = p.alloc(data.len);
+    let mut to = by_column.at;
+    for q in grid.column_major() {
+        let from = chunks[q];
+        p.push(Step::Copy {
+            from,
+            to: Span {
+                at: to,
+                ..from.with_buf(Buf::Scratch)
+            },
+        });
+        to += from.len;
     }
     let column_bytes = grid.column_bytes(counts);
-    let mut col = vec![0u8; column_bytes[at.1]];
-    comm.reduce_scatter_into(&host, &by_column, &column_bytes, dtype, op, &mut col)?;
-    let in_column: Vec<usize> = grid.column(at.1).iter().map(|&p| counts[p]).collect();
-    comm.reduce_scatter_into(&column, &col, &in_column, dtype, op, out)
-}
-
-/// Where group position `me` sits in `grid` (always found for a grid made from the group).
-fn locate<C: Communicator + ?Sized>(
-    comm: &C,
-    grid: &Grid,
-    me: usize,
-) -> Result<(usize, usize), CommError> {
-    grid.locate(me).ok_or_else(|| CommError::BadGroup {
-        rank: comm.rank(),
-        reason: format!("group position {me} is not in the host layout {grid:?}"),
-    })
+    let col = p.alloc(column_bytes[at.1]);
+    reduce_scatter_flat(p, policy, &host, at.1, &column_bytes, by_column, col);
+    let in_column: Vec<usize> = grid.column(at.1).iter().map(|&q| counts[q]).collect();
+    reduce_scatter_flat(p, policy, &column, at.0, &in_column, col, out);
 }
 
 #[cfg(test)]

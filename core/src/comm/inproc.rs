@@ -1,15 +1,14 @@
 //! Ranks as threads of one process: a full mesh of channels. Backs `simulate`.
 
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{CommError, Communicator, Tag};
+use super::{CommError, Communicator, Exchange, Mailbox, Tag, exchange_queued};
 
 struct Message {
     tag: Tag,
-    /// Shared, so that one buffer serves every receiver of a `send_to_all`.
-    data: Arc<[u8]>,
+    data: Box<[u8]>,
 }
 
 /// One rank's end of an in-process mesh. When a rank's `InProcComm` is dropped (its thread
@@ -75,17 +74,34 @@ impl Communicator for InProcComm {
     }
 
     fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
-        self.send_shared(peer, tag, Arc::from(data))
+        let tx = self
+            .to
+            .get(peer)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| self.bad_peer(peer))?;
+        tx.send(Message {
+            tag,
+            data: data.into(),
+        })
+        .map_err(|_| CommError::PeerGone {
+            rank: self.rank,
+            peer,
+        })
     }
 
-    fn send_to_all(&self, peers: &[usize], tag: Tag, data: &[u8]) -> Result<(), CommError> {
-        let shared: Arc<[u8]> = Arc::from(data);
-        peers
-            .iter()
-            .try_for_each(|&p| self.send_shared(p, tag, shared.clone()))
+    fn exchange(&self, step: Exchange<'_>) -> Result<(), CommError> {
+        exchange_queued(self, step)
     }
+}
 
-    fn recv_into(&self, peer: usize, tag: Tag, out: &mut [u8]) -> Result<(), CommError> {
+impl Mailbox for InProcComm {
+    fn fetch(
+        &self,
+        peer: usize,
+        tag: Tag,
+        len: usize,
+        sink: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), CommError> {
         let rx = self
             .from
             .get(peer)
@@ -96,14 +112,14 @@ impl Communicator for InProcComm {
             peer,
         })?;
         match rx.recv_timeout(self.timeout) {
-            Ok(m) if m.tag == tag && m.data.len() == out.len() => {
-                out.copy_from_slice(&m.data);
+            Ok(m) if m.tag == tag && m.data.len() == len => {
+                sink(0, &m.data);
                 Ok(())
             }
             Ok(m) => Err(CommError::Desync {
                 rank: self.rank,
                 peer,
-                expected: format!("{tag} of {} bytes", out.len()),
+                expected: format!("{tag} of {len} bytes"),
                 got: format!("{} of {} bytes", m.tag, m.data.len()),
             }),
             Err(RecvTimeoutError::Disconnected) => Err(CommError::PeerGone {
@@ -119,25 +135,10 @@ impl Communicator for InProcComm {
     }
 }
 
-impl InProcComm {
-    fn send_shared(&self, peer: usize, tag: Tag, data: Arc<[u8]>) -> Result<(), CommError> {
-        let tx = self
-            .to
-            .get(peer)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| self.bad_peer(peer))?;
-        tx.send(Message { tag, data })
-            .map_err(|_| CommError::PeerGone {
-                rank: self.rank,
-                peer,
-            })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::CommOp;
+    use crate::comm::{Collectives, CommOp};
     use crate::dtype::DType;
     use crate::reduce::ReduceOp;
 

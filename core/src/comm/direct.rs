@@ -1,0 +1,118 @@
+//! Direct schedules: one step in which every member exchanges with every other at once (least
+//! latency). Each reduced block is combined at its owner (its own value, then the others' in
+//! group order) and shared, so every member ends with identical bits.
+
+use super::plan::{Plan, Span, Step};
+use super::{CommOp, Tag};
+
+/// (position, world rank) of every member but the one at `me`, in group order.
+fn others(group: &[usize], me: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    group
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(move |&(i, _)| i != me)
+}
+
+/// All-gather: `mine` to every other member, member i's block into `slots[i]`, and `mine`
+/// copied into `slots[me]` in its place among the receives.
+pub(super) fn all_gather(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    me: usize,
+    mine: Span,
+    slots: &[Span],
+) {
+    p.push(Step::Exchange {
+        tag,
+        sends: others(group, me).map(|(_, r)| (r, mine)).collect(),
+        copies: others(group, me).map(|(i, r)| (r, slots[i])).collect(),
+        reduce: None,
+        own: Some((mine, slots[me], me)),
+    });
+}
+
+/// Reduce-scatter of `chunks` (member i's in `chunks[i]`) into `out`.
+pub(super) fn reduce_scatter(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    me: usize,
+    chunks: &[Span],
+    out: Span,
+) {
+    p.push(Step::Copy {
+        from: chunks[me],
+        to: out,
+    });
+    p.push(Step::Exchange {
+        tag,
+        sends: others(group, me).map(|(i, r)| (r, chunks[i])).collect(),
+        copies: vec![],
+        reduce: Some((out, others(group, me).map(|(_, r)| r).collect())),
+        own: None,
+    });
+}
+
+/// All-reduce in place over `slots` (member i reduces `slots[i]`): a reduce-scatter into each
+/// member's own slot, then an all-gather of the slots.
+pub(super) fn all_reduce(p: &mut Plan, group: &[usize], me: usize, slots: &[Span]) {
+    p.push(Step::Exchange {
+        tag: Tag::new(CommOp::ReduceScatter, group),
+        sends: others(group, me).map(|(i, r)| (r, slots[i])).collect(),
+        copies: vec![],
+        reduce: Some((slots[me], others(group, me).map(|(_, r)| r).collect())),
+        own: None,
+    });
+    p.exchange(
+        Tag::new(CommOp::AllGather, group),
+        others(group, me).map(|(_, r)| (r, slots[me])).collect(),
+        others(group, me).map(|(i, r)| (r, slots[i])).collect(),
+    );
+}
+
+/// All-to-all: `sends[i]` to member i, member i's message into `slots[i]`.
+pub(super) fn all_to_all(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    me: usize,
+    sends: &[Span],
+    slots: &[Span],
+) {
+    p.push(Step::Copy {
+        from: sends[me],
+        to: slots[me],
+    });
+    p.exchange(
+        tag,
+        others(group, me).map(|(i, r)| (r, sends[i])).collect(),
+        others(group, me).map(|(i, r)| (r, slots[i])).collect(),
+    );
+}
+
+/// Broadcast from position `root`: the root sends `data` to every member and copies it into
+/// `out`; the others receive into `out`.
+pub(super) fn broadcast(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    (me, root): (usize, usize),
+    data: Span,
+    out: Span,
+) {
+    if me == root {
+        p.push(Step::Copy {
+            from: data,
+            to: out,
+        });
+        p.exchange(
+            tag,
+            others(group, me).map(|(_, r)| (r, data)).collect(),
+            vec![],
+        );
+    } else {
+        p.exchange(tag, vec![], vec![(group[root], out)]);
+    }
+}
