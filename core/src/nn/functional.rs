@@ -130,17 +130,21 @@ pub fn scaled_dot_product_attention(
         });
     }
     let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
-    let mut scores = q
-        .matmul(&k.transpose(2, 3)?)?
-        .mul_scalar(1.0 / (d as f64).sqrt())?;
+    // q is scaled before the product (seq_k / head_dim times fewer elements than the scores),
+    // and k is read transposed in place.
+    let mut scores = q.mul_scalar(1.0 / (d as f64).sqrt())?.matmul_nt(k)?;
+    // Masks are added to the scores as 0 / -inf of their own (small) shape: a broadcast add
+    // forward and an identity backward, where a fill would select over every score both ways.
     if is_causal {
-        let above = Tensor::full_dtype(&[tq, tk], 1.0, DType::Bool, target_like(q))?.triu(1)?;
-        scores = scores.masked_fill(&above, f64::NEG_INFINITY)?;
+        let above = Tensor::full_dtype(&[tq, tk], f64::NEG_INFINITY, q.dtype(), target_like(q))?
+            .triu(1)?;
+        scores = scores.add(&above)?;
     }
     if let Some(m) = mask {
         scores = if m.dtype() == DType::Bool {
             let blocked = m.eq(&Tensor::full_dtype(&[], 0.0, DType::Bool, target_like(m))?)?;
-            scores.masked_fill(&blocked, f64::NEG_INFINITY)?
+            let zeros = Tensor::full_dtype(m.shape(), 0.0, q.dtype(), target_like(m))?;
+            scores.add(&zeros.masked_fill(&blocked, f64::NEG_INFINITY)?)?
         } else {
             scores.add(m)?
         };
