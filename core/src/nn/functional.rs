@@ -136,8 +136,8 @@ pub fn scaled_dot_product_attention(
     // Masks are added to the scores as 0 / -inf of their own (small) shape: a broadcast add
     // forward and an identity backward, where a fill would select over every score both ways.
     if is_causal {
-        let above = Tensor::full_dtype(&[tq, tk], f64::NEG_INFINITY, q.dtype(), target_like(q))?
-            .triu(1)?;
+        let above =
+            Tensor::full_dtype(&[tq, tk], f64::NEG_INFINITY, q.dtype(), target_like(q))?.triu(1)?;
         scores = scores.add(&above)?;
     }
     if let Some(m) = mask {
