@@ -1,5 +1,7 @@
 //! CPU kernels, generic over the float type.
 
+use std::mem::MaybeUninit;
+
 use num_traits::Float as NumFloat;
 use rayon::prelude::*;
 
@@ -123,50 +125,65 @@ fn wide<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// `f` of every element, on several threads for large inputs (in pieces, each a plain loop
-/// with `f` inlined, so it vectorizes).
+/// with `f` inlined, so it vectorizes). The output is written once, never zeroed first.
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
-    let mut out = vec![T::zero(); x.len()];
-    let run = |(o, i): (&mut [T], &[T])| {
+    let run = |(o, i): (&mut [MaybeUninit<T>], &[T])| {
         wide(
             #[inline(always)]
             move || {
                 for (o, &v) in o.iter_mut().zip(i) {
-                    *o = f(v);
+                    o.write(f(v));
                 }
             },
         )
     };
-    if x.len() < PAR_MIN {
-        run((&mut out, x));
-    } else {
-        out.par_chunks_mut(PAR_PIECE)
-            .zip(x.par_chunks(PAR_PIECE))
-            .for_each(run);
-    }
-    out
+    written(x.len(), |out| {
+        if x.len() < PAR_MIN {
+            run((out, x));
+        } else {
+            out.par_chunks_mut(PAR_PIECE)
+                .zip(x.par_chunks(PAR_PIECE))
+                .for_each(run);
+        }
+    })
 }
 
-/// `f` of every pair of elements, as [`map`].
+/// `f` of every pair of elements, as [`map`] (over the shorter operand's length).
 fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Vec<T> {
-    let mut out = vec![T::zero(); a.len()];
-    let run = |((o, x), y): ((&mut [T], &[T]), &[T])| {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let run = |((o, x), y): ((&mut [MaybeUninit<T>], &[T]), &[T])| {
         wide(
             #[inline(always)]
             move || {
                 for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
-                    *o = f(x, y);
+                    o.write(f(x, y));
                 }
             },
         )
     };
-    if a.len() < PAR_MIN {
-        run(((&mut out, a), b));
-    } else {
-        out.par_chunks_mut(PAR_PIECE)
-            .zip(a.par_chunks(PAR_PIECE))
-            .zip(b.par_chunks(PAR_PIECE))
-            .for_each(run);
-    }
+    written(n, |out| {
+        if n < PAR_MIN {
+            run(((out, a), b));
+        } else {
+            out.par_chunks_mut(PAR_PIECE)
+                .zip(a.par_chunks(PAR_PIECE))
+                .zip(b.par_chunks(PAR_PIECE))
+                .for_each(run);
+        }
+    })
+}
+
+/// A vector of `n` elements that `fill` writes in place, saving the zeroing pass (and its
+/// page faults) of a `vec![0; n]` that would be overwritten anyway. `fill` is handed exactly
+/// `n` uninitialised slots and must write every one: [`map`] and [`zip_map`] pair each slot
+/// with one input element of slices of length `n`.
+fn written<T: Float>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
+    let mut out = Vec::with_capacity(n);
+    fill(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: `fill` wrote all `n` slots (see above; both callers zip the `n` slots with `n`
+    // input elements, piece by piece of equal lengths), so the first `n` are initialised.
+    unsafe { out.set_len(n) };
     out
 }
 
