@@ -23,12 +23,11 @@ use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaFunction, CudaStream};
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::Backend;
 use gflow_core::shape::StridedCopy;
 use gflow_core::{DType, Error, HostData, Result};
 
 use crate::memory::Buf;
-use crate::ops::{copy, elementwise, matmul, reduce, rows, softmax};
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -99,8 +98,6 @@ impl Backend for CudaBackend {
         s.len
     }
 
-    // The kernels, each in its family's file.
-
     fn copy_boxes(
         &self,
         dtype: DType,
@@ -108,74 +105,10 @@ impl Backend for CudaBackend {
         put: bool,
         copies: &[(&CudaStorage, StridedCopy)],
     ) -> Result<CudaStorage> {
-        copy::copy_boxes(self, dtype, len, put, copies)
+        ops::copy_boxes(self, dtype, len, put, copies)
     }
 
-    fn unary(&self, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
-        elementwise::unary(self, op, x)
-    }
-
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &CudaStorage,
-        a_shape: &[usize],
-        b: &CudaStorage,
-        b_shape: &[usize],
-        out_shape: &[usize],
-    ) -> Result<CudaStorage> {
-        elementwise::binary(self, op, a, a_shape, b, b_shape, out_shape)
-    }
-
-    fn scale(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        elementwise::scale(self, x, s)
-    }
-
-    fn add_scalar(&self, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
-        elementwise::add_scalar(self, x, s)
-    }
-
-    fn gather_rows(
-        &self,
-        table: &CudaStorage,
-        rows: usize,
-        row_len: usize,
-        indices: &CudaStorage,
-    ) -> Result<CudaStorage> {
-        rows::gather_rows(self, table, rows, row_len, indices)
-    }
-
-    fn scatter_add_rows(
-        &self,
-        src: &CudaStorage,
-        rows: usize,
-        row_len: usize,
-        indices: &CudaStorage,
-    ) -> Result<CudaStorage> {
-        rows::scatter_add_rows(self, src, rows, row_len, indices)
-    }
-
-    fn reduce(
-        &self,
-        op: ReduceKind,
-        x: &CudaStorage,
-        shape: &[usize],
-        dims: &[usize],
-    ) -> Result<CudaStorage> {
-        reduce::reduce(self, op, x, shape, dims)
-    }
-
-    fn softmax(
-        &self,
-        x: &CudaStorage,
-        shape: &[usize],
-        dim: usize,
-        log: bool,
-    ) -> Result<CudaStorage> {
-        softmax::softmax(self, x, shape, dim, log)
-    }
-
-    fn matmul(&self, a: &CudaStorage, b: &CudaStorage, d: MatmulDims) -> Result<CudaStorage> {
-        matmul::matmul(self, a, b, d)
-    }
+    // Every other kernel of core's list: the function of its name in `ops`, one file per
+    // operator family.
+    gflow_core::kernel_table!(forward ops);
 }

@@ -18,11 +18,10 @@ pub use pool::WgpuStorage;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::Backend;
 use gflow_core::shape::StridedCopy;
 use gflow_core::{DType, Error, HostData, Result};
 
-use crate::ops::{copy, elementwise, matmul, reduce, rows, softmax};
 use crate::pool::Pool;
 
 /// The bits of f32 -inf (the start of a max).
@@ -91,8 +90,6 @@ impl Backend for WgpuBackend {
         s.len
     }
 
-    // The kernels, each in its family's file.
-
     fn copy_boxes(
         &self,
         dtype: DType,
@@ -100,74 +97,10 @@ impl Backend for WgpuBackend {
         put: bool,
         copies: &[(&WgpuStorage, StridedCopy)],
     ) -> Result<WgpuStorage> {
-        copy::copy_boxes(self, dtype, len, put, copies)
+        ops::copy_boxes(self, dtype, len, put, copies)
     }
 
-    fn unary(&self, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
-        elementwise::unary(self, op, x)
-    }
-
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &WgpuStorage,
-        a_shape: &[usize],
-        b: &WgpuStorage,
-        b_shape: &[usize],
-        out_shape: &[usize],
-    ) -> Result<WgpuStorage> {
-        elementwise::binary(self, op, a, a_shape, b, b_shape, out_shape)
-    }
-
-    fn scale(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
-        elementwise::scale(self, x, s)
-    }
-
-    fn add_scalar(&self, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
-        elementwise::add_scalar(self, x, s)
-    }
-
-    fn gather_rows(
-        &self,
-        table: &WgpuStorage,
-        rows: usize,
-        row_len: usize,
-        indices: &WgpuStorage,
-    ) -> Result<WgpuStorage> {
-        rows::gather_rows(self, table, rows, row_len, indices)
-    }
-
-    fn scatter_add_rows(
-        &self,
-        src: &WgpuStorage,
-        rows: usize,
-        row_len: usize,
-        indices: &WgpuStorage,
-    ) -> Result<WgpuStorage> {
-        rows::scatter_add_rows(self, src, rows, row_len, indices)
-    }
-
-    fn reduce(
-        &self,
-        op: ReduceKind,
-        x: &WgpuStorage,
-        shape: &[usize],
-        dims: &[usize],
-    ) -> Result<WgpuStorage> {
-        reduce::reduce(self, op, x, shape, dims)
-    }
-
-    fn softmax(
-        &self,
-        x: &WgpuStorage,
-        shape: &[usize],
-        dim: usize,
-        log: bool,
-    ) -> Result<WgpuStorage> {
-        softmax::softmax(self, x, shape, dim, log)
-    }
-
-    fn matmul(&self, a: &WgpuStorage, b: &WgpuStorage, d: MatmulDims) -> Result<WgpuStorage> {
-        matmul::matmul(self, a, b, d)
-    }
+    // Every other kernel of core's list: the function of its name in `ops`, one file per
+    // operator family.
+    gflow_core::kernel_table!(forward ops);
 }

@@ -46,11 +46,11 @@ impl CudaBackend {
         let out = self.alloc::<T>(x.len)?;
         if x.len > 0 {
             let (n, a, b) = (x.len, T::from_f64(a), T::from_f64(b));
-            let arg0 = self.float::<T>(x)?;
+            let xs = self.float::<T>(x)?;
             // SAFETY: the arguments match unary_* (x, out of n elements, n, op, a, b).
             unsafe {
                 self.launch(&format!("unary_{}", T::SUFFIX), threads(n), |l| {
-                    l.arg(arg0).arg(&out).arg(&n).arg(&code).arg(&a).arg(&b);
+                    l.arg(xs).arg(&out).arg(&n).arg(&code).arg(&a).arg(&b);
                 })
             }?;
         }

@@ -1,8 +1,11 @@
-//! The kernels, one file per operator family.
+//! The kernels, one file per operator family; each kernel of core's list is the function of
+//! its name here (`kernel_table!(forward ops)` calls them).
 
-pub(crate) mod copy;
-pub(crate) mod elementwise;
-pub(crate) mod matmul;
-pub(crate) mod reduce;
-pub(crate) mod rows;
-pub(crate) mod softmax;
+mod copy;
+mod elementwise;
+mod matmul;
+mod reduce;
+mod rows;
+mod softmax;
+
+pub(crate) use self::{copy::*, elementwise::*, matmul::*, reduce::*, rows::*, softmax::*};

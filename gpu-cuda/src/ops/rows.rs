@@ -92,7 +92,7 @@ impl CudaBackend {
             .map_err(device_error)?;
         let n_idx = indices.len;
         if n_idx * row_len > 0 {
-            let arg0 = self.float::<T>(src)?;
+            let xs = self.float::<T>(src)?;
             // SAFETY: scatter_add_rows_* takes (src of n_idx * len, idx (checked in range), out
             // of rows * len, n_idx, len).
             unsafe {
@@ -100,7 +100,7 @@ impl CudaBackend {
                     &format!("scatter_add_rows_{}", T::SUFFIX),
                     threads(n_idx * row_len),
                     |l| {
-                        l.arg(arg0).arg(ix).arg(&out).arg(&n_idx).arg(&row_len);
+                        l.arg(xs).arg(ix).arg(&out).arg(&n_idx).arg(&row_len);
                     },
                 )
             }?;
