@@ -4,10 +4,11 @@
 //! device, a kernel that fails to compile). The CPU backend (`crate::cpu`) is the reference; the
 //! wgpu and CUDA backends implement the same trait, and one conformance suite runs on all.
 //!
-//! Architecture Invariant: every kernel is declared once, in the [`kernel_table!`](crate::kernel_table) list below;
-//! the [`Backend`] methods, the object-safe [`Kernels`] face, [`Resident`]'s device-resident
-//! implementation and the host implementation are generated from it. Adding a kernel is one
-//! table entry plus one implementation per backend.
+//! Architecture Invariant: every kernel is declared once, in the list of
+//! [`kernel_table!`](crate::kernel_table); the [`Backend`] methods, the object-safe [`Kernels`]
+//! face, [`Resident`]'s device-resident implementation, the host implementation and the GPU
+//! backends' `impl Backend` entries are generated from it. Adding a kernel is one entry there
+//! plus one implementation per backend (a function in its operator family's file).
 
 mod codes;
 mod registry;
@@ -46,10 +47,8 @@ pub struct MatmulDims {
     pub b_trans: bool,
 }
 
-/// A kernel parameter's type on one face: `storage` (a [`Backend`]'s buffers) or `buffer`
-/// ([`Kernels`]' [`Buffer`]s). Kinds: `val<T>` a plain value; `compute` a tensor the kernel
-/// computes on (the device must hold and compute in its dtype); `hold` a tensor the kernel only
-/// moves or indexes with (the device must hold its dtype); `holds` a list of such tensors.
+/// A kernel parameter's type on one face, by its kind in [`kernel_table!`]: `storage` (a
+/// [`Backend`]'s buffers) or `buffer` ([`Kernels`]' [`Buffer`]s).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __kernel_arg {
@@ -66,10 +65,10 @@ macro_rules! __kernel_arg {
         $t
     };
     (buffer, holds) => {
-        &[&Buffer]
+        &[&$crate::storage::Buffer]
     };
     (buffer, $kind:ident) => {
-        &Buffer
+        &$crate::storage::Buffer
     };
 }
 
@@ -77,11 +76,18 @@ macro_rules! __kernel_arg {
 macro_rules! backend_method {
     ([$(#[$doc:meta])*] $name:ident [$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*]) => {
         $(#[$doc])*
-        fn $name(&$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*) -> Result<Self::Storage>;
+        fn $name(
+            &$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*
+        ) -> Result<Self::Storage>;
     };
-    ([$(#[$doc:meta])*] $name:ident [$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*] $body:block) => {
+    (
+        [$(#[$doc:meta])*] $name:ident [$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*]
+        $body:block
+    ) => {
         $(#[$doc])*
-        fn $name(&$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*) -> Result<Self::Storage>
+        fn $name(
+            &$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*
+        ) -> Result<Self::Storage>
         $body
     };
 }
@@ -131,8 +137,8 @@ macro_rules! host_arg {
     };
 }
 
-/// The kernel table: each entry (`fn name(&self, param: kind, ...)`, optionally with a default
-/// body over [`Backend::copy_boxes`]) becomes a [`Backend`] method, a [`Kernels`] method, its
+/// Core's expansion of [`kernel_table!`]: each entry (optionally with a default body over
+/// [`Backend::copy_boxes`]) becomes a [`Backend`] method, a [`Kernels`] method, its
 /// [`Resident`] implementation (on the device when it holds and computes the arguments' dtypes,
 /// else on the host) and its host implementation (for backends whose storage is
 /// [`HostData`]). `host { ... }` holds the [`Kernels`] methods with a host default only.
@@ -198,7 +204,9 @@ macro_rules! kernel_list {
             fn computes(&self, dtype: DType) -> bool;
             $(
                 $(#[$doc])*
-                fn $name(&$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*) -> Result<Buffer>;
+                fn $name(
+                    &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
+                ) -> Result<Buffer>;
             )*
 
             // Kernels below run on the host copy unless a backend has them natively (the CPU's
@@ -214,7 +222,9 @@ macro_rules! kernel_list {
                 self.backend().computes(dtype)
             }
             $(
-                fn $name(&$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*) -> Result<Buffer> {
+                fn $name(
+                    &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
+                ) -> Result<Buffer> {
                     if [$(on_device!($s, $kind, $p)),*].contains(&false) {
                         return Kernels::$name(&CpuBackend $(, $p)*);
                     }
@@ -235,7 +245,9 @@ macro_rules! kernel_list {
                 Backend::computes(self, dtype)
             }
             $(
-                fn $name(&$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*) -> Result<Buffer> {
+                fn $name(
+                    &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
+                ) -> Result<Buffer> {
                     $(host_arg!($kind, $p);)*
                     Backend::$name($s $(, $p)*).map(Buffer::from)
                 }
@@ -244,7 +256,11 @@ macro_rules! kernel_list {
     };
 }
 
-/// The kernel list: every kernel, declared once. `kernel_table!(forward ops)` inside a
+/// The kernel list: every kernel, declared once, as `fn name(&self, param: kind, ...);` with
+/// the kinds `val<T>` (a plain value), `compute` (a tensor the kernel computes on: the device
+/// must hold and compute in its dtype, else [`Resident`] runs the kernel on the host), `hold`
+/// (a tensor only moved or indexed with: the device must hold its dtype) and `holds` (a list of
+/// those). Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
 /// backend's `impl Backend` block writes each kernel method as a call of the function of the
 /// same name in the backend's module `ops` (`ops::unary(self, op, x)`), so a GPU backend's
 /// kernel is one function in its operator family's file. Entries with a body (permute, slice,
@@ -255,64 +271,80 @@ macro_rules! kernel_list {
 macro_rules! kernel_table {
     ($($mode:tt)*) => {
         $crate::__kernels! { [$($mode)*]
-        /// `op(x)` elementwise.
-        fn unary(&self, op: val<$crate::backend::UnaryOp>, x: compute);
-        /// `op(a, b)` with `a` of shape `a_shape`, `b` of `b_shape`, broadcast to `out_shape` (the
-        /// inputs' shapes are right-aligned with it).
-        fn binary(
-            &self,
-            op: val<$crate::backend::BinaryOp>,
-            a: compute,
-            a_shape: val<&[usize]>,
-            b: compute,
-            b_shape: val<&[usize]>,
-            out_shape: val<&[usize]>
-        );
-        /// `x * s` elementwise.
-        fn scale(&self, x: compute, s: val<f64>);
-        /// `x + s` elementwise.
-        fn add_scalar(&self, x: compute, s: val<f64>);
-        /// Rows of `table` (shape `(rows, row_len)`) picked by the integer `indices`: the output
-        /// holds `indices.len()` rows. An index outside `0..rows` is an `InvalidArgument` error.
-        fn gather_rows(&self, table: hold, rows: val<usize>, row_len: val<usize>, indices: hold);
-        /// The transpose of `gather_rows`: a `(rows, row_len)` table of zeros to which row `i` of
-        /// `src` is added at row `indices[i]`.
-        fn scatter_add_rows(
-            &self,
-            src: compute,
-            rows: val<usize>,
-            row_len: val<usize>,
-            indices: hold
-        );
-        /// Reduces `dims` (sorted, distinct) of `x` with `op`, keeping them as size-1 dimensions.
-        fn reduce(&self, op: val<$crate::backend::ReduceKind>, x: compute, shape: val<&[usize]>, dims: val<&[usize]>);
-        /// (Log-)softmax over `dim`.
-        fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
-        /// Batched matrix product.
-        fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
-        /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
-        fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
-            let copy = $crate::shape::StridedCopy::permute(shape, perm);
-            self.copy_boxes(self.dtype(x), self.len(x), false, &[(x, copy)])
-        };
-        /// The sub-box of `x` starting at `start` with extent `extent`.
-        fn slice(
-            &self,
-            x: hold,
-            shape: val<&[usize]>,
-            start: val<&[usize]>,
-            extent: val<&[usize]>
-        ) {
-            let copy = $crate::shape::StridedCopy::slice(shape, start, extent);
-            self.copy_boxes(self.dtype(x), extent.iter().product(), false, &[(x, copy)])
-        };
-        /// Concatenates `xs` (with shapes `shapes`) along `dim`.
-        fn cat(&self, xs: holds, shapes: val<&[&[usize]]>, dim: val<usize>) {
-            let first = xs.first().ok_or_else(|| $crate::Error::Internal("cat of no tensors".into()))?;
-            let (out_shape, copies) = $crate::shape::StridedCopy::cat(shapes, dim);
-            let copies: Vec<_> = xs.iter().copied().zip(copies).collect();
-            self.copy_boxes(self.dtype(first), out_shape.iter().product(), true, &copies)
-        };
+            /// `op(x)` elementwise.
+            fn unary(&self, op: val<$crate::backend::UnaryOp>, x: compute);
+            /// `op(a, b)` with `a` of shape `a_shape`, `b` of `b_shape`, broadcast to `out_shape`
+            /// (the inputs' shapes are right-aligned with it).
+            fn binary(
+                &self,
+                op: val<$crate::backend::BinaryOp>,
+                a: compute,
+                a_shape: val<&[usize]>,
+                b: compute,
+                b_shape: val<&[usize]>,
+                out_shape: val<&[usize]>
+            );
+            /// `x * s` elementwise.
+            fn scale(&self, x: compute, s: val<f64>);
+            /// `x + s` elementwise.
+            fn add_scalar(&self, x: compute, s: val<f64>);
+            /// Rows of `table` (shape `(rows, row_len)`) picked by the integer `indices`: the
+            /// output holds `indices.len()` rows. An index outside `0..rows` is an
+            /// `InvalidArgument` error.
+            fn gather_rows(
+                &self,
+                table: hold,
+                rows: val<usize>,
+                row_len: val<usize>,
+                indices: hold
+            );
+            /// The transpose of `gather_rows`: a `(rows, row_len)` table of zeros to which row `i`
+            /// of `src` is added at row `indices[i]`.
+            fn scatter_add_rows(
+                &self,
+                src: compute,
+                rows: val<usize>,
+                row_len: val<usize>,
+                indices: hold
+            );
+            /// Reduces `dims` (sorted, distinct) of `x` with `op`, keeping them as size-1
+            /// dimensions.
+            fn reduce(
+                &self,
+                op: val<$crate::backend::ReduceKind>,
+                x: compute,
+                shape: val<&[usize]>,
+                dims: val<&[usize]>
+            );
+            /// (Log-)softmax over `dim`.
+            fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
+            /// Batched matrix product.
+            fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
+            /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
+            fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
+                let copy = $crate::shape::StridedCopy::permute(shape, perm);
+                self.copy_boxes(self.dtype(x), self.len(x), false, &[(x, copy)])
+            };
+            /// The sub-box of `x` starting at `start` with extent `extent`.
+            fn slice(
+                &self,
+                x: hold,
+                shape: val<&[usize]>,
+                start: val<&[usize]>,
+                extent: val<&[usize]>
+            ) {
+                let copy = $crate::shape::StridedCopy::slice(shape, start, extent);
+                self.copy_boxes(self.dtype(x), extent.iter().product(), false, &[(x, copy)])
+            };
+            /// Concatenates `xs` (with shapes `shapes`) along `dim`.
+            fn cat(&self, xs: holds, shapes: val<&[&[usize]]>, dim: val<usize>) {
+                let first = xs
+                    .first()
+                    .ok_or_else(|| $crate::Error::Internal("cat of no tensors".into()))?;
+                let (out_shape, copies) = $crate::shape::StridedCopy::cat(shapes, dim);
+                let copies: Vec<_> = xs.iter().copied().zip(copies).collect();
+                self.copy_boxes(self.dtype(first), out_shape.iter().product(), true, &copies)
+            };
         }
     };
 }

@@ -1,5 +1,5 @@
-//! [`Resident`]: a device backend whose results stay on the device. Its [`Kernels`](super::Kernels) methods are
-//! generated from the kernel list in `backend.rs`; this file holds what they share.
+//! [`Resident`]: a device backend whose results stay on the device. Its [`Kernels`](super::Kernels)
+//! methods are generated from the kernel list in `backend.rs`; this file holds what they share.
 
 use std::sync::{Arc, Mutex};
 
@@ -7,9 +7,9 @@ use super::Backend;
 use crate::error::{Error, Result};
 use crate::storage::{Buffer, DeviceBuffer, HostData};
 
-/// A device [`Backend`] seen as [`Kernels`](super::Kernels): an input already on this device is used where it
-/// is; a host input is uploaded and the upload kept in its buffer for the next kernel; results
-/// stay on the device until the host reads them.
+/// A device [`Backend`] seen as [`Kernels`](super::Kernels): an input already on this device is
+/// used where it is; a host input is uploaded and the upload kept in its buffer for the next
+/// kernel; results stay on the device until the host reads them.
 pub struct Resident<B> {
     backend: Arc<B>,
     /// The device's name in results' [`DeviceBuffer::backend`] (`wgpu:0`).
