@@ -6,6 +6,7 @@ use gflow_core::{DType, Result};
 
 use crate::launch::threads;
 use crate::{CudaBackend, CudaStorage};
+
 /// The boxes of `copies` between their inputs and a new contiguous buffer (see
 /// [`Backend::copy_boxes`](gflow_core::backend::Backend::copy_boxes)).
 pub(crate) fn copy_boxes(

@@ -10,10 +10,12 @@ use crate::launch::threads;
 use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage};
 
+/// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
 pub(crate) fn unary(c: &CudaBackend, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
     by_float!(x, "unary", T => c.unary_t::<T>(op.code() as i32, x, 0.0, 0.0))
 }
 
+/// [`Backend::binary`](gflow_core::backend::Backend::binary) on this device.
 pub(crate) fn binary(
     c: &CudaBackend,
     op: BinaryOp,
@@ -27,10 +29,12 @@ pub(crate) fn binary(
     by_float!(a, "binary", T => c.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
 }
 
+/// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
 pub(crate) fn scale(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
     by_float!(x, "scale", T => c.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
 }
 
+/// [`Backend::add_scalar`](gflow_core::backend::Backend::add_scalar) on this device.
 pub(crate) fn add_scalar(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
     by_float!(x, "add_scalar", T => c.unary_t::<T>(AFFINE_CODE as i32, x, 1.0, s))
 }

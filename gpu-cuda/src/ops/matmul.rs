@@ -8,6 +8,7 @@ use gflow_core::{DType, Result};
 use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage, device_error};
 
+/// [`Backend::matmul`](gflow_core::backend::Backend::matmul) on this device.
 pub(crate) fn matmul(
     c: &CudaBackend,
     a: &CudaStorage,

@@ -13,6 +13,7 @@ use crate::{CudaBackend, CudaStorage};
 /// Elements one block of a row reduction should take at least before a row is cut in parts.
 const PER_BLOCK: usize = 1 << 14;
 
+/// [`Backend::reduce`](gflow_core::backend::Backend::reduce) on this device.
 pub(crate) fn reduce(
     c: &CudaBackend,
     op: ReduceKind,

@@ -8,6 +8,7 @@ use crate::launch::threads;
 use crate::memory::{Buf, Float};
 use crate::{CudaBackend, CudaStorage, device_error};
 
+/// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
 pub(crate) fn gather_rows(
     c: &CudaBackend,
     table: &CudaStorage,
@@ -38,6 +39,7 @@ pub(crate) fn gather_rows(
     Ok(out)
 }
 
+/// [`Backend::scatter_add_rows`](gflow_core::backend::Backend::scatter_add_rows) on this device.
 pub(crate) fn scatter_add_rows(
     c: &CudaBackend,
     src: &CudaStorage,

@@ -7,6 +7,7 @@ use crate::launch::{blocks, threads};
 use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage};
 
+/// [`Backend::softmax`](gflow_core::backend::Backend::softmax) on this device.
 pub(crate) fn softmax(
     c: &CudaBackend,
     x: &CudaStorage,

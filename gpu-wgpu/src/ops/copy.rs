@@ -7,7 +7,7 @@ use gflow_core::{DType, Error, Result};
 use crate::{WgpuBackend, WgpuStorage};
 
 /// The boxes of `copies` between their inputs and a new contiguous buffer (see
-/// [`Backend::copy_boxes`]).
+/// [`Backend::copy_boxes`](gflow_core::backend::Backend::copy_boxes)).
 pub(crate) fn copy_boxes(
     w: &WgpuBackend,
     dtype: DType,

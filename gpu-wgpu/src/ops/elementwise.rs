@@ -7,6 +7,7 @@ use gflow_core::{DType, Result};
 
 use crate::{WgpuBackend, WgpuStorage, device_error};
 
+/// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
 pub(crate) fn unary(w: &WgpuBackend, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
     w.need_f32(x, "unary")?;
     let out = w.new_storage(x.len, x.dtype)?;
@@ -21,6 +22,7 @@ pub(crate) fn unary(w: &WgpuBackend, op: UnaryOp, x: &WgpuStorage) -> Result<Wgp
     Ok(out)
 }
 
+/// [`Backend::binary`](gflow_core::backend::Backend::binary) on this device.
 pub(crate) fn binary(
     w: &WgpuBackend,
     op: BinaryOp,
@@ -97,11 +99,13 @@ pub(crate) fn binary(
     Ok(out)
 }
 
+/// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
 pub(crate) fn scale(w: &WgpuBackend, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
     w.need_f32(x, "scale")?;
     w.affine(x, s as f32, 0.0)
 }
 
+/// [`Backend::add_scalar`](gflow_core::backend::Backend::add_scalar) on this device.
 pub(crate) fn add_scalar(w: &WgpuBackend, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
     w.need_f32(x, "add_scalar")?;
     w.affine(x, 1.0, s as f32)

@@ -8,6 +8,7 @@ use gflow_core::{DType, Error, Result};
 use crate::bind::GROUP;
 use crate::{LOOP_MAX, WgpuBackend, WgpuStorage};
 
+/// [`Backend::matmul`](gflow_core::backend::Backend::matmul) on this device.
 pub(crate) fn matmul(
     w: &WgpuBackend,
     a: &WgpuStorage,

@@ -14,6 +14,7 @@ fn reduce_start(op: ReduceKind) -> u32 {
         _ => NEG_INF,
     }
 }
+/// [`Backend::reduce`](gflow_core::backend::Backend::reduce) on this device.
 pub(crate) fn reduce(
     w: &WgpuBackend,
     op: ReduceKind,

@@ -4,6 +4,7 @@ use gflow_core::{DType, Error, Result};
 
 use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
 
+/// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
 pub(crate) fn gather_rows(
     w: &WgpuBackend,
     table: &WgpuStorage,
@@ -18,6 +19,7 @@ pub(crate) fn gather_rows(
     Ok(out)
 }
 
+/// [`Backend::scatter_add_rows`](gflow_core::backend::Backend::scatter_add_rows) on this device.
 pub(crate) fn scatter_add_rows(
     w: &WgpuBackend,
     src: &WgpuStorage,

@@ -6,6 +6,7 @@ use gflow_core::{DType, Result};
 
 use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage};
 
+/// [`Backend::softmax`](gflow_core::backend::Backend::softmax) on this device.
 pub(crate) fn softmax(
     w: &WgpuBackend,
     x: &WgpuStorage,
