@@ -1,18 +1,21 @@
-//! One conformance suite for every [`Backend`]: plain generic cases compared with a float64
-//! reference computed here by naive loops (independent of every backend's kernels), with a
-//! tolerance by dtype. A backend crate stamps one `#[test]` per case with
-//! [`conformance_tests!`](crate::conformance_tests); a backend that is not present on the machine
-//! is skipped with a loud message, or fails when `GFLOW_REQUIRE_BACKEND` names it (CI names the
-//! backends that must exist there; see [`crate::backend::required`]).
+//! One conformance suite for every [`Backend`], run the way users reach a backend: through
+//! [`Resident`] (uploads, device-resident results, host fallbacks), as [`Kernels`]. Plain
+//! generic cases are compared with a float64 reference computed here by naive loops
+//! (independent of every backend's kernels), with a tolerance by dtype, and every result must
+//! live on the device (a kernel that silently ran on the host fails). A backend crate stamps
+//! one `#[test]` per case with [`conformance_tests!`](crate::conformance_tests); a backend that
+//! is not present on the machine is skipped with a loud message, or fails when
+//! `GFLOW_REQUIRE_BACKEND` names it (CI names the backends that must exist there; see
+//! [`crate::backend::required`]).
 
-use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use crate::backend::{Backend, BinaryOp, Kernels, MatmulDims, ReduceKind, Resident, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::{numel, strides};
-use crate::storage::HostData;
+use crate::shape::{StridedCopy, numel, strides};
+use crate::storage::{Buffer, HostData};
 
-/// A conformance case.
-pub type Case<B> = fn(&B) -> Result<()>;
+/// A conformance case, on a backend wrapped as users get it.
+pub type Case<B> = fn(&Resident<B>) -> Result<()>;
 
 /// Runs `case` on the backend `make` returns, or reports it skipped (`Err`: no device here).
 ///
@@ -20,37 +23,51 @@ pub type Case<B> = fn(&B) -> Result<()>;
 /// When the case fails, or when the backend is absent and required (this is test-harness code,
 /// called only from `#[test]` functions).
 #[allow(clippy::panic)]
-pub fn run<B: Backend>(backend: &str, name: &str, make: impl FnOnce() -> Result<B>, case: Case<B>) {
+pub fn run<B: Backend + 'static>(
+    backend: &str,
+    name: &str,
+    make: impl FnOnce() -> Result<B>,
+    case: Case<B>,
+) {
     match make() {
         Err(e) if crate::backend::required(backend) => {
             panic!("{name}: {backend} is required (GFLOW_REQUIRE_BACKEND) but not available: {e}")
         }
         Err(e) => crate::backend::say_skipped(name, &format!("no {backend} on this machine: {e}")),
         Ok(b) => {
-            if let Err(e) = case(&b) {
-                panic!("{name} on {}: {e}", b.name());
+            let r = Resident::new(b);
+            if let Err(e) = case(&r) {
+                panic!("{name} on {}: {e}", r.name());
             }
         }
     }
 }
 
-/// Stamps one `#[test]` per conformance case for the backend named `$backend`, built by `$make`
-/// (an expression of type `Result<B>`).
+/// Stamps one `#[test]` per conformance case (the list is here and only here) for the backend
+/// named `$backend`, built by `$make` (an expression of type `Result<B>`). With
+/// `$backend, |$case| $make`, `$make` sees the case's name as `$case: &str` (to build the
+/// backend differently for some cases).
 #[macro_export]
 macro_rules! conformance_tests {
-    ($backend:literal, $make:expr) => {
-        $crate::conformance_tests!(@cases $backend, $make;
+    ($backend:literal, |$case:ident| $make:expr) => {
+        $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
-            permute_slice_cat, gather_scatter, empty_tensors, large_elementwise);
+            permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise);
     };
-    (@cases $backend:literal, $make:expr; $($case:ident),*) => {
+    ($backend:literal, $make:expr) => {
+        $crate::conformance_tests!($backend, |_case| $make);
+    };
+    (@cases $backend:literal, $case_var:ident, $make:expr; $($case:ident),*) => {
         $(
             #[test]
             fn $case() {
                 $crate::conformance::run(
                     $backend,
                     stringify!($case),
-                    || $make,
+                    || {
+                        let $case_var: &str = stringify!($case);
+                        $make
+                    },
                     $crate::conformance::$case,
                 );
             }
@@ -76,6 +93,11 @@ fn vals(n: usize, seed: u64, positive: bool) -> Vec<f64> {
         .collect()
 }
 
+/// `v` as a host buffer of `dtype` (kernels upload it).
+fn buf(dtype: DType, v: &[f64]) -> Buffer {
+    host(dtype, v).into()
+}
+
 fn host(dtype: DType, v: &[f64]) -> HostData {
     match dtype {
         DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
@@ -83,27 +105,28 @@ fn host(dtype: DType, v: &[f64]) -> HostData {
     }
 }
 
-/// Compares a backend result with the reference at the dtype's tolerance.
-fn expect<B: Backend>(
-    b: &B,
-    what: &str,
-    got: &B::Storage,
-    want: &[f64],
-    dtype: DType,
-) -> Result<()> {
-    expect_within(b, what, got, want, dtype, tol(dtype))
+/// Compares a result with the reference at the dtype's tolerance.
+fn expect(k: &dyn Kernels, what: &str, got: &Buffer, want: &[f64], dtype: DType) -> Result<()> {
+    expect_within(k, what, got, want, dtype, tol(dtype))
 }
 
-/// Compares a backend result with the reference: |got - want| <= tol * (1 + |want|).
-fn expect_within<B: Backend>(
-    b: &B,
+/// Compares a result, which must live on the device, with the reference:
+/// |got - want| <= tol * (1 + |want|).
+fn expect_within(
+    k: &dyn Kernels,
     what: &str,
-    got: &B::Storage,
+    got: &Buffer,
     want: &[f64],
     dtype: DType,
     tol: f64,
 ) -> Result<()> {
-    let got = b.download(got)?;
+    if got.resident_on().is_none() {
+        return Err(Error::InvalidArgument {
+            op: "conformance",
+            reason: format!("{what} ({dtype}) ran on the host, not on {}", k.name()),
+        });
+    }
+    let got = got.host()?;
     if got.dtype() != dtype {
         return Err(Error::DTypeMismatch {
             expected: dtype,
@@ -132,7 +155,7 @@ fn expect_within<B: Backend>(
 const DTYPES: [DType; 2] = [DType::F32, DType::F64];
 
 /// The dtypes of [`DTYPES`] the backend computes in.
-fn computed<B: Backend>(b: &B) -> impl Iterator<Item = DType> + '_ {
+fn computed(b: &dyn Kernels) -> impl Iterator<Item = DType> + '_ {
     DTYPES.into_iter().filter(|&d| b.computes(d))
 }
 
@@ -141,18 +164,19 @@ fn rounded(dtype: DType, v: &[f64]) -> Vec<f64> {
     host(dtype, v).to_vec()
 }
 
-/// Upload then download gives the data back, for every dtype.
-pub fn round_trip<B: Backend>(b: &B) -> Result<()> {
+/// Data uploaded, copied on the device and downloaded comes back bit for bit, for every dtype
+/// the device holds.
+pub fn round_trip<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     for d in [
         HostData::F32(vec![1.5, -2.0, 3.25]),
         HostData::F64(vec![0.1, 1e300]),
         HostData::I64(vec![i64::MIN, 7]),
     ] {
-        let s = b.upload(&d)?;
-        if b.dtype(&s) != d.dtype() || b.download(&s)? != d {
+        let got = b.permute(&d.clone().into(), &[d.len()], &[0])?;
+        if got.resident_on().is_none() || got.host()? != &d {
             return Err(Error::InvalidArgument {
                 op: "conformance",
-                reason: format!("round trip of {d:?}"),
+                reason: format!("round trip of {d:?} gave {got:?}"),
             });
         }
     }
@@ -214,13 +238,13 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
 }
 
 /// Every unary op on an odd-sized tensor.
-pub fn unary_ops<B: Backend>(b: &B) -> Result<()> {
+pub fn unary_ops<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
         for &op in UnaryOp::ALL {
             let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt | Rsqrt)));
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
-            let got = b.unary(op, &b.upload(&host(dtype, &x))?)?;
+            let got = b.unary(op, &buf(dtype, &x))?;
             expect(b, &format!("{op:?}"), &got, &want, dtype)?;
         }
     }
@@ -267,7 +291,7 @@ fn broadcast_ref(
 }
 
 /// Binary ops with equal shapes and with NumPy broadcasting both ways.
-pub fn binary_broadcasting<B: Backend>(b: &B) -> Result<()> {
+pub fn binary_broadcasting<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     use BinaryOp::*;
     let cases: [(&[usize], &[usize], &[usize]); 4] = [
         (&[3, 5], &[3, 5], &[3, 5]),
@@ -281,14 +305,7 @@ pub fn binary_broadcasting<B: Backend>(b: &B) -> Result<()> {
                 let a = rounded(dtype, &vals(numel(sa), 2, false));
                 let x = rounded(dtype, &vals(numel(sx), 3, op == Div));
                 let want = broadcast_ref(op, &a, sa, &x, sx, so);
-                let got = b.binary(
-                    op,
-                    &b.upload(&host(dtype, &a))?,
-                    sa,
-                    &b.upload(&host(dtype, &x))?,
-                    sx,
-                    so,
-                )?;
+                let got = b.binary(op, &buf(dtype, &a), sa, &buf(dtype, &x), sx, so)?;
                 expect(b, &format!("{op:?} {sa:?} {sx:?}"), &got, &want, dtype)?;
             }
         }
@@ -297,22 +314,16 @@ pub fn binary_broadcasting<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// Multiplication by a scalar.
-pub fn scale<B: Backend>(b: &B) -> Result<()> {
+pub fn scale<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     for dtype in computed(b) {
         let x = rounded(dtype, &vals(11, 4, false));
         let want: Vec<f64> = x.iter().map(|v| v * -0.375).collect();
-        expect(
-            b,
-            "scale",
-            &b.scale(&b.upload(&host(dtype, &x))?, -0.375)?,
-            &want,
-            dtype,
-        )?;
+        expect(b, "scale", &b.scale(&buf(dtype, &x), -0.375)?, &want, dtype)?;
         let want: Vec<f64> = x.iter().map(|v| v + 1.5).collect();
         expect(
             b,
             "add_scalar",
-            &b.add_scalar(&b.upload(&host(dtype, &x))?, 1.5)?,
+            &b.add_scalar(&buf(dtype, &x), 1.5)?,
             &want,
             dtype,
         )?;
@@ -321,7 +332,7 @@ pub fn scale<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// Sum and max over single, several and all dims of a 3-D tensor.
-pub fn reductions<B: Backend>(b: &B) -> Result<()> {
+pub fn reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let shape = [3usize, 4, 5];
     let st = strides(&shape);
     for dtype in computed(b) {
@@ -354,7 +365,7 @@ pub fn reductions<B: Backend>(b: &B) -> Result<()> {
                         ReduceKind::Min => want[o].min(*v),
                     };
                 }
-                let got = b.reduce(op, &b.upload(&host(dtype, &x))?, &shape, &dims)?;
+                let got = b.reduce(op, &buf(dtype, &x), &shape, &dims)?;
                 expect(b, &format!("{op:?} over {dims:?}"), &got, &want, dtype)?;
             }
         }
@@ -363,7 +374,7 @@ pub fn reductions<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// Softmax and log-softmax over each dim, with large values (stability).
-pub fn softmax<B: Backend>(b: &B) -> Result<()> {
+pub fn softmax<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let shape = [3usize, 4];
     for dtype in computed(b) {
         let x: Vec<f64> = rounded(
@@ -394,7 +405,7 @@ pub fn softmax<B: Backend>(b: &B) -> Result<()> {
                         };
                     }
                 }
-                let got = b.softmax(&b.upload(&host(dtype, &x))?, &shape, dim, log)?;
+                let got = b.softmax(&buf(dtype, &x), &shape, dim, log)?;
                 expect(
                     b,
                     &format!("softmax dim {dim} log {log}"),
@@ -409,7 +420,7 @@ pub fn softmax<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// 2-D, batched and shared-operand products, odd and degenerate sizes.
-pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
+pub fn matmul_shapes<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let cases = [
         (1, 1, 1, 1, false),
         (1, 17, 13, 9, false),
@@ -461,11 +472,7 @@ pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
                 a_trans,
                 b_trans,
             };
-            let got = b.matmul(
-                &b.upload(&host(dtype, &a))?,
-                &b.upload(&host(dtype, &x))?,
-                dims,
-            )?;
+            let got = b.matmul(&buf(dtype, &a), &buf(dtype, &x), dims)?;
             // Rounding error of a sum of k products grows with k.
             let t = tol(dtype) * (1.0 + k as f64 / 8.0);
             expect_within(b, &format!("matmul {dims:?}"), &got, &want, dtype, t)?;
@@ -475,12 +482,12 @@ pub fn matmul_shapes<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// Permutations, sub-boxes and concatenation (data movement is exact, any dtype).
-pub fn permute_slice_cat<B: Backend>(b: &B) -> Result<()> {
+pub fn permute_slice_cat<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let shape = [2usize, 3, 4];
     let x: Vec<f64> = (0..24).map(f64::from).collect();
     let st = strides(&shape);
     for dtype in DTYPES {
-        let s = b.upload(&host(dtype, &x))?;
+        let s = buf(dtype, &x);
         for perm in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
             let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
             let os = strides(&out_shape);
@@ -507,7 +514,7 @@ pub fn permute_slice_cat<B: Backend>(b: &B) -> Result<()> {
             &want,
             dtype,
         )?;
-        let y = b.upload(&host(dtype, &[100.0, 101.0, 102.0, 103.0, 104.0, 105.0]))?;
+        let y = buf(dtype, &[100.0, 101.0, 102.0, 103.0, 104.0, 105.0]);
         let got = b.cat(&[&s, &y], &[&shape, &[2, 3, 1]], 2)?;
         let mut want = vec![];
         for r in 0..6 {
@@ -519,15 +526,66 @@ pub fn permute_slice_cat<B: Backend>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// The backend's one data-movement kernel, [`Backend::copy_boxes`], directly: boxes gathered
+/// from offsets with overlapping-free odd strides, and pieces put into an output's boxes.
+pub fn strided_copies<B: Backend + 'static>(r: &Resident<B>) -> Result<()> {
+    let b = r.backend();
+    let x: Vec<f64> = (0..40).map(f64::from).collect();
+    for dtype in DTYPES {
+        let s = b.upload(&host(dtype, &x))?;
+        // the (2, 3) box at element 7 with strides (13, 2), and the (4,) box at 1 with stride 9
+        let gather = [
+            (
+                &s,
+                StridedCopy {
+                    extent: vec![2, 3],
+                    strides: vec![13, 2],
+                    base: 7,
+                },
+            ),
+            (
+                &s,
+                StridedCopy {
+                    extent: vec![4],
+                    strides: vec![9],
+                    base: 1,
+                },
+            ),
+        ];
+        for (copy, want) in gather.iter().zip([
+            vec![7.0, 9.0, 11.0, 20.0, 22.0, 24.0],
+            vec![1.0, 10.0, 19.0, 28.0],
+        ]) {
+            let got = b.copy_boxes(dtype, want.len(), false, std::slice::from_ref(copy))?;
+            let what = format!("gather {:?}", copy.1);
+            expect(r, &what, &r.keep(got), &want, dtype)?;
+        }
+        // two contiguous pieces put as the even and odd columns of a (3, 2) output
+        let (p, q) = (
+            b.upload(&host(dtype, &[1.0, 2.0, 3.0]))?,
+            b.upload(&host(dtype, &[4.0, 5.0, 6.0]))?,
+        );
+        let col = |base| StridedCopy {
+            extent: vec![3],
+            strides: vec![2],
+            base,
+        };
+        let got = b.copy_boxes(dtype, 6, true, &[(&p, col(0)), (&q, col(1))])?;
+        let want = [1.0, 4.0, 2.0, 5.0, 3.0, 6.0];
+        expect(r, "put", &r.keep(got), &want, dtype)?;
+    }
+    Ok(())
+}
+
 /// Row gathers (embedding lookups) and their transpose, scatter-add with repeated indices; an
 /// index out of range is an error.
-pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
+pub fn gather_scatter<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let (rows, len) = (5, 3);
     let idx = [4i64, 0, 2, 4, 1, 4];
-    let ix = b.upload(&HostData::I64(idx.to_vec()))?;
+    let ix = Buffer::from(HostData::I64(idx.to_vec()));
     for dtype in computed(b) {
         let t = vals(rows * len, 9, false);
-        let table = b.upload(&host(dtype, &t))?;
+        let table = buf(dtype, &t);
         let want: Vec<f64> = idx
             .iter()
             .flat_map(|&i| t[i as usize * len..(i as usize + 1) * len].to_vec())
@@ -546,7 +604,7 @@ pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
                 want[i as usize * len + c] += src[r * len + c];
             }
         }
-        let s = b.upload(&host(dtype, &src))?;
+        let s = buf(dtype, &src);
         expect(
             b,
             "scatter_add_rows",
@@ -554,7 +612,7 @@ pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
             &want,
             dtype,
         )?;
-        let bad = b.upload(&HostData::I64(vec![1, 5]))?;
+        let bad = Buffer::from(HostData::I64(vec![1, 5]));
         if b.gather_rows(&table, rows, len, &bad).is_ok() {
             return Err(Error::InvalidArgument {
                 op: "conformance",
@@ -566,8 +624,8 @@ pub fn gather_scatter<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// Tensors with no elements go through every kernel; a 0-d tensor reduces to itself.
-pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
-    let scalar = b.upload(&HostData::F32(vec![2.5]))?;
+pub fn empty_tensors<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let scalar = Buffer::from(HostData::F32(vec![2.5]));
     expect(
         b,
         "reduce 0-d",
@@ -575,7 +633,7 @@ pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
         &[2.5],
         DType::F32,
     )?;
-    let e = b.upload(&HostData::F32(vec![]))?;
+    let e = Buffer::from(HostData::F32(vec![]));
     expect(
         b,
         "unary empty",
@@ -620,13 +678,13 @@ pub fn empty_tensors<B: Backend>(b: &B) -> Result<()> {
 }
 
 /// A large elementwise op and reduction (GPU backends bind such buffers in pieces).
-pub fn large_elementwise<B: Backend>(b: &B) -> Result<()> {
+pub fn large_elementwise<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let n = std::env::var("GFLOW_CONFORMANCE_LARGE")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1 << 22);
     let x: Vec<f64> = (0..n).map(|i| (i % 1000) as f64 / 500.0 - 1.0).collect();
-    let s = b.upload(&host(DType::F32, &x))?;
+    let s = buf(DType::F32, &x);
     let want: Vec<f64> = x.iter().map(|v| v * 2.0).collect();
     expect(
         b,
@@ -635,9 +693,7 @@ pub fn large_elementwise<B: Backend>(b: &B) -> Result<()> {
         &want,
         DType::F32,
     )?;
-    let got: Vec<f64> = b
-        .download(&b.reduce(ReduceKind::Max, &s, &[n], &[0])?)?
-        .to_vec();
+    let got: Vec<f64> = b.reduce(ReduceKind::Max, &s, &[n], &[0])?.host()?.to_vec();
     if got != vec![0.998] && (got[0] - 0.998).abs() > 1e-6 {
         return Err(Error::InvalidArgument {
             op: "conformance",

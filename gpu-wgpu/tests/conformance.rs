@@ -19,10 +19,11 @@ mod small_bindings {
         })
     }
 
-    gflow_core::conformance_tests!(@cases "wgpu", limited(1024);
-        round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax,
-        permute_slice_cat, gather_scatter, empty_tensors, large_elementwise);
-    gflow_core::conformance_tests!(@cases "wgpu", limited(8192); matmul_shapes);
+    gflow_core::conformance_tests!("wgpu", |case| limited(if case == "matmul_shapes" {
+        8192
+    } else {
+        1024
+    }));
 }
 
 /// The backend for `test`, or `None` after saying loudly that it skipped (no adapter); with
@@ -124,7 +125,7 @@ fn the_other_matmul_kernel() {
     };
     let tiled = b.tiled_matmul();
     b.set_tiled_matmul(!tiled);
-    if let Err(e) = gflow_core::conformance::matmul_shapes(&b) {
+    if let Err(e) = gflow_core::conformance::matmul_shapes(&gflow_core::backend::Resident::new(b)) {
         panic!("matmul with tiled = {}: {e}", !tiled);
     }
 }

@@ -9,7 +9,7 @@ pub(crate) mod select;
 use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::shape::{copy_region, extract, numel};
+use crate::shape::{StridedCopy, copy_region, extract, numel, strides};
 use crate::storage::HostData;
 
 pub use kernels::Float;
@@ -238,6 +238,31 @@ impl Backend for CpuBackend {
 
     fn download(&self, s: &HostData) -> Result<HostData> {
         Ok(s.clone())
+    }
+
+    fn copy_boxes(
+        &self,
+        dtype: DType,
+        len: usize,
+        put: bool,
+        copies: &[(&HostData, StridedCopy)],
+    ) -> Result<HostData> {
+        let elem = dtype.size();
+        let mut out = HostData::filled(dtype, len, 0.0);
+        let dst = out.as_bytes_mut();
+        for (x, c) in copies {
+            let (src, st) = (x.as_bytes(), strides(&c.extent));
+            for i in 0..numel(&c.extent) {
+                let at = c.base
+                    + (0..st.len())
+                        .map(|d| i / st[d] % c.extent[d] * c.strides[d])
+                        .sum::<usize>();
+                let (from, to) = if put { (i, at) } else { (at, i) };
+                dst[to * elem..(to + 1) * elem]
+                    .copy_from_slice(&src[from * elem..(from + 1) * elem]);
+            }
+        }
+        Ok(out)
     }
 
     fn unary(&self, op: UnaryOp, x: &HostData) -> Result<HostData> {

@@ -1,0 +1,172 @@
+//! Finding the CUDA libraries and devices, and opening one: its stream, cuBLAS handle and the
+//! kernels compiled by NVRTC.
+
+use std::collections::HashMap;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::CudaContext;
+use gflow_core::backend::{KernelLang, kernel_constants};
+use gflow_core::{DeviceInfo, DeviceKind, DeviceType, Error, Result};
+
+use crate::{CudaBackend, device_error};
+
+/// The kernels' CUDA C++ source.
+const SOURCE: &str = include_str!("../kernels/gflow.cu");
+
+/// The kernels `kernels/gflow.cu` defines.
+const FUNCTIONS: [&str; 12] = [
+    "unary_f32",
+    "unary_f64",
+    "binary_flat_f32",
+    "binary_flat_f64",
+    "binary_bcast_f32",
+    "binary_bcast_f64",
+    "reduce_rows_f32",
+    "reduce_rows_f64",
+    "reduce_strided_f32",
+    "reduce_strided_f64",
+    "softmax_rows_f32",
+    "softmax_rows_f64",
+];
+/// The rest of the kernels (split only to keep lines short).
+const MORE_FUNCTIONS: [&str; 8] = [
+    "softmax_strided_f32",
+    "softmax_strided_f64",
+    "scatter_add_rows_f32",
+    "scatter_add_rows_f64",
+    "strided_w4",
+    "strided_w8",
+    "gather_rows_w4",
+    "gather_rows_w8",
+];
+
+/// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first
+/// use of a missing one, so nothing else may be called before this says yes).
+pub fn libraries_present() -> std::result::Result<(), String> {
+    // SAFETY: these only try to dlopen the libraries by name; no symbol is called.
+    let checks = unsafe {
+        [
+            ("driver (libcuda)", cudarc::driver::sys::is_culib_present()),
+            ("NVRTC (libnvrtc)", cudarc::nvrtc::sys::is_culib_present()),
+            (
+                "cuBLAS (libcublas)",
+                cudarc::cublas::sys::is_culib_present(),
+            ),
+        ]
+    };
+    let missing: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the CUDA {} cannot be loaded on this machine",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// The CUDA devices of this host, by ordinal (as `CUDA_VISIBLE_DEVICES` numbers them), for
+/// `gflow::devices()`; empty without the CUDA libraries or a device.
+pub fn device_infos() -> Vec<DeviceInfo> {
+    if libraries_present().is_err() {
+        return vec![];
+    }
+    // cudarc panics on a missing symbol (a driver older than its bindings): then no devices.
+    std::panic::catch_unwind(|| {
+        let count = CudaContext::device_count().unwrap_or(0).max(0) as usize;
+        (0..count)
+            .map(|ordinal| {
+                let ctx = CudaContext::new(ordinal).ok();
+                DeviceInfo {
+                    device_type: DeviceType::Cuda,
+                    ordinal,
+                    name: ctx
+                        .as_ref()
+                        .and_then(|c| c.name().ok())
+                        .unwrap_or_else(|| format!("CUDA device {ordinal}")),
+                    api: "CUDA".into(),
+                    kind: DeviceKind::Discrete,
+                    memory: ctx.and_then(|c| c.total_mem().ok()).map(|m| m as u64),
+                }
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+impl CudaBackend {
+    /// CUDA device 0 (`CUDA_VISIBLE_DEVICES` picks it, as usual).
+    ///
+    /// # Errors
+    /// `BackendUnavailable` when a CUDA library or a device is missing, or the kernels do not
+    /// compile for it.
+    pub fn new() -> Result<CudaBackend> {
+        CudaBackend::with_ordinal(0)
+    }
+
+    /// CUDA device `ordinal`.
+    ///
+    /// # Errors
+    /// `BackendUnavailable` naming `cuda:ORDINAL` when a CUDA library or that device is
+    /// missing, or the kernels do not compile for it.
+    pub fn with_ordinal(ordinal: usize) -> Result<CudaBackend> {
+        let unavailable = |reason: String| Error::BackendUnavailable {
+            device: format!("cuda:{ordinal}"),
+            reason,
+        };
+        libraries_present().map_err(unavailable)?;
+        // cudarc panics on a missing symbol (a driver older than its bindings): a typed error.
+        std::panic::catch_unwind(|| Self::open(ordinal))
+            .map_err(|_| unavailable("the CUDA libraries lack a function cudarc needs".into()))?
+            .map_err(|e| unavailable(e.to_string()))
+    }
+
+    pub(crate) fn open(ordinal: usize) -> Result<CudaBackend> {
+        let ctx = CudaContext::new(ordinal).map_err(device_error)?;
+        // One stream orders everything, so cudarc's per-buffer events are not needed.
+        // SAFETY: no buffer exists yet and all work goes to the one stream below.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx.compute_capability().map_err(device_error)?;
+        let source = format!("{}{SOURCE}", kernel_constants(KernelLang::Cuda));
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            source,
+            cudarc::nvrtc::CompileOptions {
+                options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+                ..Default::default()
+            },
+        )
+        .map_err(|e| device_error(format!("NVRTC: {e:?}")))?;
+        let module = ctx.load_module(ptx).map_err(device_error)?;
+        let mut functions = HashMap::new();
+        for name in FUNCTIONS.iter().chain(&MORE_FUNCTIONS) {
+            let f = module.load_function(name).map_err(device_error)?;
+            functions.insert((*name).to_string(), f);
+        }
+        let blas = CudaBlas::new(stream.clone()).map_err(device_error)?;
+        let name = ctx.name().map_err(device_error)?;
+        Ok(CudaBackend {
+            stream,
+            blas,
+            functions,
+            name: format!("{name} (sm_{major}{minor})"),
+        })
+    }
+
+    /// The device's name and architecture, for reports.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits until the device has finished all submitted work (for timing).
+    ///
+    /// # Errors
+    /// `Device` when the device reports an error.
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(device_error)
+    }
+}

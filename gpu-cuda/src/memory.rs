@@ -1,0 +1,154 @@
+//! Typed device buffers and their allocation. Allocations go through the driver's
+//! stream-ordered memory pool (`cuMemAllocAsync`), which keeps freed blocks for reuse: that is
+//! the buffer pool.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use gflow_core::{DType, Error, Result};
+
+use crate::{CudaBackend, device_error};
+
+/// A typed device buffer (at least one element long: the driver allocates no empty buffers).
+pub(crate) enum Buf {
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+    I64(CudaSlice<i64>),
+}
+
+/// A tensor's buffer on the device.
+pub struct CudaStorage {
+    pub(crate) buf: Buf,
+    pub(crate) len: usize,
+}
+
+impl CudaStorage {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        match self.buf {
+            Buf::F32(_) => DType::F32,
+            Buf::F64(_) => DType::F64,
+            Buf::I64(_) => DType::I64,
+        }
+    }
+}
+
+/// Pushes a buffer of any dtype as a kernel argument (a device pointer).
+macro_rules! arg_buf {
+    ($builder:expr, $buf:expr) => {
+        match $buf {
+            $crate::memory::Buf::F32(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::F64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::I64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+        }
+    };
+}
+
+/// An element type the float kernels compute in.
+pub(crate) trait Float: DeviceRepr + ValidAsZeroBits + Copy + 'static {
+    /// The kernels' name suffix.
+    const SUFFIX: &'static str;
+    const DTYPE: DType;
+    fn of(s: &CudaStorage) -> Option<&CudaSlice<Self>>;
+    fn wrap(buf: CudaSlice<Self>, len: usize) -> CudaStorage;
+    fn from_f64(v: f64) -> Self;
+}
+
+/// `Float` for a type, its `Buf` variant and `DType`, and its kernels' suffix.
+macro_rules! float_impl {
+    ($t:ty, $variant:ident, $suffix:literal) => {
+        impl Float for $t {
+            const SUFFIX: &'static str = $suffix;
+            const DTYPE: DType = DType::$variant;
+            fn of(s: &CudaStorage) -> Option<&CudaSlice<$t>> {
+                match &s.buf {
+                    Buf::$variant(b) => Some(b),
+                    _ => None,
+                }
+            }
+            fn wrap(buf: CudaSlice<$t>, len: usize) -> CudaStorage {
+                CudaStorage {
+                    buf: Buf::$variant(buf),
+                    len,
+                }
+            }
+            fn from_f64(v: f64) -> $t {
+                v as $t
+            }
+        }
+    };
+}
+float_impl!(f32, F32, "f32");
+float_impl!(f64, F64, "f64");
+
+/// Runs `$body` with `$T` the float type of `$x`, or errs for a dtype without arithmetic.
+macro_rules! by_float {
+    ($x:expr, $op:literal, $T:ident => $body:expr) => {
+        match $x.dtype() {
+            gflow_core::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            gflow_core::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => Err($crate::device_error(format!(
+                "{}: CUDA kernels compute in f32 and f64, not {other}",
+                $op
+            ))),
+        }
+    };
+}
+
+impl CudaBackend {
+    /// A device-to-device copy of `x`: the bandwidth peer of elementwise kernels.
+    ///
+    /// # Errors
+    /// `Device` for allocation failures.
+    pub fn copy(&self, x: &CudaStorage) -> Result<CudaStorage> {
+        let s = &self.stream;
+        let buf = match &x.buf {
+            Buf::F32(b) => Buf::F32(s.clone_dtod(b).map_err(device_error)?),
+            Buf::F64(b) => Buf::F64(s.clone_dtod(b).map_err(device_error)?),
+            Buf::I64(b) => Buf::I64(s.clone_dtod(b).map_err(device_error)?),
+        };
+        Ok(CudaStorage { buf, len: x.len })
+    }
+
+    /// An uninitialised buffer of `len` elements (the kernels write all of them).
+    pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: every caller launches a kernel that writes all `len` elements before any read.
+        unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(device_error)
+    }
+
+    pub(crate) fn alloc_like(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
+        let buf = match dtype {
+            DType::F32 => Buf::F32(self.alloc(len)?),
+            DType::F64 => Buf::F64(self.alloc(len)?),
+            _ => Buf::I64(self.alloc(len)?),
+        };
+        Ok(CudaStorage { buf, len })
+    }
+
+    /// A small parameter array on the device (shapes and strides of the strided kernels).
+    pub(crate) fn meta(&self, values: impl IntoIterator<Item = usize>) -> Result<CudaSlice<i64>> {
+        let v: Vec<i64> = values.into_iter().map(|x| x as i64).collect();
+        let v = if v.is_empty() { vec![0] } else { v };
+        self.stream.clone_htod(&v).map_err(device_error)
+    }
+
+    pub(crate) fn float<'a, T: Float>(&self, s: &'a CudaStorage) -> Result<&'a CudaSlice<T>> {
+        T::of(s).ok_or(Error::DTypeMismatch {
+            expected: T::DTYPE,
+            got: s.dtype(),
+        })
+    }
+}

@@ -1,0 +1,110 @@
+//! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
+//! with broadcasting.
+
+use cudarc::driver::PushKernelArg;
+use gflow_core::Result;
+use gflow_core::backend::{AFFINE_CODE, BinaryOp, UnaryOp};
+use gflow_core::shape::broadcast_strides;
+
+use crate::launch::threads;
+use crate::memory::Float;
+use crate::{CudaBackend, CudaStorage};
+
+/// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
+pub(crate) fn unary(c: &CudaBackend, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
+    by_float!(x, "unary", T => c.unary_t::<T>(op.code() as i32, x, 0.0, 0.0))
+}
+
+/// [`Backend::binary`](gflow_core::backend::Backend::binary) on this device.
+pub(crate) fn binary(
+    c: &CudaBackend,
+    op: BinaryOp,
+    a: &CudaStorage,
+    a_shape: &[usize],
+    b: &CudaStorage,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<CudaStorage> {
+    let code = op.code() as i32;
+    by_float!(a, "binary", T => c.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
+}
+
+/// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
+pub(crate) fn scale(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
+    by_float!(x, "scale", T => c.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
+}
+
+/// [`Backend::add_scalar`](gflow_core::backend::Backend::add_scalar) on this device.
+pub(crate) fn add_scalar(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
+    by_float!(x, "add_scalar", T => c.unary_t::<T>(AFFINE_CODE as i32, x, 1.0, s))
+}
+
+impl CudaBackend {
+    pub(crate) fn unary_t<T: Float>(
+        &self,
+        code: i32,
+        x: &CudaStorage,
+        a: f64,
+        b: f64,
+    ) -> Result<CudaStorage> {
+        let out = self.alloc::<T>(x.len)?;
+        if x.len > 0 {
+            let (n, a, b) = (x.len, T::from_f64(a), T::from_f64(b));
+            let xs = self.float::<T>(x)?;
+            // SAFETY: the arguments match unary_* (x, out of n elements, n, op, a, b).
+            unsafe {
+                self.launch(&format!("unary_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(xs).arg(&out).arg(&n).arg(&code).arg(&a).arg(&b);
+                })
+            }?;
+        }
+        Ok(T::wrap(out, x.len))
+    }
+
+    pub(crate) fn binary_t<T: Float>(
+        &self,
+        code: i32,
+        a: &CudaStorage,
+        a_shape: &[usize],
+        b: &CudaStorage,
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Result<CudaStorage> {
+        let n: usize = out_shape.iter().product();
+        let out = self.alloc::<T>(n)?;
+        if n > 0 {
+            let (x, y) = (self.float::<T>(a)?, self.float::<T>(b)?);
+            if a_shape == out_shape && b_shape == out_shape {
+                // SAFETY: binary_flat_* takes (a, b, out of n elements, n, op).
+                unsafe {
+                    self.launch(&format!("binary_flat_{}", T::SUFFIX), threads(n), |l| {
+                        l.arg(x).arg(y).arg(&out).arg(&n).arg(&code);
+                    })
+                }?;
+            } else {
+                let nd = out_shape.len() as i32;
+                let meta = self.meta(
+                    out_shape
+                        .iter()
+                        .copied()
+                        .chain(broadcast_strides(a_shape, out_shape))
+                        .chain(broadcast_strides(b_shape, out_shape)),
+                )?;
+                // SAFETY: binary_bcast_* takes (a, b, out, n, op, nd, meta of 3 * nd): the
+                // strides address a and b inside their lengths.
+                unsafe {
+                    self.launch(&format!("binary_bcast_{}", T::SUFFIX), threads(n), |l| {
+                        l.arg(x)
+                            .arg(y)
+                            .arg(&out)
+                            .arg(&n)
+                            .arg(&code)
+                            .arg(&nd)
+                            .arg(&meta);
+                    })
+                }?;
+            }
+        }
+        Ok(T::wrap(out, n))
+    }
+}

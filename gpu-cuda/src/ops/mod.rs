@@ -1,0 +1,11 @@
+//! The kernels, one file per operator family; each kernel of core's list is the function of
+//! its name here (`kernel_table!(forward ops)` calls them).
+
+mod copy;
+mod elementwise;
+mod matmul;
+mod reduce;
+mod rows;
+mod softmax;
+
+pub(crate) use self::{copy::*, elementwise::*, matmul::*, reduce::*, rows::*, softmax::*};

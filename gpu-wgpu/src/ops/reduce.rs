@@ -1,0 +1,146 @@
+//! Reductions over dimensions: in runs of at most `LOOP_MAX`, blocks of rows past the binding
+//! limit, long rows in chunks.
+
+use gflow_core::backend::{Backend, ReduceKind};
+use gflow_core::shape::strides;
+use gflow_core::{DType, Result};
+
+use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage};
+
+/// The bits of the value a reduction starts from (the sum's 0 is the shader's own).
+fn reduce_start(op: ReduceKind) -> u32 {
+    match op {
+        ReduceKind::Min => f32::INFINITY.to_bits(),
+        _ => NEG_INF,
+    }
+}
+/// [`Backend::reduce`](gflow_core::backend::Backend::reduce) on this device.
+pub(crate) fn reduce(
+    w: &WgpuBackend,
+    op: ReduceKind,
+    x: &WgpuStorage,
+    shape: &[usize],
+    dims: &[usize],
+) -> Result<WgpuStorage> {
+    w.need_f32(x, "reduce")?;
+    let large = (x.len * 4) as u64 > w.max_binding;
+    let n_out: usize = (0..shape.len())
+        .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
+        .product();
+    let count: usize = dims.iter().map(|&d| shape[d]).product();
+    let x_row = x
+        .len
+        .checked_div(shape.first().copied().unwrap_or(1))
+        .unwrap_or(0);
+    if large && (dims.contains(&0) || (x_row * 4) as u64 > w.max_binding - w.align) {
+        // The kept dims first and the reduced ones last: each row of that matrix reduced.
+        let perm: Vec<usize> = (0..shape.len())
+            .filter(|d| !dims.contains(d))
+            .chain(dims.iter().copied())
+            .collect();
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return w.reduce_matrix(op, x, n_out, count);
+        }
+        let moved = w.permute(x, shape, &perm)?;
+        return w.reduce_matrix(op, &moved, n_out, count);
+    }
+    // Each output's elements in runs of at most LOOP_MAX; several runs leave partials,
+    // reduced again below.
+    let parts = count.div_ceil(LOOP_MAX).max(1);
+    let part_len = count.div_ceil(parts);
+    let out = w.new_storage(n_out * parts, DType::F32)?;
+    let code = op.code();
+    // `n` outputs of `shape` with its first dim cut to `lead`, bound at element bases
+    let params = |lead: usize, n: usize, x_base: u32, out_base: u32| {
+        let mut sh = shape.to_vec();
+        if let Some(first) = sh.first_mut() {
+            *first = lead;
+        }
+        let mut p = vec![(n * parts) as u32, code, sh.len() as u32, count as u32];
+        p.extend(sh.iter().map(|&d| d as u32));
+        p.extend((0..sh.len()).map(|d| u32::from(dims.contains(&d))));
+        p.extend(strides(shape).iter().map(|&s| s as u32));
+        p.extend([
+            reduce_start(op),
+            x_base,
+            out_base,
+            part_len as u32,
+            parts as u32,
+        ]);
+        p
+    };
+    let finish = |out: WgpuStorage| {
+        if parts == 1 {
+            Ok(out)
+        } else {
+            w.reduce(op, &out, &[n_out, parts], &[1])
+        }
+    };
+    if !large {
+        let p = params(shape.first().copied().unwrap_or(1), n_out, 0, 0);
+        w.run("reduce", n_out * parts, &p, &[&x.buf, &out.buf])?;
+        return finish(out);
+    }
+    // Past the binding limit with the first dim kept: blocks of it, each a contiguous
+    // piece of x and of out.
+    let out_row = n_out / shape[0] * parts;
+    let block = ((w.max_binding - w.align) as usize / 4 / x_row.max(1)).max(1);
+    let mut i0 = 0;
+    while i0 < shape[0] {
+        let r = block.min(shape[0] - i0);
+        let (xb, x_base) = w.window(&x.buf, i0 * x_row, r * x_row, 4)?;
+        let (ob, out_base) = w.window(&out.buf, i0 * out_row, r * out_row, 4)?;
+        let p = params(r, r * out_row / parts, x_base, out_base);
+        w.dispatch("reduce", r * out_row, &p, &[xb, ob])?;
+        i0 += r;
+    }
+    finish(out)
+}
+
+impl WgpuBackend {
+    /// Reduces each row of the contiguous (rows, len) matrix `x` (for tensors past the binding
+    /// limit). Rows longer than a binding go in chunks, each reduced in runs to partials that
+    /// are reduced again per row; shorter ones as blocks of whole rows.
+    pub(crate) fn reduce_matrix(
+        &self,
+        op: ReduceKind,
+        x: &WgpuStorage,
+        rows: usize,
+        len: usize,
+    ) -> Result<WgpuStorage> {
+        let room = ((self.max_binding - self.align) / 4) as usize;
+        if len <= room {
+            return self.reduce(op, x, &[rows, len], &[1]);
+        }
+        let chunks = len.div_ceil(room);
+        // runs per chunk; the last chunk's surplus runs are empty and give the identity
+        let parts = room.div_ceil(LOOP_MAX);
+        let per_row = chunks * parts;
+        let partial = self.new_storage(rows * per_row, DType::F32)?;
+        for row in 0..rows {
+            for j in 0..chunks {
+                let n = room.min(len - j * room);
+                let (xb, x_base) = self.window(&x.buf, row * len + j * room, n, 4)?;
+                let (pb, p_base) =
+                    self.window(&partial.buf, row * per_row + j * parts, parts, 4)?;
+                let n = n as u32;
+                let p = [
+                    parts as u32,
+                    op.code(),
+                    1,
+                    n,
+                    n,
+                    1,
+                    1,
+                    reduce_start(op),
+                    x_base,
+                    p_base,
+                    LOOP_MAX as u32,
+                    parts as u32,
+                ];
+                self.dispatch("reduce", parts, &p, &[xb, pb])?;
+            }
+        }
+        self.reduce(op, &partial, &[rows, per_row], &[1])
+    }
+}

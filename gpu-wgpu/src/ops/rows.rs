@@ -1,0 +1,132 @@
+//! Row gathers (embedding lookups) and scatter-adds, in blocks of table rows and of indices.
+
+use gflow_core::{DType, Error, Result};
+
+use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
+
+/// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
+pub(crate) fn gather_rows(
+    w: &WgpuBackend,
+    table: &WgpuStorage,
+    rows: usize,
+    row_len: usize,
+    indices: &WgpuStorage,
+) -> Result<WgpuStorage> {
+    w.check_indices(indices, rows, "gather_rows")?;
+    let out = w.new_storage(indices.len * row_len, table.dtype)?;
+    let rw = row_len * table.dtype.size() / 4;
+    w.rows_blocks(false, table, rows, rw, indices, &out)?;
+    Ok(out)
+}
+
+/// [`Backend::scatter_add_rows`](gflow_core::backend::Backend::scatter_add_rows) on this device.
+pub(crate) fn scatter_add_rows(
+    w: &WgpuBackend,
+    src: &WgpuStorage,
+    rows: usize,
+    row_len: usize,
+    indices: &WgpuStorage,
+) -> Result<WgpuStorage> {
+    w.need_f32(src, "scatter_add_rows")?;
+    w.check_indices(indices, rows, "scatter_add_rows")?;
+    let out = w.new_storage(rows * row_len, src.dtype)?;
+    w.rows_blocks(true, src, rows, row_len, indices, &out)?;
+    Ok(out)
+}
+
+impl WgpuBackend {
+    /// The row gather (`scatter` false: `data` is the table) or scatter-add (`data` holds the
+    /// rows to add) over blocks of table rows and of indices that each fit a binding: every
+    /// (row block, index block) pair is one dispatch; a scatter adds each later index block to
+    /// what the earlier ones wrote.
+    pub(crate) fn rows_blocks(
+        &self,
+        scatter: bool,
+        data: &WgpuStorage,
+        rows: usize,
+        rw: usize,
+        indices: &WgpuStorage,
+        out: &WgpuStorage,
+    ) -> Result<()> {
+        let count = indices.len;
+        if count * rw == 0 && !scatter || rows * rw == 0 {
+            return Ok(());
+        }
+        let room = (self.max_binding - self.align) as usize / 4 / rw;
+        if room == 0 {
+            return Err(device_error(
+                "gather/scatter rows: one row exceeds this adapter's storage binding limit",
+            ));
+        }
+        // indices per block: what a binding holds of the rows and of the (8-byte) indices
+        let idx_room = (self.max_binding - self.align) as usize / 8;
+        let (table, list) = if scatter { (out, data) } else { (data, out) };
+        let mut t0 = 0;
+        while t0 < rows {
+            let tb = room.min(rows - t0);
+            let (table_bind, table_base) = self.window(&table.buf, t0 * rw, tb * rw, 4)?;
+            let mut r0 = 0;
+            loop {
+                // a scatter thread loops over its index block: at most LOOP_MAX of them
+                let most = if scatter { room.min(LOOP_MAX) } else { room };
+                let ob = most.min(idx_room).min(count - r0);
+                let (list_bind, list_base) = self.window(&list.buf, r0 * rw, ob * rw, 4)?;
+                let (idx, idx_base) = self.window(&indices.buf, r0, ob, 8)?;
+                let (src_base, out_base) = if scatter {
+                    (list_base, table_base)
+                } else {
+                    (table_base, list_base)
+                };
+                let p = [
+                    u32::from(scatter),
+                    ob as u32,
+                    rw as u32,
+                    tb as u32,
+                    t0 as u32,
+                    idx_base,
+                    src_base,
+                    out_base,
+                    u32::from(r0 > 0),
+                ];
+                let (threads, bindings) = if scatter {
+                    (tb * rw, [list_bind, idx.clone(), table_bind.clone()])
+                } else {
+                    (ob * rw, [table_bind.clone(), idx.clone(), list_bind])
+                };
+                self.dispatch("rows", threads, &p, &bindings)?;
+                r0 += ob;
+                if r0 >= count {
+                    break;
+                }
+            }
+            t0 += tb;
+        }
+        Ok(())
+    }
+
+    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
+    pub(crate) fn check_indices(
+        &self,
+        indices: &WgpuStorage,
+        rows: usize,
+        op: &'static str,
+    ) -> Result<()> {
+        if indices.dtype != DType::I64 {
+            return Err(Error::DTypeMismatch {
+                expected: DType::I64,
+                got: indices.dtype,
+            });
+        }
+        let bytes = self.read_bytes(&indices.buf, indices.len * 8)?;
+        for c in bytes.chunks_exact(8) {
+            let i = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            if i < 0 || i as usize >= rows {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("index {i} is outside 0..{rows}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
