@@ -127,7 +127,7 @@ fn wide<R>(f: impl FnOnce() -> R) -> R {
 /// `f` of every element, on several threads for large inputs (in pieces, each a plain loop
 /// with `f` inlined, so it vectorizes). The output is written once, never zeroed first.
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
-    let run = |(o, i): (&mut [MaybeUninit<T>], &[T])| {
+    let run = |(o, i): (Slots<'_, T>, &[T])| {
         wide(
             #[inline(always)]
             move || {
@@ -152,7 +152,7 @@ fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
 fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Vec<T> {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let run = |((o, x), y): ((&mut [MaybeUninit<T>], &[T]), &[T])| {
+    let run = |((o, x), y): ((Slots<'_, T>, &[T]), &[T])| {
         wide(
             #[inline(always)]
             move || {
@@ -173,6 +173,9 @@ fn zip_map<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T + Sync + Send + Cop
         }
     })
 }
+
+/// Output slots not yet written.
+type Slots<'a, T> = &'a mut [MaybeUninit<T>];
 
 /// A vector of `n` elements that `fill` writes in place, saving the zeroing pass (and its
 /// page faults) of a `vec![0; n]` that would be overwritten anyway. `fill` is handed exactly
