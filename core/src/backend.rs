@@ -406,12 +406,36 @@ kernel_table!(faces {
         select::select(hosts, shapes, out_shape).map(Buffer::from)
     }
     /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
-    /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm).
-    fn norm(&self, x: &Buffer, cols: usize, eps: f64, center: bool) -> Result<Buffer> {
-        crate::cpu::norm(x.host()?, cols, eps, center).map(Buffer::from)
+    /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm), then `* weight + bias`
+    /// per column where given (`cols` elements each, `x`'s dtype).
+    fn norm(
+        &self,
+        x: &Buffer,
+        affine: [Option<&Buffer>; 2],
+        cols: usize,
+        eps: f64,
+        center: bool,
+    ) -> Result<Buffer> {
+        let [w, b] = affine;
+        let (w, b) = (w.map(Buffer::host).transpose()?, b.map(Buffer::host).transpose()?);
+        crate::cpu::norm(x.host()?, w, b, cols, eps, center).map(Buffer::from)
     }
-    /// The gradient of [`Kernels::norm`] for the output gradient `g`.
+    /// The input gradient of [`Kernels::norm`] for the output gradient `g` and the weight.
     fn norm_grad(
+        &self,
+        x: &Buffer,
+        g: &Buffer,
+        weight: Option<&Buffer>,
+        cols: usize,
+        eps: f64,
+        center: bool,
+    ) -> Result<Buffer> {
+        let w = weight.map(Buffer::host).transpose()?;
+        crate::cpu::norm_grad(x.host()?, g.host()?, w, cols, eps, center).map(Buffer::from)
+    }
+    /// The weight's and the bias's gradients of [`Kernels::norm`] (`2 * cols` values: column
+    /// sums of `g * y`, `y` the normalised rows, then of `g`).
+    fn norm_param_grad(
         &self,
         x: &Buffer,
         g: &Buffer,
@@ -419,7 +443,7 @@ kernel_table!(faces {
         eps: f64,
         center: bool,
     ) -> Result<Buffer> {
-        crate::cpu::norm_grad(x.host()?, g.host()?, cols, eps, center).map(Buffer::from)
+        crate::cpu::norm_param_grad(x.host()?, g.host()?, cols, eps, center).map(Buffer::from)
     }
     /// The gradient of [`Kernels::softmax`] over `dim` from its output `y` and the output
     /// gradient `g` (log-softmax's when `log`).

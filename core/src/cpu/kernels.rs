@@ -955,10 +955,23 @@ fn row_stats<T: Float>(row: &[T], eps: T, center: bool) -> (T, T) {
     (mean, T::one() / (var / n + eps).sqrt())
 }
 
+/// The optional elementwise affine of a normalisation: `y * weight + bias` per column.
+#[derive(Clone, Copy)]
+pub(super) struct Affine<'a, T> {
+    pub(super) weight: Option<&'a [T]>,
+    pub(super) bias: Option<&'a [T]>,
+}
+
 /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
-/// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm). One pass for the statistics and
-/// one for the output, rows on several threads.
-pub(super) fn norm<T: Float>(x: &[T], cols: usize, eps: f64, center: bool) -> Vec<T> {
+/// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm), then the affine. One pass for
+/// the statistics and one for the output, rows on several threads.
+pub(super) fn norm<T: Float>(
+    x: &[T],
+    affine: Affine<'_, T>,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
     rows_mut(
@@ -969,18 +982,44 @@ pub(super) fn norm<T: Float>(x: &[T], cols: usize, eps: f64, center: bool) -> Ve
         |i, r| {
             let row = &x[i * cols..(i + 1) * cols];
             let (mean, rstd) = row_stats(row, eps, center);
-            for (o, &v) in r.iter_mut().zip(row) {
-                *o = (v - mean) * rstd;
+            match (affine.weight, affine.bias) {
+                (Some(w), Some(b)) => {
+                    for (((o, &v), &w), &b) in r.iter_mut().zip(row).zip(w).zip(b) {
+                        *o = (v - mean) * rstd * w + b;
+                    }
+                }
+                (Some(w), None) => {
+                    for ((o, &v), &w) in r.iter_mut().zip(row).zip(w) {
+                        *o = (v - mean) * rstd * w;
+                    }
+                }
+                (None, Some(b)) => {
+                    for ((o, &v), &b) in r.iter_mut().zip(row).zip(b) {
+                        *o = (v - mean) * rstd + b;
+                    }
+                }
+                (None, None) => {
+                    for (o, &v) in r.iter_mut().zip(row) {
+                        *o = (v - mean) * rstd;
+                    }
+                }
             }
         },
     );
     out
 }
 
-/// The gradient of [`norm`] for the output gradient `g`: with `y` the normalised row,
-/// `dx = rstd * (g - mean(g) - y * mean(g * y))` when `center`, without the `mean(g)` term
-/// otherwise.
-pub(super) fn norm_grad<T: Float>(x: &[T], g: &[T], cols: usize, eps: f64, center: bool) -> Vec<T> {
+/// The input gradient of [`norm`] for the output gradient `g` and the affine's `weight`: with
+/// `h = g * weight` and `y` the normalised row, `dx = rstd * (h - mean(h) - y * mean(h * y))`
+/// when `center`, without the `mean(h)` term otherwise.
+pub(super) fn norm_grad<T: Float>(
+    x: &[T],
+    g: &[T],
+    weight: Option<&[T]>,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
     let n = T::from_f64(cols as f64);
@@ -991,17 +1030,82 @@ pub(super) fn norm_grad<T: Float>(x: &[T], g: &[T], cols: usize, eps: f64, cente
         #[inline(always)]
         |i, r| {
             let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
+            // h = g * weight, held in the output row until the row's sums are known
+            let h: &[T] = match weight {
+                Some(w) => {
+                    for ((o, &gv), &w) in r.iter_mut().zip(grow).zip(w) {
+                        *o = gv * w;
+                    }
+                    r
+                }
+                None => grow,
+            };
             let (mean, rstd) = row_stats(row, eps, center);
-            let gs = fold_row(grow, T::zero(), |a, v| a + v);
-            let gy = dot_row(grow, row, mean) * rstd;
-            let g_mean = if center { gs / n } else { T::zero() };
-            let gy_mean = gy / n;
-            for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
-                *o = rstd * (gv - g_mean - (v - mean) * rstd * gy_mean);
+            let hs = fold_row(h, T::zero(), |a, v| a + v);
+            let hy = dot_row(h, row, mean) * rstd;
+            let h_mean = if center { hs / n } else { T::zero() };
+            let hy_mean = hy / n;
+            if weight.is_some() {
+                for (o, &v) in r.iter_mut().zip(row) {
+                    *o = rstd * (*o - h_mean - (v - mean) * rstd * hy_mean);
+                }
+            } else {
+                for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
+                    *o = rstd * (gv - h_mean - (v - mean) * rstd * hy_mean);
+                }
             }
         },
     );
     out
+}
+
+/// Rows per piece of [`norm_param_grad`]'s column sums.
+const PARAM_ROWS: usize = 64;
+
+/// The affine's parameter gradients of [`norm`]: `2 * cols` values, the weight's
+/// `sum over rows of g * y` (y the normalised row) then the bias's `sum over rows of g`. Pieces
+/// of [`PARAM_ROWS`] rows on several threads, combined in order (the same bits for any number
+/// of threads).
+pub(super) fn norm_param_grad<T: Float>(
+    x: &[T],
+    g: &[T],
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Vec<T> {
+    let eps = T::from_f64(eps);
+    let rows = x.len().checked_div(cols).unwrap_or(0);
+    let piece = |p: usize| -> Vec<T> {
+        let mut acc = vec![T::zero(); 2 * cols];
+        let (dw, db) = acc.split_at_mut(cols);
+        wide(
+            #[inline(always)]
+            || {
+                for i in p * PARAM_ROWS..((p + 1) * PARAM_ROWS).min(rows) {
+                    let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
+                    let (mean, rstd) = row_stats(row, eps, center);
+                    for (((w, b), &v), &gv) in dw.iter_mut().zip(db.iter_mut()).zip(row).zip(grow) {
+                        *w = *w + gv * (v - mean) * rstd;
+                        *b = *b + gv;
+                    }
+                }
+            },
+        );
+        acc
+    };
+    let pieces = rows.div_ceil(PARAM_ROWS);
+    let parts: Vec<Vec<T>> = if rows * cols < PAR_MIN {
+        (0..pieces).map(piece).collect()
+    } else {
+        (0..pieces).into_par_iter().map(piece).collect()
+    };
+    let mut total = vec![T::zero(); 2 * cols];
+    for part in parts {
+        for (t, v) in total.iter_mut().zip(part) {
+            *t = *t + v;
+        }
+    }
+    total
 }
 
 #[cfg(test)]

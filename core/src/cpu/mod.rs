@@ -153,13 +153,24 @@ macro_rules! float_op {
     };
 }
 
-/// Rows of `cols` elements of `x` normalised (see `kernels::norm`): the host kernel of
-/// [`crate::backend::Kernels::norm`]. 16-bit floats compute in f32.
-pub(crate) fn norm(x: &HostData, cols: usize, eps: f64, center: bool) -> Result<HostData> {
-    via_f32(
-        x,
-        |x| float_op!(x, v, T => kernels::norm::<T>(v, cols, eps, center)),
-    )
+/// Rows of `cols` elements of `x` normalised, then `* weight + bias` where given (see
+/// `kernels::norm`): the host kernel of [`crate::backend::Kernels::norm`]. 16-bit floats
+/// compute in f32.
+pub(crate) fn norm(
+    x: &HostData,
+    weight: Option<&HostData>,
+    bias: Option<&HostData>,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Result<HostData> {
+    via_f32(x, |x| {
+        float_op!(x, v, T => {
+            let (w, b) = (weight.map(HostData::to_vec::<T>), bias.map(HostData::to_vec::<T>));
+            let affine = kernels::Affine { weight: w.as_deref(), bias: b.as_deref() };
+            kernels::norm::<T>(v, affine, cols, eps, center)
+        })
+    })
 }
 
 /// `$body` on two float operands of one dtype bound as slices `$a`, `$b` of element type `$T`
@@ -202,15 +213,32 @@ macro_rules! float_pair {
     }};
 }
 
-/// The gradient of [`norm`] for the output gradient `g` (same dtype as `x`).
+/// The input gradient of [`norm`] for the output gradient `g` (same dtype as `x`) and the
+/// affine's weight where there is one.
 pub(crate) fn norm_grad(
+    x: &HostData,
+    g: &HostData,
+    weight: Option<&HostData>,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Result<HostData> {
+    float_pair!(x, g, a, b, T => {
+        let w = weight.map(HostData::to_vec::<T>);
+        kernels::norm_grad::<T>(a, b, w.as_deref(), cols, eps, center)
+    })
+}
+
+/// The affine's parameter gradients of [`norm`]: the weight's then the bias's, `2 * cols`
+/// values in `x`'s dtype.
+pub(crate) fn norm_param_grad(
     x: &HostData,
     g: &HostData,
     cols: usize,
     eps: f64,
     center: bool,
 ) -> Result<HostData> {
-    float_pair!(x, g, a, b, T => kernels::norm_grad::<T>(a, b, cols, eps, center))
+    float_pair!(x, g, a, b, T => kernels::norm_param_grad::<T>(a, b, cols, eps, center))
 }
 
 /// The gradient of a (log-)softmax over `dim` from its output `y` and output gradient `g`

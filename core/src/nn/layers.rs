@@ -258,8 +258,10 @@ impl Module for LayerNorm {
                 reason: "the input must end with the normalised shape".into(),
             });
         }
-        if let Some(y) = x.fused_normalize(n, self.eps, true) {
-            return y?.mul(&self.weight)?.add(&self.bias);
+        if let Some(y) =
+            x.fused_normalize(n, self.eps, true, (Some(&self.weight), Some(&self.bias)))
+        {
+            return y;
         }
         let dims: Vec<usize> = (x.ndim() - n..x.ndim()).collect();
         let centred = x.sub(&x.mean(dims.clone(), true)?)?;

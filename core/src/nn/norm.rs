@@ -58,8 +58,8 @@ impl Module for RMSNorm {
                 reason: "the input's last dim must be the normalised dim".into(),
             });
         }
-        if let Some(y) = x.fused_normalize(1, self.eps, false) {
-            return y?.mul(&self.weight);
+        if let Some(y) = x.fused_normalize(1, self.eps, false, (Some(&self.weight), None)) {
+            return y;
         }
         let last = x.ndim() - 1;
         let inv = x

@@ -1,33 +1,61 @@
-//! Fused LayerNorm and RMSNorm normalisation over trailing dims: one kernel forward and one
-//! backward instead of the seven elementwise and reduction ops of the composed form. Used on
-//! the CPU when the normalised dims are not split (a split one runs composed: partial
-//! statistics and small all-reduces, never gathering the row).
+//! Fused LayerNorm and RMSNorm over trailing dims, their affine weight and bias included: one
+//! kernel forward, and backward one for the input and one for the parameters, instead of the
+//! ten elementwise and reduction ops of the composed form. Used on the CPU when the normalised
+//! dims are not split (a split one runs composed: partial statistics and small all-reduces,
+//! never gathering the row).
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::record;
 use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
 use crate::tensor::{Device, Tensor};
 
 /// Normalises the trailing `dims` dims: LayerNorm's `(x - mean) / sqrt(var + eps)` when
-/// `center`, RMSNorm's `x / sqrt(mean(x^2) + eps)` otherwise.
+/// `center`, RMSNorm's `x / sqrt(mean(x^2) + eps)` otherwise; then `* weight` and `+ bias`
+/// where `affine` says they are inputs (after `x`, of the normalised shape).
 #[derive(Clone, Copy)]
 struct Norm {
     dims: usize,
     eps: f64,
     center: bool,
+    /// Whether a weight, and a bias, follow `x` among the inputs.
+    affine: (bool, bool),
 }
 
 impl Norm {
-    /// Split any dim but the normalised ones, or broadcast, for `inputs` operands alike.
-    fn signatures(&self, shapes: &[&[usize]], inputs: usize) -> Vec<Signature> {
+    /// `rows` row-shaped operands split alike on any dim but the normalised ones, or all
+    /// broadcast; then `params` broadcast operands; giving `out(d)` for split `d`.
+    fn signatures(
+        &self,
+        shapes: &[&[usize]],
+        (rows, params): (usize, usize),
+        out: impl Fn(usize) -> Sbp,
+    ) -> Vec<Signature> {
         let batch = shapes[0].len() - self.dims;
+        let inputs = |s: Sbp| {
+            let mut v = vec![s; rows];
+            v.extend(vec![Sbp::Broadcast; params]);
+            v
+        };
         let mut v: Vec<Signature> = (0..batch)
-            .map(|d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
+            .map(|d| Signature::new(inputs(Sbp::Split(d)), out(d)))
             .collect();
-        v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
+        v.push(Signature::new(inputs(Sbp::Broadcast), Sbp::Broadcast));
         v
+    }
+
+    /// The weight and the bias among [`Norm`]'s inputs (after `x`).
+    fn params<'a>(&self, inputs: &[&'a Buffer]) -> [Option<&'a Buffer>; 2] {
+        let at = |i: usize| inputs.get(i).copied();
+        let w = if self.affine.0 { at(1) } else { None };
+        let b = if self.affine.1 {
+            at(1 + usize::from(self.affine.0))
+        } else {
+            None
+        };
+        [w, b]
     }
 
     /// Elements of one normalised row of a local box of `shape`.
@@ -64,18 +92,32 @@ impl Op for Norm {
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         self.check(shapes[0])?;
+        let norm_shape = &shapes[0][shapes[0].len() - self.dims..];
+        if let Some(p) = shapes[1..].iter().find(|p| **p != norm_shape) {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                shapes: vec![shapes[0].to_vec(), p.to_vec()],
+                reason: "the weight and bias must have the normalised shape".into(),
+            });
+        }
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        Norm::signatures(self, shapes, 1)
+        let params = usize::from(self.affine.0) + usize::from(self.affine.1);
+        Norm::signatures(self, shapes, (1, params), Sbp::Split)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
-        k.backend
-            .norm(k.inputs[0], self.cols(&k.shapes[0]), self.eps, self.center)
+        k.backend.norm(
+            k.inputs[0],
+            self.params(&k.inputs),
+            self.cols(&k.shapes[0]),
+            self.eps,
+            self.center,
+        )
     }
 }
 
-/// The gradient of [`Norm`]: inputs (x, the output's gradient).
+/// The input gradient of [`Norm`]: inputs (x, the output's gradient, the weight if any).
 struct NormGrad(Norm);
 
 impl Op for NormGrad {
@@ -91,11 +133,53 @@ impl Op for NormGrad {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        self.0.signatures(shapes, 2)
+        self.0
+            .signatures(shapes, (2, usize::from(self.0.affine.0)), Sbp::Split)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let n = self.0;
+        // inputs (x, g, the weight if any)
+        let w = if n.affine.0 {
+            k.inputs.get(2).copied()
+        } else {
+            None
+        };
         k.backend.norm_grad(
+            k.inputs[0],
+            k.inputs[1],
+            w,
+            n.cols(&k.shapes[0]),
+            n.eps,
+            n.center,
+        )
+    }
+}
+
+/// The weight's and the bias's gradients of [`Norm`], stacked as (2, normalised shape): inputs
+/// (x, the output's gradient). Rows split on a batch dim give partial sums.
+struct NormParamGrad(Norm);
+
+impl Op for NormParamGrad {
+    fn name(&self) -> &'static str {
+        if self.0.center {
+            "layer_norm_param_grad"
+        } else {
+            "rms_norm_param_grad"
+        }
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        self.0.check(shapes[0])?;
+        let mut out = vec![2];
+        out.extend_from_slice(&shapes[0][shapes[0].len() - self.0.dims..]);
+        Ok(out)
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        self.0
+            .signatures(shapes, (2, 0), |_| Sbp::Partial(ReduceOp::Sum))
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let n = self.0;
+        k.backend.norm_param_grad(
             k.inputs[0],
             k.inputs[1],
             n.cols(&k.shapes[0]),
@@ -119,9 +203,9 @@ impl Tensor {
         on_cpu && (1..=self.ndim()).contains(&dims) && !split_norm_dim
     }
 
-    /// The trailing `dims` dims normalised, LayerNorm's way when `center` (without its affine
-    /// weight and bias), else RMSNorm's; `None` where the fused kernel does not apply (the
-    /// caller composes it from elementwise ops and reductions).
+    /// The trailing `dims` dims normalised, LayerNorm's way when `center`, else RMSNorm's, then
+    /// `* weight + bias` where given; `None` where the fused kernels do not apply (the caller
+    /// composes it from elementwise ops and reductions).
     ///
     /// # Errors
     /// Communication failures of boxing.
@@ -130,18 +214,46 @@ impl Tensor {
         dims: usize,
         eps: f64,
         center: bool,
+        (weight, bias): (Option<&Tensor>, Option<&Tensor>),
     ) -> Option<Result<Tensor>> {
-        if !self.fused_norm(dims) {
+        let params: Vec<&Tensor> = weight.into_iter().chain(bias).collect();
+        let alike = params
+            .iter()
+            .all(|p| p.dtype() == self.dtype() && p.device() == self.device());
+        if !self.fused_norm(dims) || !alike {
             return None;
         }
-        let op = Norm { dims, eps, center };
+        let op = Norm {
+            dims,
+            eps,
+            center,
+            affine: (weight.is_some(), bias.is_some()),
+        };
+        let mut inputs = vec![self];
+        inputs.extend(&params);
         Some(record(
-            super::dispatch(&op, &[self]),
+            super::dispatch(&op, &inputs),
             op.name(),
-            &[self],
+            &inputs,
             move |c, g| {
                 let x = &c.inputs[0];
-                Ok(vec![Some(super::dispatch(&NormGrad(op), &[x, g])?)])
+                let mut grad_in = vec![x, g];
+                if op.affine.0 {
+                    grad_in.push(&c.inputs[1]);
+                }
+                let mut grads = vec![Some(super::dispatch(&NormGrad(op), &grad_in)?)];
+                if op.affine != (false, false) {
+                    let both = super::dispatch(&NormParamGrad(op), &[x, g])?;
+                    let norm_shape = &x.shape()[x.ndim() - dims..];
+                    let row = |i: usize| both.narrow(0, i, 1)?.reshape(norm_shape);
+                    if op.affine.0 {
+                        grads.push(Some(row(0)?));
+                    }
+                    if op.affine.1 {
+                        grads.push(Some(row(1)?));
+                    }
+                }
+                Ok(grads)
             },
         ))
     }
