@@ -79,7 +79,10 @@ fn under(prefix: &str, m: &impl Module) -> Vec<(String, Tensor)> {
         .collect()
 }
 
-/// Causal multi-head self-attention with one fused q, k, v projection.
+/// Causal multi-head self-attention with one fused q, k, v projection. Its rows are ordered
+/// (head, q|k|v, head_dim), so that a split of the projection over heads (tensor parallel)
+/// leaves each head's q, k and v on one rank and attention runs with no communication;
+/// PyTorch's (q|k|v, head, head_dim) order is converted on loading ([`from_torch_order`]).
 struct Attention {
     heads: usize,
     qkv: Linear,
@@ -90,15 +93,10 @@ impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let hd = d / self.heads;
-        let qkv = self.qkv.forward(x)?.split(d, 2)?;
-        let heads = |z: &Tensor| z.reshape(&[b, t, self.heads, hd])?.transpose(1, 2);
-        let y = scaled_dot_product_attention(
-            &heads(&qkv[0])?,
-            &heads(&qkv[1])?,
-            &heads(&qkv[2])?,
-            None,
-            true,
-        )?;
+        let qkv = self.qkv.forward(x)?.reshape(&[b, t, self.heads, 3, hd])?;
+        // q, k or v of every head as (batch, heads, seq, head_dim)
+        let part = |i: usize| qkv.narrow(3, i, 1)?.squeeze(3)?.transpose(1, 2);
+        let y = scaled_dot_product_attention(&part(0)?, &part(1)?, &part(2)?, None, true)?;
         self.proj.forward(&y.transpose(1, 2)?.reshape(&[b, t, d])?)
     }
 
@@ -243,4 +241,24 @@ impl Module for Gpt {
         ]
         .concat()
     }
+}
+
+/// A parameter of PyTorch's model (gpt_torch.py, whose names these are) in this model's row
+/// order: the fused projection `*.attn.qkv.*` goes from rows (q|k|v, head, head_dim) to (head,
+/// q|k|v, head_dim) (see [`Attention`]); every other parameter is returned as it is.
+///
+/// # Errors
+/// Errors of the row gather.
+pub fn from_torch_order(name: &str, t: &Tensor, cfg: &Config) -> Result<Tensor> {
+    if !name.contains(".attn.qkv.") {
+        return Ok(t.clone());
+    }
+    let (d, h) = (cfg.d, cfg.heads);
+    let hd = d / h;
+    let rows: Vec<i64> = (0..h)
+        .flat_map(|head| {
+            (0..3).flat_map(move |j| (0..hd).map(move |e| (j * d + head * hd + e) as i64))
+        })
+        .collect();
+    t.index_select(0, &Tensor::from_vec(rows, &[3 * d], Device::Cpu)?)
 }

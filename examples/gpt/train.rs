@@ -13,7 +13,7 @@ use gflow::prelude::*;
 use crate::Args;
 use crate::data::{Corpus, Sampler};
 use crate::layout::Plan;
-use crate::model::{Config, Gpt};
+use crate::model::{Config, Gpt, from_torch_order};
 use crate::progress::Progress;
 
 /// Gradient clipping threshold (PyTorch's `clip_grad_norm_(params, 1.0)`).
@@ -166,8 +166,15 @@ fn build(a: &Args, cfg: &Config, dtype: DType, plan: &Plan) -> Result<Gpt> {
         .to_global(p, plan.replicated())?
         .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
     if let Some(init) = &a.init {
-        let mut sd = model.state_dict();
-        gflow::checkpoint::load_safetensors(init, &mut sd)?;
+        // PyTorch's file, loaded whole, reordered to this model's rows, then into the layout
+        let whole = Gpt::new(cfg)?;
+        let mut file = whole.state_dict();
+        gflow::checkpoint::load_safetensors(init, &mut file)?;
+        let mut sd = StateDict::new();
+        for (name, t) in whole.named_parameters() {
+            sd.insert(&name, &from_torch_order(&name, &t, cfg)?);
+        }
+        model.load_state_dict(&sd)?;
     }
     model.to_dtype(dtype)
 }
