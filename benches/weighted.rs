@@ -63,7 +63,7 @@ fn own_share(env: &Env, a: &Args, p: &Placement) -> Result<(Device, f64)> {
         let t = Instant::now();
         let loss = nn::functional::mse_loss(&model.forward(&x)?, &y)?;
         loss.backward()?;
-        // the last gradient on the host: the device's queue has finished the step
+        // the first layer's gradient (backward computes it last) on the host: the step is done
         let first = model.parameters().into_iter().next();
         if let Some(g) = first.and_then(|w| w.grad()) {
             std::hint::black_box(g.to_vec::<f32>()?);
