@@ -179,6 +179,15 @@ fn lavapipe() -> Option<PathBuf> {
     lib.exists().then_some(lib)
 }
 
+/// A directory removed when dropped (also when the test fails).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Two ICD manifests in `dir`: lavapipe's library, and a copy of it in a file of its own.
 fn two_lavapipes(lib: &Path, dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
@@ -223,14 +232,13 @@ fn ordinal_is_local_rank_mod_count() {
             &"no lavapipe ICD manifest: LOCAL_RANK % count is tested with this host's count only",
         );
     };
-    let dir = std::env::temp_dir().join(format!("gflow-two-lvp-{}", std::process::id()));
-    let files = two_lavapipes(&lib, &dir);
+    let dir = TempDir(std::env::temp_dir().join(format!("gflow-two-lvp-{}", std::process::id())));
+    let files = two_lavapipes(&lib, &dir.0);
     let vk = [
         ("VK_DRIVER_FILES", files.clone()),
         ("VK_ICD_FILENAMES", files),
     ];
     let reports = run_job(&vk);
-    std::fs::remove_dir_all(&dir).unwrap();
     let used = check(&reports, 2);
     assert_eq!(used, vec![0, 1, 0, 0, 1, 0], "{reports:?}");
 }
