@@ -8,13 +8,16 @@
 //! of a data-parallel MLP, 3 layers of `--width` (1024) at global batch `--batch` (256); under
 //! `gflow-launch`, or as simulated ranks without it) or `ops` (the transformer operators, fwd
 //! and fwd+bwd, against `benches/peers/torch_ops_bench.py`: `--act b,t,d --attn b,h,t,d --mm n
-//! --small`) or `gpt` (tokens/s and MFU of `examples/gpt`, see `benches/gpt.rs`).
+//! --small`) or `gpt` (tokens/s and MFU of `examples/gpt`, see `benches/gpt.rs`) or `weighted`
+//! (`train` on a mixed wgpu + CPU placement, balanced splits against `Placement::with_weights`
+//! by measured speed, see `benches/weighted.rs`).
 
 use std::time::Instant;
 
 mod checkpoint;
 mod gpt;
 mod ops;
+mod weighted;
 
 /// Large buffers in shared memory: collectives between processes of one host copy once.
 #[global_allocator]
@@ -115,10 +118,12 @@ fn parse() -> std::result::Result<Args, String> {
                     .map(String::from)
                     .collect()
             }
-            "boxing" | "matmul" | "dispatch" | "collectives" | "train" | "ops" => a.what = x,
+            "boxing" | "matmul" | "dispatch" | "collectives" | "train" | "ops" | "weighted" => {
+                a.what = x
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train|ops [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--act b,t,d] [--attn b,h,t,d] [--mm n] [--small] [--out FILE]"
+                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train|ops|weighted [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--act b,t,d] [--attn b,h,t,d] [--mm n] [--small] [--out FILE]"
                 ));
             }
         }
@@ -573,6 +578,7 @@ fn main() {
         "collectives" => collectives(&args),
         "train" => train(&args),
         "ops" => ops::ops(&args, &args.op_sizes),
+        "weighted" => weighted::weighted(&args),
         other => Err(gflow::Error::InvalidArgument {
             op: "gflow-bench",
             reason: format!("unknown benchmark {other:?}"),

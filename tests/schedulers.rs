@@ -1,5 +1,6 @@
 //! Starting under the schedulers clusters already run: a real `mpirun` job, Slurm's variables
-//! set by hand as `srun` sets them, and `torchrun --no-python` (where PyTorch is installed).
+//! set by hand as `srun` sets them, and `torchrun --no-python` (where PyTorch is installed:
+//! `GFLOW_TORCH_PYTHON=/path/to/bin/python`, or `python3`).
 //! Each runs `collective_loop` (every rank all-reduces a vector of ones `GFLOW_TEST_ITERS` times
 //! and prints the running total), so `done: world * iters` printed once per process, unprefixed,
 //! shows a real multi-rank world: a one-rank run prints `iters`, and the thread fallback of
@@ -155,20 +156,36 @@ fn incomplete_open_mpi_job_is_refused() {
     assert!(o.stdout.is_empty());
 }
 
-#[test]
-fn torchrun_no_python() {
-    let torch = Command::new("python3")
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !torch {
-        return gflow::backend::say_skipped(
-            "torchrun_no_python",
-            &"`python3 -c 'import torch'` fails: starting under torchrun is NOT tested here",
+/// The Python that has PyTorch: `GFLOW_TORCH_PYTHON` (a path, e.g. a venv's `bin/python`),
+/// else `python3` on `PATH`; `None` when neither imports `torch`. `GFLOW_TORCH_PYTHON` set to a
+/// Python without PyTorch is a test failure, not a skip: whoever set it wants the run.
+fn torch_python() -> Option<String> {
+    let given = std::env::var("GFLOW_TORCH_PYTHON").ok();
+    let python = given.clone().unwrap_or_else(|| "python3".into());
+    let out = Command::new(&python).args(["-c", "import torch"]).output();
+    let ok = out.as_ref().is_ok_and(|o| o.status.success());
+    if let (Some(p), false) = (&given, ok) {
+        panic!(
+            "GFLOW_TORCH_PYTHON={p:?} cannot import torch: {:?}",
+            out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
         );
     }
+    ok.then_some(python)
+}
+
+/// `torchrun --standalone --no-python --nproc-per-node 3 collective_loop`, as torchrun starts
+/// it: its agent's store on `MASTER_PORT`, `TORCHELASTIC_*` set, the ranks meeting elsewhere.
+#[test]
+fn torchrun_no_python() {
+    let Some(python) = torch_python() else {
+        return gflow::backend::say_skipped(
+            "torchrun_no_python",
+            &"neither GFLOW_TORCH_PYTHON nor `python3` imports torch: starting under torchrun is \
+              NOT tested here (GFLOW_TORCH_PYTHON=/path/to/venv/bin/python runs it)",
+        );
+    };
     let prog = example("collective_loop");
-    let out = clean(&mut Command::new("python3"))
+    let out = clean(&mut Command::new(&python))
         .args(["-m", "torch.distributed.run", "--standalone", "--no-python"])
         .args(["--nproc-per-node", "3"])
         .arg(&prog)
