@@ -179,3 +179,50 @@ fn heads_split_reshape_attention_and_split_class_loss_stay_split() -> Result<()>
     }
     Ok(())
 }
+
+/// Megatron's attention from one fused q/k/v projection whose rows are ordered (head, q|k|v,
+/// head_dim) and split over heads: reshape to heads, pick q, k and v, attend causally and join
+/// the heads back, forward and backward, without moving a byte; and the same values as one
+/// device.
+#[test]
+fn tensor_parallel_attention_from_a_head_ordered_projection_moves_nothing() {
+    let (b, t, heads, hd) = (2usize, 5usize, 4usize, 3usize);
+    let run = |ranks: usize| {
+        simulate(ranks, |_| {
+            let p = Placement::new("cpu", (0..ranks).collect::<Vec<_>>())?;
+            gflow_core::manual_seed(7);
+            let split = |shape: &[usize]| -> Result<Tensor> {
+                Tensor::randn(shape, Device::Cpu)?
+                    .to_global(&p, Sbp::broadcast())?
+                    .to_global(&p, Sbp::split(2))
+            };
+            let qkv = split(&[b, t, heads * 3 * hd])?.set_requires_grad(true);
+            let seed = split(&[b, t, heads * hd])?;
+            gflow_core::reset_comm_stats();
+            let h = qkv.reshape(&[b, t, heads, 3, hd])?;
+            let part = |i: usize| h.narrow(3, i, 1)?.squeeze(3)?.transpose(1, 2);
+            let y = gflow_core::nn::functional::scaled_dot_product_attention(
+                &part(0)?,
+                &part(1)?,
+                &part(2)?,
+                None,
+                true,
+            )?
+            .transpose(1, 2)?
+            .reshape(&[b, t, heads * hd])?;
+            y.backward_with(&seed)?;
+            let moved = gflow_core::comm_stats().bytes_sent;
+            let sbp = y.sbp().map(|s| s.to_string());
+            let grad = qkv.grad().expect("a gradient").to_vec::<f32>()?;
+            Ok((moved, sbp, y.to_vec::<f32>()?, grad))
+        })
+        .unwrap()
+    };
+    let one = run(1).remove(0);
+    for (bytes, sbp, y, grad) in run(2) {
+        assert_eq!(bytes, 0, "tensor-parallel attention moved {bytes} bytes");
+        assert_eq!(sbp.as_deref(), Some("(split(dim=2),)"));
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+        assert!(close(&y, &one.2) && close(&grad, &one.3));
+    }
+}
