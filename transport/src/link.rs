@@ -232,7 +232,7 @@ pub fn set_spinning(on: bool) {
     SPINNING.store(on, Ordering::Relaxed);
 }
 
-/// How a polling wait passes time while nothing moves ([`Idle`]), and when it should look at
+/// How a polling wait passes time while nothing moves (`Idle`), and when it should look at
 /// its links (deadline, peer alive: a read of `/proc`, ~10 µs): after every 2 ms of idling,
 /// never on a short wait. The one backoff of the workspace: shared-memory rings and direct
 /// exchanges wait with it.

@@ -1,9 +1,9 @@
 //! `NetComm`: core's `Communicator` over links. Each outgoing link has a writer thread fed by a
-//! queue ([`writer`]), so `send` never blocks; an exchange runs *directly* ([`exchange`]) when
+//! queue (`writer`), so `send` never blocks; an exchange runs *directly* (`exchange`) when
 //! all its links move bytes without waiting, else queued; receives read the frame header, check
 //! (op, sequence, length), and read the payload straight into the caller's buffer; a failed
-//! link becomes its root cause ([`diagnose`]); large payloads in the shared arena go by
-//! reference ([`codec`]).
+//! link becomes its root cause (`diagnose`); large payloads in the shared arena go by
+//! reference (`codec`).
 
 mod codec;
 mod diagnose;
