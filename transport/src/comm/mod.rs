@@ -169,7 +169,8 @@ impl NetComm {
 
     /// Waits (up to `timeout`) until every queued message has been written, closes the links so
     /// peers see an orderly end, waits for the peers to close theirs, and says `BYE` on the
-    /// control channel (this rank ends in order). Called at process exit.
+    /// control channel (this rank ends in order; rank 0 then stays until every rank has ended,
+    /// at most the receive timeout, telling each of the others' ends). Called at process exit.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
@@ -190,7 +191,7 @@ impl NetComm {
             }
         }
         if let Some(c) = &self.control {
-            c.bye();
+            c.bye(self.timeout);
         }
     }
 
