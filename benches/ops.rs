@@ -61,13 +61,12 @@ pub fn ops(a: &Args, sizes: &OpSizes) -> Result<()> {
     let x = leaf(&sizes.act)?;
     let wanted = |op: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == op);
     let mut lines = vec![];
-    let mut row =
-        |op: &str, xs: &[Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<()> {
-            if wanted(op) {
-                lines.push(bench(a, op, xs, f)?);
-            }
-            Ok(())
-        };
+    let mut row = |op: &str, xs: &[Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<()> {
+        if wanted(op) {
+            lines.push(bench(a, op, xs, f)?);
+        }
+        Ok(())
+    };
     let one = std::slice::from_ref(&x);
     row("softmax", one, &|t| t[0].softmax(last))?;
     row("log_softmax", one, &|t| t[0].log_softmax(last))?;
@@ -87,10 +86,7 @@ pub fn ops(a: &Args, sizes: &OpSizes) -> Result<()> {
         })?;
     }
     let n = sizes.mm;
-    for dtype in [DType::F32, DType::BF16]
-        .into_iter()
-        .filter(|_| wanted("matmul"))
-    {
+    for dtype in [DType::F32, DType::BF16].into_iter().filter(|_| wanted("matmul")) {
         let m1 = Tensor::randn(&[n, n], Device::Cpu)?.to_dtype(dtype)?;
         let m2 = Tensor::randn(&[n, n], Device::Cpu)?.to_dtype(dtype)?;
         let ms = median_ms(a.runs, || m1.matmul(&m2).map(drop))?;
