@@ -1,5 +1,5 @@
-//! TCP links between hosts (`GFLOW_TRANSPORT=tcp`, for networks that block UDP): TLS 1.3 over
-//! TCP, with the trust of the QUIC links (`tls.rs`): a fresh certificate per process,
+//! TCP links between hosts (`GFLOW_TRANSPORT=tcp`, for networks that block UDP; `tcp-all` also
+//! within a host): TLS 1.3 over TCP, with the trust of the QUIC links (`tls.rs`): a fresh certificate per process,
 //! its fingerprint reported in the rendezvous, mutual verification against the pinned
 //! fingerprints, AES-128-GCM only. A process without the job token is not in the table, fails
 //! the handshake and receives no byte.
