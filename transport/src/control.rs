@@ -23,6 +23,24 @@ use crate::rendezvous::{Member, read_msg, send_msg};
 const LEFT: u8 = 16;
 const BYE: u8 = 17;
 
+/// TCP keep-alive: a peer host that vanishes without a word (power, cable, partition) is an
+/// error after about `KEEP_IDLE + KEEP_PROBES * KEEP_EVERY`, as QUIC's idle timeout makes it.
+const KEEP_IDLE: Duration = Duration::from_secs(2);
+const KEEP_EVERY: Duration = Duration::from_secs(1);
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+const KEEP_PROBES: u32 = 4;
+
+/// Turns on keep-alive probes on `sock` (control connections and TCP links), so a peer host that
+/// vanished is an error (`TimedOut`) within seconds.
+pub(crate) fn keep_alive(sock: &TcpStream) -> std::io::Result<()> {
+    let keep = socket2::TcpKeepalive::new()
+        .with_time(KEEP_IDLE)
+        .with_interval(KEEP_EVERY);
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    let keep = keep.with_retries(KEEP_PROBES);
+    socket2::SockRef::from(sock).set_tcp_keepalive(&keep)
+}
+
 /// What this rank knows of another rank's process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
@@ -57,6 +75,9 @@ struct Shared {
     me: usize,
     members: Vec<Member>,
     fates: Vec<AtomicU8>,
+    /// The control connection to each rank went silent (keep-alive probes unanswered: a
+    /// partition or a vanished host, not a process known to have ended; nobody is told).
+    unreachable: Vec<AtomicBool>,
     /// This rank said `BYE`.
     said_bye: AtomicBool,
     /// This rank is closing its connections: their closes are not news.
@@ -110,6 +131,7 @@ impl Control {
         let shared = Arc::new(Shared {
             me,
             fates: members.iter().map(|_| AtomicU8::new(0)).collect(),
+            unreachable: members.iter().map(|_| AtomicBool::new(false)).collect(),
             members,
             said_bye: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -120,6 +142,7 @@ impl Control {
             // A notice is a few bytes: it never waits long for a peer that went silent.
             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = s.set_read_timeout(None);
+            let _ = keep_alive(&s);
             let Ok(reader) = s.try_clone() else {
                 continue;
             };
@@ -178,7 +201,7 @@ impl Control {
 
     /// Says `BYE` on every control connection and closes them: this rank ends in order. Rank 0
     /// first waits, still telling every rank of the others' ends, until every other rank has
-    /// ended or `linger` has passed. Called once its links are flushed (at exit: so it logs
+    /// ended or cannot be reached, or `linger` has passed. Called once its links are flushed (at exit: so it logs
     /// nothing, thread-locals may be gone); later calls do nothing.
     pub fn bye(&self, linger: Duration) {
         if self.shared.said_bye.swap(true, Ordering::AcqRel) {
@@ -194,7 +217,11 @@ impl Control {
             }
         }
         let until = Instant::now() + linger;
-        let running = || (1..shared.fates.len()).any(|r| self.fate(r) == Fate::Running);
+        let running = || {
+            (1..shared.fates.len()).any(|r| {
+                self.fate(r) == Fate::Running && !shared.unreachable[r].load(Ordering::Acquire)
+            })
+        };
         while shared.me == 0 && running() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -226,6 +253,13 @@ fn watch(me: usize, peer: usize, mut s: TcpStream, shared: &Shared) {
                 (rank, Fate::from_code(body[8]), false)
             }
             Ok(_) => continue,
+            Err(crate::TransportError::Timeout(_)) => {
+                // Keep-alive probes went unanswered: silence, which the links judge.
+                if let Some(u) = shared.unreachable.get(peer) {
+                    u.store(true, Ordering::Release);
+                }
+                return;
+            }
             Err(_) => (peer, Fate::Died, true),
         };
         if shared.record(rank, fate) {
