@@ -358,7 +358,7 @@ fn a_process_that_died_is_named_on_every_host() {
 }
 
 /// Rank 0 finishes in order (its work done, exit status 0) while ranks 1 (on its host) and 2
-/// (on the other) go on; rank 2 is killed 11 s later, past the 10 s that rank 0's exit may wait
+/// (on the other) go on; rank 2 is killed 12 s later, past the 10 s that rank 0's exit may wait
 /// for its peers' links: rank 1 still names it, "rank 2 (pid P, host H) exited", within 3 s
 /// (its QUIC link alone would say only "no packets" after 6 s), as rank 0 stays the control
 /// channel's hub until every rank has ended.
@@ -389,7 +389,7 @@ fn a_death_after_rank_0_finished_is_named() {
         })
         .collect();
     kids[0].wait_for("rank 0 leaves after round 0", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_secs(11));
+    std::thread::sleep(Duration::from_secs(12));
     let mut kids = kids;
     let pid = kids[2].child.id();
     kids[2].child.kill().expect("kill rank 2");
