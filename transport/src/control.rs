@@ -7,9 +7,10 @@
 //! A rank that ends in order (`NetComm::flush`, at exit, also after an error) says `BYE` first,
 //! so its close is an orderly exit; a close without `BYE` is a death. Either way the other ranks
 //! only consult what they learnt when a link fails (a normal exit is never reported), and waits
-//! on a rank that died end at once. Rank 0 is the hub: after its own `BYE` it stays, telling of
-//! the others' ends, until every rank has ended (at most the receive timeout), so a rank that
-//! dies after rank 0 finished is still named at once. Nothing else waits at exit: the reading
+//! on a rank that died end at once. Rank 0 is the hub: after its own `BYE` it stays (when the
+//! job has links over the network), telling of the others' ends, until every rank has ended or
+//! cannot be reached (at most the receive timeout), so a rank that dies after rank 0 finished
+//! is still named at once. Nothing else waits at exit: the reading
 //! threads end when their connection closes, and a finished job does not wait for them.
 
 use std::net::{Shutdown, TcpStream};
