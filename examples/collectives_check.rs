@@ -6,7 +6,9 @@
 //!
 //! `GFLOW_CHECK_ROUNDS` (default 1) repeats it, pausing `GFLOW_CHECK_PAUSE_MS` between rounds
 //! and saying `round K ok` on stderr after each; `GFLOW_TEST_KILL=RANK:ROUND` has that rank
-//! SIGKILL itself at that round (the fault tests of `tests/hosts.rs`).
+//! SIGKILL itself at that round, and `GFLOW_CHECK_LEAVE=RANK:ROUND` has that rank finish in
+//! order after that round while the others go on without it (the fault tests of
+//! `tests/hosts.rs`).
 //!
 //! Run: `./target/release/gflow-launch --nproc-per-node 4 ./target/release/examples/collectives_check`
 
@@ -142,16 +144,30 @@ fn main() {
 fn run() -> Result<()> {
     let rounds = env_num("GFLOW_CHECK_ROUNDS", 1);
     let pause = std::time::Duration::from_millis(env_num("GFLOW_CHECK_PAUSE_MS", 0) as u64);
-    let kill: Option<(usize, usize)> = std::env::var("GFLOW_TEST_KILL").ok().and_then(|s| {
+    let rank_round = |name: &str| -> Option<(usize, usize)> {
+        let s = std::env::var(name).ok()?;
         let (r, i) = s.split_once(':')?;
         Some((r.parse().ok()?, i.parse().ok()?))
-    });
+    };
+    let (kill, leave) = (
+        rank_round("GFLOW_TEST_KILL"),
+        rank_round("GFLOW_CHECK_LEAVE"),
+    );
     let out = gflow::run(4, |env| {
         let c = env.comm();
-        let world: Vec<usize> = (0..env.world_size()).collect();
-        let evens: Vec<usize> = world.iter().copied().step_by(2).collect();
+        let mut world: Vec<usize> = (0..env.world_size()).collect();
         let mut checks = 0;
         for r in 0..rounds {
+            if let Some((leaver, after)) = leave
+                && r == after + 1
+            {
+                if env.rank() == leaver {
+                    eprintln!("rank {leaver} leaves after round {after}");
+                    break;
+                }
+                world.retain(|&w| w != leaver);
+            }
+            let evens: Vec<usize> = world.iter().copied().step_by(2).collect();
             if kill == Some((env.rank(), r)) {
                 // SAFETY: raising a signal in this process has no memory-safety preconditions.
                 unsafe {

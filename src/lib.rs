@@ -211,8 +211,7 @@ pub fn init() -> Result<Env> {
         max_frame: var("GFLOW_MAX_FRAME")
             .and_then(|s| s.parse().ok())
             .unwrap_or(16 << 30),
-        force_quic: forced == gflow_transport::Forced::Quic,
-        force_tcp: forced == gflow_transport::Forced::Tcp,
+        transport: forced,
     };
     let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
         Error::Environment {

@@ -1,6 +1,8 @@
 //! `gflow-bench collectives` labels its rows with the links the run used, as the transport
-//! reports them: `gflow-shm` on one host, `gflow-quic` / `gflow-tcp` under `GFLOW_TRANSPORT=quic` / `tcp`, and
-//! `gflow-shm+quic` for two ranks on each of two hosts (network namespaces, root only).
+//! reports them: `gflow-shm` on one host (also under `GFLOW_TRANSPORT=tcp`), `gflow-quic` /
+//! `gflow-tcp` under `GFLOW_TRANSPORT=quic` / `tcp-all`, and `gflow-shm+quic` (default) or
+//! `gflow-shm+tcp` (`GFLOW_TRANSPORT=tcp`) for two ranks on each of two hosts (network
+//! namespaces, root only).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::PathBuf;
@@ -77,16 +79,36 @@ fn rows_say_quic_when_every_peer_is_over_quic() {
 
 #[test]
 fn rows_say_tcp_when_every_peer_is_over_tcp() {
-    assert_eq!(one_host(Some("tcp")), ["gflow-tcp"]);
+    assert_eq!(one_host(Some("tcp-all")), ["gflow-tcp"]);
 }
 
-/// Two "hosts" (network namespaces joined by a veth pair) with two ranks each: rank 0 reaches
-/// one peer through shared memory and two through QUIC.
+#[test]
+fn one_host_rows_say_shm_under_tcp_between_hosts() {
+    assert_eq!(one_host(Some("tcp")), ["gflow-shm"]);
+}
+
 #[test]
 fn two_hosts_of_two_ranks_say_shm_and_quic() {
+    if let Some(labels) = two_hosts_of_two_ranks(None) {
+        assert_eq!(labels, ["gflow-shm+quic"]);
+    }
+}
+
+#[test]
+fn two_hosts_of_two_ranks_say_shm_and_tcp_under_tcp() {
+    if let Some(labels) = two_hosts_of_two_ranks(Some("tcp")) {
+        assert_eq!(labels, ["gflow-shm+tcp"]);
+    }
+}
+
+/// Two "hosts" (network namespaces joined by a veth pair) with two ranks each, under
+/// `GFLOW_TRANSPORT=transport`: rank 0 reaches one peer through shared memory and two over the
+/// network. The labels of its rows; none where namespaces cannot be made (said loudly).
+fn two_hosts_of_two_ranks(transport: Option<&str>) -> Option<Vec<String>> {
     let id = std::process::id() % 1000;
-    let ns = [format!("gfq-l{id}a"), format!("gfq-l{id}b")];
-    let veth = [format!("gfq-l{id}a"), format!("gfq-l{id}b")];
+    let t = if transport.is_some() { "t" } else { "q" };
+    let ns = [format!("gfn-l{t}{id}a"), format!("gfn-l{t}{id}b")];
+    let veth = ns.clone();
     let ip = |args: &[&str]| {
         Command::new("ip")
             .args(args)
@@ -102,7 +124,7 @@ fn two_hosts_of_two_ranks_say_shm_and_quic() {
         }
     }
     let _cleanup = Cleanup(ns.to_vec());
-    let subnet = format!("10.61.{}", 100 + id % 150);
+    let subnet = format!("10.74.{}", 100 + id % 150);
     let setup = ip(&["netns", "add", &ns[0]])
         && ip(&["netns", "add", &ns[1]])
         && ip(&[
@@ -116,17 +138,18 @@ fn two_hosts_of_two_ranks_say_shm_and_quic() {
                 && ip(&["-n", &ns[k], "link", "set", "lo", "up"])
         });
     if !setup {
-        return gflow::backend::say_skipped(
-            "two_hosts_of_two_ranks_say_shm_and_quic",
+        gflow::backend::say_skipped(
+            "two_hosts_of_two_ranks",
             &"this machine does not permit network namespaces (needs root and `ip`); the \
               two-host label is NOT tested here",
         );
+        return None;
     }
-    let out = std::env::temp_dir().join(format!("gflow-labels-2h-{}.jsonl", std::process::id()));
+    let out = std::env::temp_dir().join(format!("gflow-labels-2h{t}-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&out);
     let node = |k: usize| {
-        Command::new("ip")
-            .args(["netns", "exec", &ns[k]])
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns[k]])
             .arg(exe("launch"))
             .args(["--nnodes", "2", "--node-rank", &k.to_string()])
             .args(["--nproc-per-node", "2", "--bind-to", "none"])
@@ -134,7 +157,7 @@ fn two_hosts_of_two_ranks_say_shm_and_quic() {
                 "--master-addr",
                 &format!("{subnet}.1"),
                 "--master-port",
-                "29620",
+                "29920",
             ])
             .arg(exe("bench"))
             .args(bench_args(&out))
@@ -143,13 +166,15 @@ fn two_hosts_of_two_ranks_say_shm_and_quic() {
             .env_remove("GFLOW_TRANSPORT")
             .env_remove("GFLOW_COLLECTIVES")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a node")
+            .stderr(Stdio::piped());
+        if let Some(t) = transport {
+            c.env("GFLOW_TRANSPORT", t);
+        }
+        c.spawn().expect("start a node")
     };
     let (a, b) = (node(0), node(1));
     for o in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    assert_eq!(systems(&out), ["gflow-shm+quic"]);
+    Some(systems(&out))
 }

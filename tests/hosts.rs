@@ -201,6 +201,43 @@ fn a_rate_limited_jumbo_link_runs_every_collective_over_quic_and_tcp() {
     }
 }
 
+/// `GFLOW_TRANSPORT=tcp` on two hosts of two ranks: every collective is correct, and each rank
+/// links the other rank of its host through shared memory and the other host's ranks over TCP
+/// (as each rank logs its links), none over QUIC.
+#[test]
+fn tcp_between_hosts_keeps_shared_memory_within_each() {
+    let Some(h) = hosts("tcp_between_hosts_keeps_shared_memory_within_each", "t", 2) else {
+        return;
+    };
+    let prog = example("collectives_check");
+    let env = [
+        ("GFLOW_TRANSPORT", "tcp"),
+        ("RUST_LOG", "gflow_transport=info"),
+    ];
+    let outs = job(&h, 2, &prog, &env);
+    for (k, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "host {k}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert_eq!(
+        sorted_lines(&outs.iter().collect::<Vec<_>>()),
+        as_threads(&prog, 4)
+    );
+    for r in 0..4 {
+        let err = String::from_utf8_lossy(&outs[r / 2].stderr);
+        let far = if r < 2 { [2, 3] } else { [0, 1] };
+        let want = format!("shm=[{}] quic=[] tcp=[{}, {}]", r ^ 1, far[0], far[1]);
+        let line = err
+            .lines()
+            .find(|l| l.contains("links (shared memory") && l.contains(&format!("rank={r} ")))
+            .unwrap_or_else(|| panic!("rank {r} logs no links: {err}"));
+        assert!(line.contains(&want), "rank {r}: no {want:?} in {line}");
+    }
+}
+
 /// A child's stderr, read as it comes: the lines so far, and a channel that gets each line.
 struct Watched {
     child: Child,
@@ -318,6 +355,60 @@ fn a_process_that_died_is_named_on_every_host() {
             );
         }
     }
+}
+
+/// Rank 0 finishes in order (its work done, exit status 0) while ranks 1 (on its host) and 2
+/// (on the other) go on; rank 2 is killed 12 s later, past the 10 s that rank 0's exit may wait
+/// for its peers' links: rank 1 still names it, "rank 2 (pid P, host H) exited", within 3 s
+/// (its QUIC link alone would say only "no packets" after 6 s), as rank 0 stays the control
+/// channel's hub until every rank has ended.
+#[test]
+fn a_death_after_rank_0_finished_is_named() {
+    let Some(h) = hosts("a_death_after_rank_0_finished_is_named", "e", 2) else {
+        return;
+    };
+    let prog = example("collectives_check");
+    let kids: Vec<Watched> = [(0, 0), (1, 0), (2, 1)]
+        .into_iter()
+        .map(|(r, host)| {
+            let mut c = h.command(host, &prog);
+            c.envs([
+                ("MASTER_ADDR", h.addrs[0].as_str()),
+                ("MASTER_PORT", MASTER_PORT),
+                ("WORLD_SIZE", "3"),
+                ("GFLOW_JOB_TOKEN", "after"),
+                ("GFLOW_TIMEOUT_SECS", "60"),
+                ("GFLOW_CHECK_ROUNDS", "100000"),
+                ("GFLOW_CHECK_PAUSE_MS", "100"),
+                ("GFLOW_CHECK_LEAVE", "0:0"),
+                ("RUST_LOG", "gflow_transport=debug"),
+            ])
+            .env("RANK", r.to_string())
+            .env("LOCAL_RANK", if r == 1 { "1" } else { "0" });
+            Watched::new(c)
+        })
+        .collect();
+    kids[0].wait_for("rank 0 leaves after round 0", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(12));
+    let mut kids = kids;
+    let pid = kids[2].child.id();
+    kids[2].child.kill().expect("kill rank 2");
+    let died = Instant::now();
+    let outs = ends(kids);
+    let (st, at, err) = &outs[1];
+    assert!(!st.success(), "rank 1 should fail");
+    let want = format!("rank 2 (pid {pid}, host ");
+    assert!(
+        err.contains(&want) && err.contains(") exited"),
+        "rank 1 does not say {want:?}...exited: {err}"
+    );
+    let after = at.saturating_duration_since(died);
+    println!("rank 1 ended {after:?} after rank 2 was killed");
+    assert!(
+        after < Duration::from_secs(3),
+        "rank 1 ended {after:?} after: {err}"
+    );
+    assert!(outs[0].0.success(), "rank 0 failed: {}", outs[0].2);
 }
 
 /// The check job on two hosts of one rank, slowed (a pause between rounds) so that it runs

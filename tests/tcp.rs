@@ -1,8 +1,11 @@
-//! `GFLOW_TRANSPORT=tcp` with real processes: the seed examples print over TLS-over-TCP links
-//! what they print with ranks as threads; a killed rank makes the survivors fail within seconds;
-//! an unknown transport and ranks asking for different ones are refused clearly; and between
-//! two network namespaces with UDP blocked, the default (QUIC) fails on every rank within 15 s
-//! naming both hosts, UDP and `GFLOW_TRANSPORT=tcp`, while `GFLOW_TRANSPORT=tcp` runs.
+//! `GFLOW_TRANSPORT=tcp` and `tcp-all` with real processes: the seed examples print over
+//! TLS-over-TCP links (`tcp-all` on one host) what they print with ranks as threads, and `tcp`
+//! keeps shared memory within a host; a killed rank makes the survivors fail within seconds; an
+//! unknown transport and ranks asking for different ones are refused clearly; between two
+//! network namespaces with UDP blocked, the default (QUIC) fails on every rank within 15 s
+//! naming both hosts, UDP and `GFLOW_TRANSPORT=tcp`, while `GFLOW_TRANSPORT=tcp` runs; and with
+//! TCP blocked but for the rendezvous, `tcp` fails on every rank within 15 s naming both hosts
+//! and the listeners' addresses.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod common;
@@ -34,7 +37,7 @@ fn seed_examples_print_the_same_over_tcp_as_threads() {
         let procs = Command::new(launcher())
             .args(["--nproc_per_node", &n.to_string()])
             .arg(&prog)
-            .env("GFLOW_TRANSPORT", "tcp")
+            .env("GFLOW_TRANSPORT", "tcp-all")
             .env("GFLOW_TIMEOUT_SECS", "30")
             .env("RUST_LOG", "gflow_transport=info")
             .output()
@@ -47,6 +50,23 @@ fn seed_examples_print_the_same_over_tcp_as_threads() {
         let want = format!("shm=[] quic=[] tcp=[{}]", peers.join(", "));
         assert!(err.contains(&want), "{name}: no {want:?} in {err}");
     }
+}
+
+/// `GFLOW_TRANSPORT=tcp` asks for TCP between hosts only: ranks of one host keep shared memory.
+#[test]
+fn tcp_on_one_host_links_by_shared_memory() {
+    let prog = example("global_tensor_randn");
+    let procs = Command::new(launcher())
+        .args(["--nproc_per_node", "2"])
+        .arg(&prog)
+        .env("GFLOW_TRANSPORT", "tcp")
+        .env("GFLOW_TIMEOUT_SECS", "30")
+        .env("RUST_LOG", "gflow_transport=info")
+        .output()
+        .expect("run launcher");
+    let err = stderr(&procs);
+    assert!(procs.status.success(), "{err}");
+    assert!(err.contains("shm=[1] quic=[] tcp=[]"), "{err}");
 }
 
 fn rank(prog: &PathBuf, r: usize, world: usize, port: &str, transport: &str) -> Command {
@@ -88,7 +108,7 @@ fn survivors_of_a_killed_rank_error_within_seconds_over_tcp() {
     let port = common::free_port();
     let cmds = (0..3)
         .map(|r| {
-            let mut c = rank(&prog, r, 3, &port, "tcp");
+            let mut c = rank(&prog, r, 3, &port, "tcp-all");
             c.env("GFLOW_TEST_KILL", "1:20")
                 .env("GFLOW_TEST_ITERS", "1000000")
                 .env("GFLOW_TIMEOUT_SECS", "60");
@@ -125,35 +145,50 @@ fn an_unknown_transport_is_refused_naming_the_accepted_values() {
     }
 }
 
-/// One rank asks for QUIC, the other for TCP: every rank is refused, naming both, at once.
+/// Ranks asking for different transports (QUIC and TCP; TCP between hosts and TCP everywhere;
+/// one rank left to the default goes along): every rank is refused, naming each, at once.
 #[test]
-fn ranks_asking_for_quic_and_tcp_are_refused_on_every_rank() {
+fn ranks_asking_for_different_transports_are_refused_on_every_rank() {
     let prog = example("collective_loop");
-    let port = common::free_port();
-    let cmds = ["quic", "tcp"]
-        .iter()
-        .enumerate()
-        .map(|(r, t)| {
-            let mut c = rank(&prog, r, 2, &port, t);
-            c.env("GFLOW_TIMEOUT_SECS", "60");
-            c
-        })
-        .collect();
-    let (outs, took) = run_all(cmds);
-    assert!(took < Duration::from_secs(10), "took {took:?}");
-    for (r, o) in outs.iter().enumerate() {
-        let err = stderr(o);
-        assert!(!o.status.success(), "rank {r} should fail");
-        assert!(
-            err.contains(
-                "ranks [0] set GFLOW_TRANSPORT=quic but ranks [1] set GFLOW_TRANSPORT=tcp"
-            ),
-            "rank {r}: {err}"
-        );
+    for (asked, want) in [
+        (
+            ["quic", "tcp", ""],
+            "ranks [0] set GFLOW_TRANSPORT=quic but ranks [1] set GFLOW_TRANSPORT=tcp:",
+        ),
+        (
+            ["tcp", "", "tcp-all"],
+            "ranks [0] set GFLOW_TRANSPORT=tcp but ranks [2] set GFLOW_TRANSPORT=tcp-all:",
+        ),
+    ] {
+        let port = common::free_port();
+        let cmds = asked
+            .iter()
+            .enumerate()
+            .map(|(r, t)| {
+                let mut c = rank(&prog, r, 3, &port, t);
+                c.env("GFLOW_TIMEOUT_SECS", "60");
+                c
+            })
+            .collect();
+        let (outs, took) = run_all(cmds);
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        for (r, o) in outs.iter().enumerate() {
+            let err = stderr(o);
+            assert!(!o.status.success(), "rank {r} should fail");
+            assert!(err.contains(want), "rank {r}: {err}");
+        }
     }
 }
 
-/// Two network namespaces joined by a veth pair (10.63.0.1 and .2), deleted on drop.
+/// The address of host `k` (0 or 1) of [`Hosts`].
+fn addr(k: usize) -> String {
+    format!("10.74.63.{}", k + 1)
+}
+
+/// The rendezvous port on [`Hosts`].
+const PORT: &str = "29901";
+
+/// Two network namespaces joined by a veth pair (10.74.63.1 and .2), deleted on drop.
 struct Hosts {
     names: [String; 2],
 }
@@ -161,13 +196,35 @@ struct Hosts {
 impl Hosts {
     /// The namespaces with UDP dropped between them, or why they cannot be made.
     fn udp_blocked() -> Result<Hosts, String> {
-        let tag = format!("gft-{}", std::process::id());
+        Hosts::up(
+            "u",
+            &[("INPUT", &["-p", "udp"]), ("OUTPUT", &["-p", "udp"])],
+        )
+    }
+
+    /// The namespaces with TCP dropped between them but for the rendezvous (to and from
+    /// `PORT` on host 0), or why they cannot be made.
+    fn tcp_blocked() -> Result<Hosts, String> {
+        Hosts::up(
+            "t",
+            &[
+                ("INPUT", &["-p", "tcp", "!", "--dport", PORT]),
+                ("OUTPUT", &["-p", "tcp", "!", "--sport", PORT]),
+            ],
+        )
+    }
+
+    /// The namespaces (`tag` tells tests apart), host 0 dropping what matches each of `drop`
+    /// (an iptables chain, `INPUT` or `OUTPUT`, and a match on its link).
+    fn up(tag: &str, drop: &[(&str, &[&str])]) -> Result<Hosts, String> {
+        let tag = format!("gfn-{tag}{}", std::process::id() % 1_000_000);
         let hosts = Hosts {
             names: [format!("{tag}-a"), format!("{tag}-b")],
         };
         let [a, b] = &hosts.names;
         let (va, vb) = (format!("{tag}a"), format!("{tag}b"));
-        let steps: Vec<Vec<&str>> = vec![
+        let (cidr_a, cidr_b) = (format!("{}/24", addr(0)), format!("{}/24", addr(1)));
+        let mut steps: Vec<Vec<&str>> = vec![
             vec!["ip", "netns", "add", a],
             vec!["ip", "netns", "add", b],
             vec![
@@ -175,21 +232,20 @@ impl Hosts {
             ],
             vec!["ip", "link", "set", &va, "netns", a],
             vec!["ip", "link", "set", &vb, "netns", b],
-            vec!["ip", "-n", a, "addr", "add", "10.63.0.1/24", "dev", &va],
-            vec!["ip", "-n", b, "addr", "add", "10.63.0.2/24", "dev", &vb],
+            vec!["ip", "-n", a, "addr", "add", &cidr_a, "dev", &va],
+            vec!["ip", "-n", b, "addr", "add", &cidr_b, "dev", &vb],
             vec!["ip", "-n", a, "link", "set", &va, "up"],
             vec!["ip", "-n", b, "link", "set", &vb, "up"],
             vec!["ip", "-n", a, "link", "set", "lo", "up"],
             vec!["ip", "-n", b, "link", "set", "lo", "up"],
-            vec![
-                "ip", "netns", "exec", a, "iptables", "-A", "INPUT", "-i", &va, "-p", "udp", "-j",
-                "DROP",
-            ],
-            vec![
-                "ip", "netns", "exec", a, "iptables", "-A", "OUTPUT", "-o", &va, "-p", "udp", "-j",
-                "DROP",
-            ],
         ];
+        for &(chain, rule) in drop {
+            let dir = if chain == "INPUT" { "-i" } else { "-o" };
+            let mut step = vec!["ip", "netns", "exec", a, "iptables", "-A", chain, dir, &va];
+            step.extend_from_slice(rule);
+            step.extend_from_slice(&["-j", "DROP"]);
+            steps.push(step);
+        }
         for step in steps {
             let out = Command::new(step[0])
                 .args(&step[1..])
@@ -202,14 +258,14 @@ impl Hosts {
         Ok(hosts)
     }
 
-    /// `prog` as `rank` of 2 in namespace `rank` (rank 0 on 10.63.0.1 is the master).
+    /// `prog` as `rank` of 2 in namespace `rank` (rank 0 on host 0 is the master).
     fn rank(&self, prog: &PathBuf, rank: usize, transport: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.names[rank]])
             .arg(prog)
+            .env("MASTER_ADDR", addr(0))
             .envs([
-                ("MASTER_ADDR", "10.63.0.1"),
-                ("MASTER_PORT", "29801"),
+                ("MASTER_PORT", PORT),
                 ("WORLD_SIZE", "2"),
                 ("LOCAL_RANK", "0"),
                 ("GFLOW_JOB_TOKEN", "t"),
@@ -256,8 +312,8 @@ fn with_udp_blocked_quic_fails_fast_by_name_and_tcp_runs() {
         let err = stderr(o);
         assert!(!o.status.success(), "rank {r} linked over blocked UDP");
         for want in [
-            "10.63.0.1",
-            "10.63.0.2",
+            &addr(0),
+            &addr(1),
             "UDP may be blocked",
             "GFLOW_TRANSPORT=tcp",
         ] {
@@ -277,4 +333,41 @@ fn with_udp_blocked_quic_fails_fast_by_name_and_tcp_runs() {
     }
     lines.sort();
     assert_eq!(lines, sorted_lines(&threads));
+}
+
+/// TCP blocked between two hosts but for the rendezvous (iptables on host 0): under
+/// `GFLOW_TRANSPORT=tcp` every rank fails within 15 s of the start (the links get 10 s, not the
+/// 60 s rendezvous timeout), naming both hosts, the other host's listener address, and a
+/// firewall. Skips loudly where namespaces or iptables are not available.
+#[test]
+fn with_tcp_blocked_tcp_links_fail_fast_naming_both_hosts() {
+    let hosts = match Hosts::tcp_blocked() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("!!! SKIPPED: cannot make network namespaces with TCP blocked: {why} !!!");
+            return;
+        }
+    };
+    let prog = example("global_tensor_randn");
+    let (outs, took) = run_all((0..2).map(|r| hosts.rank(&prog, r, "tcp")).collect());
+    eprintln!(
+        "TCP links with TCP blocked failed after {took:?}: {}",
+        stderr(&outs[0])
+    );
+    assert!(took < Duration::from_secs(15), "TCP failure took {took:?}");
+    for (r, o) in outs.iter().enumerate() {
+        let err = stderr(o);
+        assert!(!o.status.success(), "rank {r} linked over blocked TCP");
+        let other = format!("TCP listeners at {}:", addr(1 - r));
+        for want in [
+            &format!("rank {r} on host "),
+            &format!("({})", addr(r)),
+            &format!("({})", addr(1 - r)),
+            &other,
+            "could not link over TCP",
+            "firewall",
+        ] {
+            assert!(err.contains(want), "rank {r}: no {want:?} in {err}");
+        }
+    }
 }

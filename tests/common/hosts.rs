@@ -6,7 +6,7 @@ use std::process::Command;
 
 /// The rendezvous port of the jobs on simulated hosts (each test has its own namespaces, so
 /// they never collide).
-pub const MASTER_PORT: &str = "29700";
+pub const MASTER_PORT: &str = "29900";
 
 /// Hosts `PREFIX-h0..` made by `scripts/hosts.sh up`, deleted by `down` on drop.
 pub struct Hosts {
@@ -24,10 +24,11 @@ impl Hosts {
     /// the script (`--rate 1gbit`, ...); `Err(why)` where this machine cannot make network
     /// namespaces (not root, no `ip`). Any other failure of the script fails the test.
     pub fn up(tag: &str, n: usize, flags: &[&str]) -> Result<Hosts, String> {
-        let prefix = format!("gfh{}{tag}", std::process::id() % 100_000);
+        let prefix = format!("gfn-{}{tag}", std::process::id() % 100_000);
         let out = Command::new("bash")
             .arg(script())
             .args(["up", "--hosts", &n.to_string(), "--prefix", &prefix])
+            .args(["--subnet", "10.74.0"])
             .args(flags)
             .output()
             .map_err(|e| format!("cannot run scripts/hosts.sh: {e}"))?;

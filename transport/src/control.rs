@@ -7,19 +7,40 @@
 //! A rank that ends in order (`NetComm::flush`, at exit, also after an error) says `BYE` first,
 //! so its close is an orderly exit; a close without `BYE` is a death. Either way the other ranks
 //! only consult what they learnt when a link fails (a normal exit is never reported), and waits
-//! on a rank that died end at once. Nothing here waits at exit: the reading threads end when
-//! their connection closes, and a finished job does not wait for them.
+//! on a rank that died end at once. Rank 0 is the hub: after its own `BYE` it stays (when the
+//! job has links over the network), telling of the others' ends, until every rank has ended or
+//! cannot be reached (at most the receive timeout), so a rank that dies after rank 0 finished
+//! is still named at once. Nothing else waits at exit: the reading
+//! threads end when their connection closes, and a finished job does not wait for them.
 
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::rendezvous::{Member, read_msg, send_msg};
 
 /// Message tags on the control channel (after the rendezvous' own).
 const LEFT: u8 = 16;
 const BYE: u8 = 17;
+
+/// TCP keep-alive: a peer host that vanishes without a word (power, cable, partition) is an
+/// error after about `KEEP_IDLE + KEEP_PROBES * KEEP_EVERY`, as QUIC's idle timeout makes it.
+const KEEP_IDLE: Duration = Duration::from_secs(2);
+const KEEP_EVERY: Duration = Duration::from_secs(1);
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+const KEEP_PROBES: u32 = 4;
+
+/// Turns on keep-alive probes on `sock` (control connections and TCP links), so a peer host that
+/// vanished is an error (`TimedOut`) within seconds.
+pub(crate) fn keep_alive(sock: &TcpStream) -> std::io::Result<()> {
+    let keep = socket2::TcpKeepalive::new()
+        .with_time(KEEP_IDLE)
+        .with_interval(KEEP_EVERY);
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    let keep = keep.with_retries(KEEP_PROBES);
+    socket2::SockRef::from(sock).set_tcp_keepalive(&keep)
+}
 
 /// What this rank knows of another rank's process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,9 +72,16 @@ impl Fate {
 }
 
 struct Shared {
+    /// This rank.
+    me: usize,
     members: Vec<Member>,
     fates: Vec<AtomicU8>,
-    /// This rank is ending: closes of its own connections are not news.
+    /// The control connection to each rank went silent (keep-alive probes unanswered: a
+    /// partition or a vanished host, not a process known to have ended; nobody is told).
+    unreachable: Vec<AtomicBool>,
+    /// This rank said `BYE`.
+    said_bye: AtomicBool,
+    /// This rank is closing its connections: their closes are not news.
     closing: AtomicBool,
     /// Rank 0: the connection to each rank (for notices and `BYE`); other ranks: the one to 0.
     conns: std::sync::Mutex<Vec<(usize, TcpStream)>>,
@@ -102,8 +130,11 @@ impl Control {
             conns.into_iter().map(|s| (0, s)).collect()
         };
         let shared = Arc::new(Shared {
+            me,
             fates: members.iter().map(|_| AtomicU8::new(0)).collect(),
+            unreachable: members.iter().map(|_| AtomicBool::new(false)).collect(),
             members,
+            said_bye: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             conns: std::sync::Mutex::new(vec![]),
         });
@@ -112,6 +143,7 @@ impl Control {
             // A notice is a few bytes: it never waits long for a peer that went silent.
             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = s.set_read_timeout(None);
+            let _ = keep_alive(&s);
             let Ok(reader) = s.try_clone() else {
                 continue;
             };
@@ -168,16 +200,35 @@ impl Control {
         }
     }
 
-    /// Says `BYE` on every control connection and closes them: this rank ends in order. Called
-    /// once its links are flushed (at exit: so it logs nothing, thread-locals may be gone);
-    /// later calls do nothing.
-    pub fn bye(&self) {
-        if self.shared.closing.swap(true, Ordering::AcqRel) {
+    /// Says `BYE` on every control connection and closes them: this rank ends in order. Rank 0
+    /// first waits, still telling every rank of the others' ends, until every other rank has
+    /// ended or cannot be reached, or `linger` has passed. Called once its links are flushed (at exit: so it logs
+    /// nothing, thread-locals may be gone); later calls do nothing.
+    pub fn bye(&self, linger: Duration) {
+        if self.shared.said_bye.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Ok(mut conns) = self.shared.conns.lock() {
+        let shared = &self.shared;
+        if shared.me != 0 {
+            shared.closing.store(true, Ordering::Release);
+        }
+        if let Ok(mut conns) = shared.conns.lock() {
             for (_, s) in conns.iter_mut() {
                 let _ = send_msg(s, BYE, &[]);
+            }
+        }
+        let until = Instant::now() + linger;
+        let running = || {
+            (1..shared.fates.len()).any(|r| {
+                self.fate(r) == Fate::Running && !shared.unreachable[r].load(Ordering::Acquire)
+            })
+        };
+        while shared.me == 0 && running() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        shared.closing.store(true, Ordering::Release);
+        if let Ok(mut conns) = shared.conns.lock() {
+            for (_, s) in conns.iter_mut() {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
@@ -186,22 +237,31 @@ impl Control {
 
 /// Reads one control connection until it closes: on rank 0 the connection of rank `peer` (its
 /// `BYE` or its death is told to every other rank), elsewhere the one to rank 0 (its notices,
-/// then its `BYE` or its death).
+/// its `BYE`, the notices it sends while it waits for the others, then its close or death).
 fn watch(me: usize, peer: usize, mut s: TcpStream, shared: &Shared) {
     loop {
         let msg = read_msg(&mut s);
         if shared.closing.load(Ordering::Acquire) {
             return;
         }
-        let (rank, fate) = match msg {
-            Ok((BYE, _)) => (peer, Fate::Left),
+        // (rank, how it ended, whether this connection is done)
+        let (rank, fate, done) = match msg {
+            Ok((BYE, _)) => (peer, Fate::Left, me == 0),
             Ok((LEFT, body)) if me != 0 && body.len() == 9 && body[8] != 0 => {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&body[..8]);
-                (u64::from_le_bytes(w) as usize, Fate::from_code(body[8]))
+                let rank = u64::from_le_bytes(w) as usize;
+                (rank, Fate::from_code(body[8]), false)
             }
             Ok(_) => continue,
-            Err(_) => (peer, Fate::Died),
+            Err(crate::TransportError::Timeout(_)) => {
+                // Keep-alive probes went unanswered: silence, which the links judge.
+                if let Some(u) = shared.unreachable.get(peer) {
+                    u.store(true, Ordering::Release);
+                }
+                return;
+            }
+            Err(_) => (peer, Fate::Died, true),
         };
         if shared.record(rank, fate) {
             tracing::debug!(rank = me, of = rank, ?fate, "control channel: a rank ended");
@@ -209,7 +269,7 @@ fn watch(me: usize, peer: usize, mut s: TcpStream, shared: &Shared) {
                 shared.tell_all(rank, fate);
             }
         }
-        if rank == peer {
+        if done {
             return;
         }
     }

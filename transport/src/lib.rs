@@ -1,8 +1,9 @@
 //! gflow's transport: makes one process per rank a world. `connect` runs the rendezvous on
 //! `MASTER_ADDR:MASTER_PORT`, links every pair of processes on one host through shared memory
 //! and every other pair through QUIC (feature `quic`, on by default; without it a job must stay
-//! on one host) or, with `GFLOW_TRANSPORT=tcp`, TLS over TCP (feature `tcp`, on by default), and
-//! returns a [`NetComm`], core's `Communicator` over those links.
+//! on one host) or, with `GFLOW_TRANSPORT=tcp`, TLS over TCP (feature `tcp`, on by default;
+//! `tcp-all` links every pair over TCP, also within a host), and returns a [`NetComm`], core's
+//! `Communicator` over those links.
 
 pub mod arena;
 pub mod comm;
@@ -64,10 +65,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Largest accepted frame.
     pub max_frame: u64,
-    /// `GFLOW_TRANSPORT=quic`: QUIC everywhere.
-    pub force_quic: bool,
-    /// `GFLOW_TRANSPORT=tcp`: TLS over TCP everywhere.
-    pub force_tcp: bool,
+    /// The links `GFLOW_TRANSPORT` asks for.
+    pub transport: Forced,
 }
 
 /// The links `GFLOW_TRANSPORT` asks for.
@@ -77,9 +76,11 @@ pub enum Forced {
     Auto,
     /// `quic`: QUIC between every pair of ranks, also within a host.
     Quic,
-    /// `tcp`: TLS over TCP between every pair of ranks, also within a host (for networks that
-    /// block UDP).
+    /// `tcp`: shared memory within a host, TLS over TCP between hosts (for networks that block
+    /// UDP).
     Tcp,
+    /// `tcp-all`: TLS over TCP between every pair of ranks, also within a host.
+    TcpAll,
 }
 
 impl Forced {
@@ -88,6 +89,7 @@ impl Forced {
     /// ```
     /// use gflow_transport::Forced;
     /// assert_eq!(Forced::parse(Some("tcp")).unwrap(), Forced::Tcp);
+    /// assert_eq!(Forced::parse(Some("tcp-all")).unwrap(), Forced::TcpAll);
     /// assert_eq!(Forced::parse(None).unwrap(), Forced::Auto);
     /// assert!(Forced::parse(Some("udp")).unwrap_err().to_string().contains("quic, tcp"));
     /// ```
@@ -99,11 +101,76 @@ impl Forced {
             None | Some("" | "shm") => Ok(Forced::Auto),
             Some("quic") => Ok(Forced::Quic),
             Some("tcp") => Ok(Forced::Tcp),
+            Some("tcp-all") => Ok(Forced::TcpAll),
             Some(other) => Err(TransportError::Unsupported(format!(
-                "GFLOW_TRANSPORT={other:?} is not a transport: expected quic, tcp, or shm or \
-                 unset (the default: shared memory within a host, QUIC between hosts)"
+                "GFLOW_TRANSPORT={other:?} is not a transport: expected quic, tcp (shared \
+                 memory within a host, TCP between hosts), tcp-all, or shm or unset (the \
+                 default: shared memory within a host, QUIC between hosts)"
             ))),
         }
+    }
+
+    /// The value that asks for these links.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forced::Auto => "shm",
+            Forced::Quic => "quic",
+            Forced::Tcp => "tcp",
+            Forced::TcpAll => "tcp-all",
+        }
+    }
+
+    /// Its number in the rendezvous.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Forced::Auto => 0,
+            Forced::Quic => 1,
+            Forced::Tcp => 2,
+            Forced::TcpAll => 3,
+        }
+    }
+
+    /// [`Forced::code`] read back.
+    pub(crate) fn from_code(c: u64) -> Option<Forced> {
+        [Forced::Auto, Forced::Quic, Forced::Tcp, Forced::TcpAll]
+            .into_iter()
+            .find(|f| f.code() == c)
+    }
+
+    /// Links between every pair of ranks, also within a host (no shared memory).
+    fn everywhere(self) -> bool {
+        matches!(self, Forced::Quic | Forced::TcpAll)
+    }
+
+    /// TLS over TCP instead of QUIC.
+    fn by_tcp(self) -> bool {
+        matches!(self, Forced::Tcp | Forced::TcpAll)
+    }
+}
+
+/// The links the job uses: what its ranks asked for, or a refusal naming the ranks that asked
+/// for different ones.
+fn agreed(members: &[rendezvous::Member]) -> Result<Forced, TransportError> {
+    let mut asked: Vec<(Forced, Vec<usize>)> = vec![];
+    for (rank, m) in members.iter().enumerate() {
+        if m.transport == Forced::Auto {
+            continue;
+        }
+        match asked.iter_mut().find(|(f, _)| *f == m.transport) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => asked.push((m.transport, vec![rank])),
+        }
+    }
+    match asked.as_slice() {
+        [] => Ok(Forced::Auto),
+        [(one, _)] => Ok(*one),
+        many => Err(TransportError::Refused(format!(
+            "{}: give every rank the same",
+            many.iter()
+                .map(|(f, ranks)| format!("ranks {ranks:?} set GFLOW_TRANSPORT={}", f.name()))
+                .collect::<Vec<_>>()
+                .join(" but ")
+        ))),
     }
 }
 
@@ -191,25 +258,33 @@ fn no_quic(why: &str) -> TransportError {
 
 /// The refusal of TCP links in a build without them.
 #[cfg(not(feature = "tcp"))]
-fn no_tcp() -> TransportError {
-    TransportError::Unsupported(
-        "GFLOW_TRANSPORT=tcp asks for TCP links, and this build of gflow has none (its `tcp` \
-         feature is off): build with the `tcp` feature"
-            .into(),
-    )
+fn no_tcp(asked: Forced) -> TransportError {
+    TransportError::Unsupported(format!(
+        "GFLOW_TRANSPORT={} asks for TCP links, and this build of gflow has none (its `tcp` \
+         feature is off): build with the `tcp` feature",
+        asked.name()
+    ))
 }
 
-/// How long QUIC links may take to come up after the rendezvous: a handshake takes
-/// milliseconds, so this only bounds how soon a job whose UDP is blocked fails (on every rank,
-/// well within 15 s of the start).
-#[cfg(feature = "quic")]
-const QUIC_LINK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long QUIC or TCP links may take to come up after the rendezvous: a handshake takes
+/// milliseconds, so this only bounds how soon a job whose network blocks them fails (on every
+/// rank, well within 15 s of the start).
+#[cfg(any(feature = "quic", feature = "tcp"))]
+const LINK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A member's host for error messages: its host name and the address rank 0 saw it at.
-#[cfg(feature = "quic")]
+#[cfg(any(feature = "quic", feature = "tcp"))]
 fn host_of(m: &rendezvous::Member) -> String {
     let name = m.host.split('/').next().unwrap_or_default();
     format!("{name:?} ({})", m.quic.ip())
+}
+
+/// The hosts of `ranks`, each once, for error messages.
+#[cfg(any(feature = "quic", feature = "tcp"))]
+fn hosts_of(members: &[rendezvous::Member], ranks: &[usize]) -> String {
+    let mut hosts: Vec<String> = ranks.iter().map(|&r| host_of(&members[r])).collect();
+    hosts.dedup();
+    hosts.join(", ")
 }
 
 /// The error of QUIC links that could not be set up: names this rank's host and the peers',
@@ -221,15 +296,40 @@ fn quic_unreachable(
     peers: &[Peer],
     e: TransportError,
 ) -> TransportError {
-    let mut hosts: Vec<String> = peers.iter().map(|p| host_of(&members[p.rank])).collect();
-    hosts.dedup();
     let ranks: Vec<usize> = peers.iter().map(|p| p.rank).collect();
     let why = format!(
         "rank {me} on host {} could not link over QUIC to ranks {ranks:?} on host {} ({e}): \
          UDP may be blocked between these hosts (QUIC runs over UDP); set GFLOW_TRANSPORT=tcp \
          on every rank to link them over TCP instead",
         host_of(&members[me]),
-        hosts.join(", "),
+        hosts_of(members, &ranks),
+    );
+    match e {
+        TransportError::Timeout(_) => TransportError::Timeout(why),
+        _ => TransportError::Io(why),
+    }
+}
+
+/// The error of TCP links that could not be set up: names this rank's host and listener, the
+/// peers' hosts and listeners, and says a firewall may block TCP between them.
+#[cfg(feature = "tcp")]
+fn tcp_unreachable(
+    me: usize,
+    members: &[rendezvous::Member],
+    peers: &[tcp::Peer],
+    e: TransportError,
+) -> TransportError {
+    let ranks: Vec<usize> = peers.iter().map(|p| p.rank).collect();
+    let addrs: Vec<String> = peers.iter().map(|p| p.addr.to_string()).collect();
+    let mine = std::net::SocketAddr::new(members[me].quic.ip(), members[me].tcp_port);
+    let why = format!(
+        "rank {me} on host {} (TCP listener at {mine}) could not link over TCP to ranks \
+         {ranks:?} on host {} (TCP listeners at {}) within {} s ({e}): a firewall may block TCP \
+         between these hosts on the listeners' ports",
+        host_of(&members[me]),
+        hosts_of(members, &ranks),
+        addrs.join(", "),
+        LINK_TIMEOUT.as_secs(),
     );
     match e {
         TransportError::Timeout(_) => TransportError::Timeout(why),
@@ -238,18 +338,19 @@ fn quic_unreachable(
 }
 
 /// Joins the job and links this process to every other rank: shared memory to the ranks of
-/// this host, QUIC to the others (to all with `GFLOW_TRANSPORT=quic` on any rank; TLS over TCP
-/// instead of QUIC with `GFLOW_TRANSPORT=tcp`, to all ranks as `quic` does; ranks asking for
-/// both are refused on every rank).
+/// this host, QUIC to the others. `GFLOW_TRANSPORT` on any rank changes that: `quic`, QUIC to
+/// every rank; `tcp`, TLS over TCP instead of QUIC between hosts (shared memory within one);
+/// `tcp-all`, TLS over TCP to every rank. Ranks asking for different ones are refused on every
+/// rank.
 ///
 /// # Errors
 /// Rendezvous failures (wrong token, world size, duplicate or late rank), or a link that cannot
-/// be set up in time.
+/// be set up in time (10 s after the rendezvous for QUIC and TCP links).
 pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let cfg = &s.rendezvous;
     #[cfg(not(feature = "tcp"))]
-    if s.force_tcp {
-        return Err(no_tcp());
+    if s.transport.by_tcp() {
+        return Err(no_tcp(s.transport));
     }
     #[cfg(feature = "tcp")]
     let tcp_node = tcp::TcpNode::bind(wildcard_for(&cfg.master))?;
@@ -262,7 +363,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     #[cfg(feature = "quic")]
     let (quic_port, cert) = (node.port()?, node.fingerprint());
     #[cfg(not(feature = "quic"))]
-    let (quic_port, cert) = if s.force_quic {
+    let (quic_port, cert) = if s.transport == Forced::Quic {
         return Err(no_quic("GFLOW_TRANSPORT=quic asks for QUIC links"));
     } else {
         (0, [0; 32])
@@ -270,37 +371,26 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     let offer = rendezvous::Offer {
         quic_port,
         cert,
-        force_quic: s.force_quic,
+        transport: s.transport,
         shared_arena: arena::installed() && comm::refs_enabled(),
         tcp_port,
         tcp_cert,
-        force_tcp: s.force_tcp,
     };
     let mut session = rendezvous::join(cfg, &offer)?;
     let table = session.table.clone();
     let me = cfg.rank;
     let members = &table.members;
-    let asking = |f: fn(&rendezvous::Member) -> bool| -> Vec<usize> {
-        (0..cfg.world).filter(|&r| f(&members[r])).collect()
-    };
-    let (ask_quic, ask_tcp) = (asking(|m| m.force_quic), asking(|m| m.force_tcp));
-    if !ask_quic.is_empty() && !ask_tcp.is_empty() {
-        return Err(TransportError::Refused(format!(
-            "ranks {ask_quic:?} set GFLOW_TRANSPORT=quic but ranks {ask_tcp:?} set \
-             GFLOW_TRANSPORT=tcp: give every rank the same"
-        )));
-    }
-    let by_tcp = !ask_tcp.is_empty();
-    let everywhere = !ask_quic.is_empty() || by_tcp;
+    let transport = agreed(members)?;
+    let (by_tcp, everywhere) = (transport.by_tcp(), transport.everywhere());
     // Links over the network (QUIC, or TCP with `by_tcp`).
-    let by_quic = |peer: usize| everywhere || members[peer].host != members[me].host;
+    let by_net = |peer: usize| everywhere || members[peer].host != members[me].host;
     #[cfg(not(feature = "tcp"))]
     if by_tcp {
-        return Err(no_tcp());
+        return Err(no_tcp(transport));
     }
     #[cfg(feature = "tcp")]
     let tcp_peers: Vec<tcp::Peer> = (0..cfg.world)
-        .filter(|&p| by_tcp && p != me)
+        .filter(|&p| by_tcp && p != me && by_net(p))
         .map(|p| tcp::Peer {
             rank: p,
             addr: std::net::SocketAddr::new(members[p].quic.ip(), members[p].tcp_port),
@@ -308,7 +398,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
         })
         .collect();
     #[cfg(not(feature = "quic"))]
-    if let Some(p) = (0..cfg.world).find(|&p| p != me && by_quic(p) && !by_tcp) {
+    if let Some(p) = (0..cfg.world).find(|&p| p != me && by_net(p) && !by_tcp) {
         return Err(no_quic(&format!(
             "rank {p} runs on host {:?}, not on this rank's ({me}) host {:?}",
             members[p].host, members[me].host
@@ -316,7 +406,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     }
     #[cfg(feature = "quic")]
     let quic_peers: Vec<Peer> = (0..cfg.world)
-        .filter(|&p| p != me && by_quic(p) && !by_tcp)
+        .filter(|&p| p != me && by_net(p) && !by_tcp)
         .map(|p| Peer {
             rank: p,
             addr: members[p].quic,
@@ -330,7 +420,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     link::set_spinning(!oversubscribed(here));
     let mut outgoing: Vec<Option<Ring>> = Vec::with_capacity(cfg.world);
     for peer in 0..cfg.world {
-        outgoing.push(if peer == me || by_quic(peer) {
+        outgoing.push(if peer == me || by_net(peer) {
             None
         } else {
             Some(
@@ -362,7 +452,7 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     }
     #[cfg(feature = "quic")]
     if !quic_peers.is_empty() {
-        let deadline = Instant::now() + cfg.timeout.min(QUIC_LINK_TIMEOUT);
+        let deadline = Instant::now() + cfg.timeout.min(LINK_TIMEOUT);
         let pairs = node
             .link_all(me, table.job, &quic_peers, quic::stripes(here), deadline)
             .map_err(|e| quic_unreachable(me, members, &quic_peers, e))?;
@@ -372,8 +462,11 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
     }
     #[cfg(feature = "tcp")]
     if !tcp_peers.is_empty() {
-        let deadline = Instant::now() + cfg.timeout;
-        for (peer, pair) in tcp_node.link_all(me, table.job, &tcp_peers, deadline)? {
+        let deadline = Instant::now() + cfg.timeout.min(LINK_TIMEOUT);
+        let pairs = tcp_node
+            .link_all(me, table.job, &tcp_peers, deadline)
+            .map_err(|e| tcp_unreachable(me, members, &tcp_peers, e))?;
+        for (peer, pair) in pairs {
             links[peer] = Some(pair);
         }
     }
@@ -382,8 +475,8 @@ pub fn connect(s: &Settings) -> Result<NetComm, TransportError> {
             .iter()
             .all(|m| m.shared_arena && m.host == members[me].host);
     if tracing::enabled!(tracing::Level::INFO) {
-        let shm: Vec<usize> = (0..cfg.world).filter(|&p| p != me && !by_quic(p)).collect();
-        let net: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_quic(p)).collect();
+        let shm: Vec<usize> = (0..cfg.world).filter(|&p| p != me && !by_net(p)).collect();
+        let net: Vec<usize> = (0..cfg.world).filter(|&p| p != me && by_net(p)).collect();
         let (quic, tcp) = if by_tcp { (vec![], net) } else { (net, vec![]) };
         tracing::info!(
             rank = me,
@@ -431,8 +524,7 @@ mod without_quic {
                         },
                         timeout: Duration::from_secs(10),
                         max_frame: 1 << 20,
-                        force_quic: false,
-                        force_tcp: false,
+                        transport: Forced::Auto,
                     };
                     s.spawn(move || connect(&settings))
                 })

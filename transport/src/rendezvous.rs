@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::TransportError;
 use crate::control::Control;
+use crate::{Forced, TransportError};
 
 /// One rank of the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,8 +28,9 @@ pub struct Member {
     pub quic: SocketAddr,
     /// SHA-256 of its QUIC certificate (pinned by every peer).
     pub cert: [u8; 32],
-    /// It asked for QUIC everywhere (`GFLOW_TRANSPORT=quic`); one such rank decides for all.
-    pub force_quic: bool,
+    /// The links it asked for (`GFLOW_TRANSPORT`); one rank asking decides for all, and a job
+    /// whose ranks ask for different ones is refused.
+    pub transport: Forced,
     /// Its large buffers live in a shared arena that peers on its host may read
     /// ([`crate::arena`]), and it sends such payloads by reference.
     pub shared_arena: bool,
@@ -37,9 +38,6 @@ pub struct Member {
     pub tcp_port: u16,
     /// SHA-256 of its TCP links' certificate.
     pub tcp_cert: [u8; 32],
-    /// It asked for TLS over TCP everywhere (`GFLOW_TRANSPORT=tcp`); one such rank decides for
-    /// all, and a job with ranks asking for QUIC as well is refused.
-    pub force_tcp: bool,
 }
 
 impl Member {
@@ -48,11 +46,10 @@ impl Member {
         v.extend_from_slice(&u64::from(self.pid).to_le_bytes());
         put_bytes(v, self.quic.to_string().as_bytes());
         put_bytes(v, &self.cert);
-        v.extend_from_slice(&u64::from(self.force_quic).to_le_bytes());
+        v.extend_from_slice(&self.transport.code().to_le_bytes());
         v.extend_from_slice(&u64::from(self.shared_arena).to_le_bytes());
         v.extend_from_slice(&u64::from(self.tcp_port).to_le_bytes());
         put_bytes(v, &self.tcp_cert);
-        v.extend_from_slice(&u64::from(self.force_tcp).to_le_bytes());
     }
 
     fn decode(c: &mut Cur<'_>) -> Result<Member, TransportError> {
@@ -67,14 +64,13 @@ impl Member {
                 .bytes()?
                 .try_into()
                 .map_err(|_| bad("certificate fingerprint"))?,
-            force_quic: c.u64()? != 0,
+            transport: Forced::from_code(c.u64()?).ok_or_else(|| bad("transport"))?,
             shared_arena: c.u64()? != 0,
             tcp_port: u16::try_from(c.u64()?).map_err(|_| bad("TCP port"))?,
             tcp_cert: c
                 .bytes()?
                 .try_into()
                 .map_err(|_| bad("TCP certificate fingerprint"))?,
-            force_tcp: c.u64()? != 0,
         })
     }
 }
@@ -112,16 +108,14 @@ pub struct Offer {
     pub quic_port: u16,
     /// SHA-256 of its QUIC certificate.
     pub cert: [u8; 32],
-    /// It asks for QUIC everywhere.
-    pub force_quic: bool,
+    /// The links it asks for (`GFLOW_TRANSPORT`).
+    pub transport: Forced,
     /// It sends payloads in its shared arena by reference.
     pub shared_arena: bool,
     /// The port of its TCP listener.
     pub tcp_port: u16,
     /// SHA-256 of its TCP links' certificate.
     pub tcp_cert: [u8; 32],
-    /// It asks for TLS over TCP everywhere.
-    pub force_tcp: bool,
 }
 
 /// An open rendezvous: the table, and the connection(s) for the barrier round.
@@ -260,11 +254,10 @@ pub fn join(cfg: &Config, offer: &Offer) -> Result<Session, TransportError> {
         pid: std::process::id(),
         quic: SocketAddr::new(IpAddr::from([0, 0, 0, 0]), offer.quic_port),
         cert: offer.cert,
-        force_quic: offer.force_quic,
+        transport: offer.transport,
         shared_arena: offer.shared_arena,
         tcp_port: offer.tcp_port,
         tcp_cert: offer.tcp_cert,
-        force_tcp: offer.force_tcp,
     };
     if cfg.world == 1 {
         return Ok(Session {

@@ -1,5 +1,5 @@
-//! TCP links between hosts (`GFLOW_TRANSPORT=tcp`, for networks that block UDP): TLS 1.3 over
-//! TCP, with the trust of the QUIC links (`tls.rs`): a fresh certificate per process,
+//! TCP links between hosts (`GFLOW_TRANSPORT=tcp`, for networks that block UDP; `tcp-all` also
+//! within a host): TLS 1.3 over TCP, with the trust of the QUIC links (`tls.rs`): a fresh certificate per process,
 //! its fingerprint reported in the rendezvous, mutual verification against the pinned
 //! fingerprints, AES-128-GCM only. A process without the job token is not in the table, fails
 //! the handshake and receives no byte.
@@ -23,6 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TransportError;
+use crate::control::keep_alive;
 use crate::link::{Caps, LinkError, LinkPair, LinkRx, LinkTx};
 pub use crate::tls::Fingerprint;
 use crate::tls::{SERVER_NAME, fingerprint, pinned_client, pinned_server, tls_error};
@@ -33,12 +34,6 @@ const CHUNK: usize = 256 << 10;
 /// The longest one accepted connection may take to prove itself, so a silent stranger cannot
 /// hold up the acceptor.
 const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
-/// TCP keep-alive: a peer host that vanishes without a word (power, cable) is an error after
-/// about `KEEP_IDLE + KEEP_PROBES * KEEP_EVERY`, as QUIC's idle timeout makes it.
-const KEEP_IDLE: Duration = Duration::from_secs(2);
-const KEEP_EVERY: Duration = Duration::from_secs(1);
-#[cfg(any(target_os = "linux", target_os = "macos"))]
-const KEEP_PROBES: u32 = 4;
 
 /// A peer to link to: its rank, the address its listener is on, its certificate's fingerprint.
 #[derive(Clone, Debug)]
@@ -315,17 +310,12 @@ impl TcpNode {
 }
 
 /// No Nagle delay (a frame header must not wait for an acknowledgement), and keep-alive probes
-/// so a vanished host is noticed. Buffer sizes stay with the kernel's autotuning, which on
-/// Linux grows them up to `tcp_rmem`/`tcp_wmem` (a fixed `SO_RCVBUF` would turn it off and is
-/// capped lower, by `rmem_max`).
+/// so a vanished host is noticed ([`keep_alive`]). Buffer sizes stay with the kernel's
+/// autotuning, which on Linux grows them up to `tcp_rmem`/`tcp_wmem` (a fixed `SO_RCVBUF` would
+/// turn it off and is capped lower, by `rmem_max`).
 fn tune(sock: &TcpStream) -> std::io::Result<()> {
     sock.set_nodelay(true)?;
-    let keep = socket2::TcpKeepalive::new()
-        .with_time(KEEP_IDLE)
-        .with_interval(KEEP_EVERY);
-    #[cfg(any(target_os = "linux", target_os = "macos"))]
-    let keep = keep.with_retries(KEEP_PROBES);
-    socket2::SockRef::from(sock).set_tcp_keepalive(&keep)
+    keep_alive(sock)
 }
 
 /// Makes `sock`'s blocking calls give up at `deadline` (the handshake's).

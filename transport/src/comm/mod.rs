@@ -169,7 +169,9 @@ impl NetComm {
 
     /// Waits (up to `timeout`) until every queued message has been written, closes the links so
     /// peers see an orderly end, waits for the peers to close theirs, and says `BYE` on the
-    /// control channel (this rank ends in order). Called at process exit.
+    /// control channel (this rank ends in order; rank 0, when it has a link over the network,
+    /// then stays until every rank has ended, at most the receive timeout, telling each of the
+    /// others' ends). Called at process exit.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
@@ -189,8 +191,16 @@ impl NetComm {
                 side.link.drain(deadline);
             }
         }
+        // Rank 0 stays the control channel's hub only while some peer is over the network: over
+        // shared memory every rank sees a peer's death itself (its pid), and waiting at exit
+        // gives threads of other libraries time to run on state their destructors freed.
+        let linger = if self.kinds.iter().any(|k| *k != "shm") {
+            self.timeout
+        } else {
+            Duration::ZERO
+        };
         if let Some(c) = &self.control {
-            c.bye();
+            c.bye(linger);
         }
     }
 
