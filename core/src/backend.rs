@@ -90,6 +90,41 @@ macro_rules! backend_method {
         ) -> Result<Self::Storage>
         $body
     };
+    (
+        [$(#[$doc:meta])*] $name:ident [$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*]
+        host $host:block
+    ) => {
+        $(#[$doc])*
+        ///
+        /// Provided on the host (download, the CPU kernel, upload) for a backend without it.
+        fn $name(
+            &$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*
+        ) -> Result<Self::Storage> {
+            $(downloaded!($s, $kind, $p);)*
+            let out: Result<HostData> = $host;
+            $s.upload(&out?)
+        }
+    };
+}
+
+/// A host-bodied kernel's default: rebinds a tensor argument to its download.
+macro_rules! downloaded {
+    ($s:ident, val, $p:ident) => {};
+    ($s:ident, $kind:ident, $p:ident) => {
+        let $p = &$s.download($p)?;
+    };
+}
+
+/// The host face of one kernel: its host body on host data when it has one (the CPU computes
+/// it with no copy), else the backend's method.
+macro_rules! host_kernel {
+    ($s:ident $name:ident [$($p:ident)*] host $host:block) => {{
+        let out: Result<HostData> = $host;
+        out.map(Buffer::from)
+    }};
+    ($s:ident $name:ident [$($p:ident)*]) => {
+        Backend::$name($s $(, $p)*).map(Buffer::from)
+    };
 }
 
 /// Whether [`Resident`] runs a kernel on its device for this argument (else on the host).
@@ -146,7 +181,8 @@ macro_rules! kernel_list {
     (
         $(
             $(#[$doc:meta])*
-            fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*) $($body:block)?;
+            fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*)
+                $(host $host_body:block)? $($body:block)?;
         )*
         host { $($host:tt)* }
     ) => {
@@ -191,7 +227,9 @@ macro_rules! kernel_list {
                 copies: &[(&Self::Storage, StridedCopy)],
             ) -> Result<Self::Storage>;
 
-            $(backend_method!([$(#[$doc])*] $name [$s $(, $p: $kind $(<$t>)?)*] $($body)?);)*
+            $(backend_method!(
+                [$(#[$doc])*] $name [$s $(, $p: $kind $(<$t>)?)*] $(host $host_body)? $($body)?
+            );)*
         }
 
         /// A backend's kernels on [`Buffer`]s, object-safe: what operators call. The CPU
@@ -249,7 +287,7 @@ macro_rules! kernel_list {
                     &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
                 ) -> Result<Buffer> {
                     $(host_arg!($kind, $p);)*
-                    Backend::$name($s $(, $p)*).map(Buffer::from)
+                    host_kernel!($s $name [$($p)*] $(host $host_body)?)
                 }
             )*
         }
@@ -320,6 +358,25 @@ macro_rules! kernel_table {
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
+            /// The lower (upper) triangle over the last two dims of `x` (of `shape`) from
+            /// diagonal `k`, the buffer's first element sitting at global (row, column) `origin`
+            /// (a piece of a split matrix): elements outside it are zero.
+            fn triangle(
+                &self,
+                x: hold,
+                shape: val<&[usize]>,
+                k: val<i64>,
+                upper: val<bool>,
+                origin: val<(usize, usize)>
+            ) host {
+                Ok(select::triangle(x, shape, k, upper, origin))
+            };
+            /// The (I64) index of the largest (`max`) or smallest element of `x` along `dim`:
+            /// the first NaN wins, else the lowest index among equals (PyTorch's).
+            fn arg_reduce(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, max: val<bool>)
+            host {
+                Ok(select::arg_reduce(x, shape, dim, max))
+            };
             /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
             fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
                 let copy = $crate::shape::StridedCopy::permute(shape, perm);
@@ -358,7 +415,8 @@ macro_rules! __kernels {
     };
     ([forward $ops:ident] $(
         $(#[$doc:meta])*
-        fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*) $($body:block)?;
+        fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*)
+            $(host $host:block)? $($body:block)?;
     )*) => {
         $($crate::__forward_kernel!([$ops] $name [$s $(, $p: $kind $(<$t>)?)*] $($body)?);)*
     };
@@ -440,22 +498,6 @@ kernel_table!(faces {
     /// `x` clamped to `[lo, hi]`.
     fn clamp(&self, x: &Buffer, lo: Option<f64>, hi: Option<f64>) -> Result<Buffer> {
         Ok(select::clamp(x.host()?, lo, hi).into())
-    }
-    /// The lower (upper) triangle over the last two dims from diagonal `k`, the buffer's first
-    /// element sitting at global (row, column) `origin`.
-    fn triangle(
-        &self,
-        x: &Buffer,
-        shape: &[usize],
-        k: i64,
-        upper: bool,
-        origin: (usize, usize),
-    ) -> Result<Buffer> {
-        Ok(select::triangle(x.host()?, shape, k, upper, origin).into())
-    }
-    /// The (I64) index of the largest or smallest element along `dim` (lowest on ties).
-    fn arg_reduce(&self, x: &Buffer, shape: &[usize], dim: usize, max: bool) -> Result<Buffer> {
-        Ok(select::arg_reduce(x.host()?, shape, dim, max).into())
     }
     /// `torch.gather(x, dim, idx)`; indices checked by core.
     fn gather_dim(

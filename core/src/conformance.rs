@@ -52,7 +52,8 @@ macro_rules! conformance_tests {
     ($backend:literal, |$case:ident| $make:expr) => {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
-            permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise);
+            permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
+            triangle_masks, arg_reductions);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -699,6 +700,110 @@ pub fn large_elementwise<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
             op: "conformance",
             reason: format!("large max is {got:?}"),
         });
+    }
+    Ok(())
+}
+
+/// The stored dtypes the masks and index kernels move (each on the device that holds it).
+const HELD: [DType; 3] = [DType::F32, DType::F64, DType::I64];
+
+/// `v` as host data of any dtype (integers truncated toward zero).
+fn typed(dtype: DType, v: &[f64]) -> HostData {
+    HostData::F64(v.to_vec()).cast(dtype)
+}
+
+/// tril/triu of a batch of matrices, whole and as a piece of a larger split matrix (its first
+/// element at a global (row, column) origin), on every dtype the device holds.
+pub fn triangle_masks<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let shape = [3, 5, 7];
+    let n: usize = shape.iter().product();
+    // 105 elements of f64/i64 are past 1 KiB (the small-binding suite's piece path)
+    let x: Vec<f64> = vals(n, 21, false).iter().map(|v| v * 50.0).collect();
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        let xs = typed(dtype, &x);
+        let exact: Vec<f64> = xs.to_f64_vec();
+        let xb = Buffer::from(xs);
+        for (k, upper, origin) in [
+            (0, false, (0, 0)),
+            (-1, false, (0, 0)),
+            (2, true, (0, 0)),
+            (0, true, (3, 1)),
+            (-2, false, (4, 6)),
+            (100, false, (0, 0)),
+            (-100, true, (0, 0)),
+        ] {
+            let want: Vec<f64> = (0..n)
+                .map(|i| {
+                    let (r, c) = (i / shape[2] % shape[1] + origin.0, i % shape[2] + origin.1);
+                    let d = c as i64 - r as i64;
+                    let keep = if upper { d >= k } else { d <= k };
+                    if keep { exact[i] } else { 0.0 }
+                })
+                .collect();
+            let got = b.triangle(&xb, &shape, k, upper, origin)?;
+            let what = format!("triangle k={k} upper={upper} origin={origin:?}");
+            expect(b, &what, &got, &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// argmax/argmin along each dim, with ties (lowest index wins) and NaNs (the first wins), and
+/// along a line longer than a GPU pass.
+pub fn arg_reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let arg_ref = |x: &[f64], shape: &[usize], dim: usize, max: bool| -> Vec<f64> {
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let outer: usize = shape[..dim].iter().product();
+        let mut out = vec![];
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |l: usize| x[(o * len + l) * inner + i];
+                let first_nan = (0..len).find(|&l| at(l).is_nan());
+                let best = first_nan.unwrap_or_else(|| {
+                    (0..len).fold(0, |best, l| {
+                        let (v, w) = (at(l), at(best));
+                        if (max && v > w) || (!max && v < w) { l } else { best }
+                    })
+                });
+                out.push(best as f64);
+            }
+        }
+        out
+    };
+    for dtype in computed(b) {
+        let shape = [4, 6, 5];
+        let mut x = vals(120, 31, false);
+        // ties: repeated maxima and minima in some lines, NaNs in others
+        for i in [7, 37, 67] {
+            x[i] = 5.0;
+        }
+        for i in [2, 12, 22] {
+            x[i] = -5.0;
+        }
+        x[33] = f64::NAN;
+        x[98] = f64::NAN;
+        x[118] = f64::NAN;
+        let x = rounded(dtype, &x);
+        let xb = buf(dtype, &x);
+        for dim in 0..3 {
+            for max in [true, false] {
+                let got = b.arg_reduce(&xb, &shape, dim, max)?;
+                let what = format!("arg_reduce dim={dim} max={max}");
+                expect(b, &what, &got, &arg_ref(&x, &shape, dim, max), DType::I64)?;
+            }
+        }
+        // a line of 40000 (several GPU passes) with its maximum late and a tie after it
+        let long = 40_000;
+        let mut x: Vec<f64> = (0..2 * long).map(|i| ((i * 7919) % 1000) as f64).collect();
+        x[long - 5] = 2000.0;
+        x[long - 1] = 2000.0;
+        x[long + 35_000] = -1.0;
+        let xb = buf(dtype, &x);
+        for max in [true, false] {
+            let got = b.arg_reduce(&xb, &[2, long], 1, max)?;
+            let want = arg_ref(&x, &[2, long], 1, max);
+            expect(b, "arg_reduce long lines", &got, &want, DType::I64)?;
+        }
     }
     Ok(())
 }
