@@ -804,6 +804,9 @@ pub fn arg_reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
             let want = arg_ref(&x, &[2, long], 1, max);
             expect(b, "arg_reduce long lines", &got, &want, DType::I64)?;
         }
+        let empty = buf(dtype, &[]);
+        let got = b.arg_reduce(&empty, &[3, 0], 1, true)?;
+        expect(b, "arg_reduce of an empty dim", &got, &[0.0; 3], DType::I64)?;
     }
     Ok(())
 }

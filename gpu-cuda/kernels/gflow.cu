@@ -236,6 +236,38 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
 }
 
+// x with the elements outside the lower (upper) triangle of its last two dims (rows, cols)
+// from diagonal k zeroed; x's first element sits at global (row, column) (orow, ocol).
+template <typename W>
+__device__ void triangle_k(const W *x, W *out, u64 n, u64 rows, u64 cols, i64 k, int upper,
+                           u64 orow, u64 ocol) {
+    FOR_EACH(i, n) {
+        i64 d = (i64)(i % cols + ocol) - (i64)(i / cols % rows + orow);
+        bool keep = upper ? d >= k : d <= k;
+        out[i] = keep ? x[i] : W(0);
+    }
+}
+
+// The index of the largest (max) or smallest element along the middle dim of x viewed as
+// (outer, len, inner), one thread per line: the first NaN wins, else the lowest index among
+// equals (PyTorch's).
+template <typename T>
+__device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner, int max) {
+    FOR_EACH(o, outer * inner) {
+        u64 base = o / inner * len * inner + o % inner, best = 0;
+        T b = x[base];
+        for (u64 l = 1; l < len; ++l) {
+            T v = x[base + l * inner];
+            bool better = b != b ? false : (v != v ? true : (max ? v > b : v < b));
+            if (better) {
+                best = l;
+                b = v;
+            }
+        }
+        out[o] = (i64)best;
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -266,6 +298,10 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     extern "C" __global__ void scatter_add_rows_##S(const T *src, const i64 *idx, T *out,        \
                                                     u64 n_idx, u64 len) {                        \
         scatter_add_rows_k<T>(src, idx, out, n_idx, len);                                        \
+    }                                                                                            \
+    extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
+                                              u64 inner, int max) {                              \
+        arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
     }
 
 #define WORD_KERNELS(W, S)                                                                       \
@@ -276,6 +312,10 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     extern "C" __global__ void gather_rows_##S(const W *table, const i64 *idx, W *out,          \
                                                u64 n_idx, u64 len) {                             \
         gather_rows_k<W>(table, idx, out, n_idx, len);                                           \
+    }                                                                                            \
+    extern "C" __global__ void triangle_##S(const W *x, W *out, u64 n, u64 rows, u64 cols,      \
+                                            i64 k, int upper, u64 orow, u64 ocol) {             \
+        triangle_k<W>(x, out, n, rows, cols, k, upper, orow, ocol);                              \
     }
 
 FLOAT_KERNELS(float, f32)

@@ -29,7 +29,7 @@ const FUNCTIONS: [&str; 12] = [
     "softmax_rows_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 8] = [
+const MORE_FUNCTIONS: [&str; 12] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -38,6 +38,10 @@ const MORE_FUNCTIONS: [&str; 8] = [
     "strided_w8",
     "gather_rows_w4",
     "gather_rows_w8",
+    "triangle_w4",
+    "triangle_w8",
+    "arg_reduce_f32",
+    "arg_reduce_f64",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

@@ -103,6 +103,38 @@ int main() {
   // binary flat f32
   { std::vector<float> a{1, 2, 3}, b{4, 5, 6}, o(3); launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 3, 3); });
     CHECK(o[0] == 0.25f && o[2] == 0.5f, "div"); }
+  // triangle: a (2, 3, 4) batch, 4- and 8-byte words, every k and side, origins of a piece
+  { std::vector<unsigned> x(24), o(24); std::vector<unsigned long long> xw(24), ow(24);
+    for (int i = 0; i < 24; ++i) { x[i] = i + 1; xw[i] = (1ULL << 40) + i; }
+    for (int k = -3; k <= 4; ++k) for (int up = 0; up < 2; ++up) for (int orr = 0; orr < 3; orr += 2) {
+      launch(2, [&] { triangle_w4(x.data(), o.data(), 24, 3, 4, k, up, orr, 1); });
+      launch(1, [&] { triangle_w8(xw.data(), ow.data(), 24, 3, 4, k, up, orr, 1); });
+      for (int i = 0; i < 24; ++i) {
+        long long d = (long long)(i % 4 + 1) - (long long)(i / 4 % 3 + orr);
+        bool keep = up ? d >= k : d <= k;
+        CHECK(o[i] == (keep ? x[i] : 0u) && ow[i] == (keep ? xw[i] : 0ULL), "triangle k=%d up=%d at %d", k, up, i);
+      } } }
+  // arg_reduce over each dim of (3, 4, 5), ties to the lowest index, the first NaN wins
+  { std::vector<double> x(60); std::vector<long long> o(20);
+    for (int i = 0; i < 60; ++i) x[i] = (i * 37) % 11;
+    x[17] = NAN; x[42] = NAN;
+    int shape[3] = {3, 4, 5};
+    for (int dim = 0; dim < 3; ++dim) for (int mx = 0; mx < 2; ++mx) {
+      long long outer = 1, inner = 1, len = shape[dim];
+      for (int d = 0; d < dim; ++d) outer *= shape[d];
+      for (int d = dim + 1; d < 3; ++d) inner *= shape[d];
+      launch(1, [&] { arg_reduce_f64(x.data(), o.data(), outer, len, inner, mx); });
+      for (long long l = 0; l < outer * inner; ++l) {
+        long long base = l / inner * len * inner + l % inner, best = -1;
+        for (long long j = 0; j < len && best < 0; ++j) if (std::isnan(x[base + j * inner])) best = j;
+        if (best < 0) { best = 0;
+          for (long long j = 1; j < len; ++j) { double v = x[base + j * inner], b = x[base + best * inner];
+            if (mx ? v > b : v < b) best = j; } }
+        CHECK(o[l] == best, "arg_reduce dim %d max %d line %lld: %lld vs %lld", dim, mx, l, o[l], best);
+      } }
+    std::vector<float> xf{3, 1, 3, 0, 1, 0}; std::vector<long long> of(2);
+    launch(1, [&] { arg_reduce_f32(xf.data(), of.data(), 2, 3, 1, 1); });
+    CHECK(of[0] == 0 && of[1] == 1, "arg_reduce f32 ties %lld %lld", of[0], of[1]); }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

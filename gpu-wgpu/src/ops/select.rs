@@ -1,6 +1,7 @@
 //! Selection kernels: triangle masks (tril/triu) and arg-reductions (argmax/argmin).
 
-use gflow_core::{DType, Result};
+use gflow_core::backend::Backend;
+use gflow_core::{DType, HostData, Result};
 
 use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
 
@@ -62,10 +63,11 @@ pub(crate) fn arg_reduce(
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     let lines: usize = shape[..dim].iter().product::<usize>() * inner;
-    let out = w.new_storage(lines, DType::I64)?;
     if len * lines == 0 {
-        return Ok(out);
+        // no element to compare: index 0 for every line (as the host's)
+        return w.upload(&HostData::I64(vec![0; lines]));
     }
+    let out = w.new_storage(lines, DType::I64)?;
     // f32 elements a binding holds past its alignment; a line's (index, value) and every
     // pass's slice of `inner` elements must fit
     let room = ((w.max_binding - w.align) / 4) as usize;
