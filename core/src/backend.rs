@@ -58,6 +58,9 @@ macro_rules! __kernel_arg {
     (storage, holds) => {
         &[&Self::Storage]
     };
+    (storage, hold3) => {
+        [&Self::Storage; 3]
+    };
     (storage, $kind:ident) => {
         &Self::Storage
     };
@@ -66,6 +69,9 @@ macro_rules! __kernel_arg {
     };
     (buffer, holds) => {
         &[&$crate::storage::Buffer]
+    };
+    (buffer, hold3) => {
+        [&$crate::storage::Buffer; 3]
     };
     (buffer, $kind:ident) => {
         &$crate::storage::Buffer
@@ -110,6 +116,10 @@ macro_rules! backend_method {
 /// A host-bodied kernel's default: rebinds a tensor argument to its download.
 macro_rules! downloaded {
     ($s:ident, val, $p:ident) => {};
+    ($s:ident, hold3, $p:ident) => {
+        let held = [$s.download($p[0])?, $s.download($p[1])?, $s.download($p[2])?];
+        let $p = [&held[0], &held[1], &held[2]];
+    };
     ($s:ident, $kind:ident, $p:ident) => {
         let $p = &$s.download($p)?;
     };
@@ -141,6 +151,9 @@ macro_rules! on_device {
     ($s:ident, holds, $p:ident) => {
         $s.holds($p)
     };
+    ($s:ident, hold3, $p:ident) => {
+        $s.holds(&$p)
+    };
 }
 
 /// [`Resident`]: rebinds a tensor argument to its storage on the device (uploaded if needed).
@@ -154,6 +167,14 @@ macro_rules! device_arg {
             .collect::<Result<Vec<_>>>()?;
         let $p = &$p[..];
     };
+    ($s:ident, hold3, $p:ident) => {
+        let held = [$s.input($p[0])?, $s.input($p[1])?, $s.input($p[2])?];
+        let $p = [
+            Resident::<B>::storage(&held[0])?,
+            Resident::<B>::storage(&held[1])?,
+            Resident::<B>::storage(&held[2])?,
+        ];
+    };
     ($s:ident, $kind:ident, $p:ident) => {
         let held = $s.input($p)?;
         let $p = Resident::<B>::storage(&held)?;
@@ -166,6 +187,9 @@ macro_rules! host_arg {
     (holds, $p:ident) => {
         let $p = $p.iter().map(|x| x.host()).collect::<Result<Vec<_>>>()?;
         let $p = &$p[..];
+    };
+    (hold3, $p:ident) => {
+        let $p = [$p[0].host()?, $p[1].host()?, $p[2].host()?];
     };
     ($kind:ident, $p:ident) => {
         let $p = $p.host()?;
@@ -200,10 +224,10 @@ macro_rules! kernel_list {
             fn computes(&self, _dtype: DType) -> bool {
                 true
             }
-            /// Whether the device holds buffers of `dtype` (the round-1 set by default: F32,
-            /// F64, I64); kernels on other dtypes run on the host copy.
-            fn stores(&self, dtype: DType) -> bool {
-                matches!(dtype, DType::F32 | DType::F64 | DType::I64)
+            /// Whether the device holds buffers of `dtype` (every dtype by default, as host
+            /// memory does); kernels on other dtypes run on the host copy.
+            fn stores(&self, _dtype: DType) -> bool {
+                true
             }
             /// Copies host data to the device.
             fn upload(&self, data: &HostData) -> Result<Self::Storage>;
@@ -297,8 +321,10 @@ macro_rules! kernel_list {
 /// The kernel list: every kernel, declared once, as `fn name(&self, param: kind, ...);` with
 /// the kinds `val<T>` (a plain value), `compute` (a tensor the kernel computes on: the device
 /// must hold and compute in its dtype, else [`Resident`] runs the kernel on the host), `hold`
-/// (a tensor only moved or indexed with: the device must hold its dtype) and `holds` (a list of
-/// those). Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
+/// (a tensor only moved or indexed with: the device must hold its dtype), `holds` (a list of
+/// those) and `hold3` (an array of three). An entry with `host { ... }` (its body computing on
+/// the host data of its arguments) has that as its CPU implementation and as [`Backend`]'s
+/// default (download, compute, upload), so core needs no CPU backend method for it. Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
 /// backend's `impl Backend` block writes each kernel method as a call of the function of the
 /// same name in the backend's module `ops` (`ops::unary(self, op, x)`), so a GPU backend's
 /// kernel is one function in its operator family's file. Entries with a body (permute, slice,
@@ -358,6 +384,29 @@ macro_rules! kernel_table {
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
+            /// `op(a, b)` (a [`CmpOp`]) with `a` and `b` (same dtype) broadcast to `out_shape`,
+            /// as Bool.
+            fn compare(
+                &self,
+                op: val<$crate::backend::CmpOp>,
+                a: compute,
+                a_shape: val<&[usize]>,
+                b: compute,
+                b_shape: val<&[usize]>,
+                out_shape: val<&[usize]>
+            ) host {
+                select::compare(op, a, a_shape, b, b_shape, out_shape)
+            };
+            /// `cond ? a : b` (`torch.where`) with `xs = [cond, a, b]` (cond Bool, `a` and `b`
+            /// of one dtype) of `shapes` broadcast to `out_shape`.
+            fn select(
+                &self,
+                xs: hold3,
+                shapes: val<[&[usize]; 3]>,
+                out_shape: val<&[usize]>
+            ) host {
+                select::select(xs, shapes, out_shape)
+            };
             /// The lower (upper) triangle over the last two dims of `x` (of `shape`) from
             /// diagonal `k`, the buffer's first element sitting at global (row, column) `origin`
             /// (a piece of a split matrix): elements outside it are zero.
@@ -440,28 +489,6 @@ kernel_table!(faces {
     /// `x` cast to `dtype` (PyTorch's casts).
     fn cast(&self, x: &Buffer, dtype: DType) -> Result<Buffer> {
         Ok(select::cast(x.host()?, dtype).into())
-    }
-    /// `op(a, b)` with broadcasting, as Bool; `a` and `b` share a dtype.
-    fn compare(
-        &self,
-        op: CmpOp,
-        a: &Buffer,
-        a_shape: &[usize],
-        b: &Buffer,
-        b_shape: &[usize],
-        out_shape: &[usize],
-    ) -> Result<Buffer> {
-        select::compare(op, a.host()?, a_shape, b.host()?, b_shape, out_shape).map(Buffer::from)
-    }
-    /// `cond ? a : b` with broadcasting over (cond, a, b); `cond` is Bool.
-    fn select(
-        &self,
-        xs: [&Buffer; 3],
-        shapes: [&[usize]; 3],
-        out_shape: &[usize],
-    ) -> Result<Buffer> {
-        let hosts = [xs[0].host()?, xs[1].host()?, xs[2].host()?];
-        select::select(hosts, shapes, out_shape).map(Buffer::from)
     }
     /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
     /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm).

@@ -53,7 +53,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions);
+            triangle_masks, arg_reductions, comparisons, where_select);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -172,7 +172,11 @@ pub fn round_trip<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         HostData::F32(vec![1.5, -2.0, 3.25]),
         HostData::F64(vec![0.1, 1e300]),
         HostData::I64(vec![i64::MIN, 7]),
+        HostData::Bool(vec![1, 0, 0, 1, 1]),
     ] {
+        if !b.backend().stores(d.dtype()) {
+            continue;
+        }
         let got = b.permute(&d.clone().into(), &[d.len()], &[0])?;
         if got.resident_on().is_none() || got.host()? != &d {
             return Err(Error::InvalidArgument {
@@ -710,6 +714,92 @@ const HELD: [DType; 3] = [DType::F32, DType::F64, DType::I64];
 /// `v` as host data of any dtype (integers truncated toward zero).
 fn typed(dtype: DType, v: &[f64]) -> HostData {
     HostData::F64(v.to_vec()).cast(dtype)
+}
+
+/// Every comparison with broadcasting and without, ties and NaN included; the result is Bool.
+pub fn comparisons<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    use crate::backend::CmpOp;
+    let cmp = |op: CmpOp, p: f64, q: f64| match op {
+        CmpOp::Eq => p == q,
+        CmpOp::Ne => p != q,
+        CmpOp::Lt => p < q,
+        CmpOp::Le => p <= q,
+        CmpOp::Gt => p > q,
+        CmpOp::Ge => p >= q,
+    };
+    // halves in [-2, 2]: many ties; past 1 KiB, so GPUs bind them in pieces
+    let halves = |n, seed| -> Vec<f64> {
+        vals(n, seed, false).iter().map(|v| (v * 2.0).round() / 2.0).collect()
+    };
+    for dtype in computed(b) {
+        // rows of the first dim fit 1 KiB (GPUs bind in blocks of them)
+        let (sa, sb, so) = ([12, 1, 50], [2, 1], [12, 2, 50]);
+        let mut x = halves(600, 41);
+        x[3] = f64::NAN;
+        let y = halves(2, 42);
+        let (xb, yb) = (buf(dtype, &x), buf(dtype, &y));
+        let flat_y = halves(600, 43);
+        let fb = buf(dtype, &flat_y);
+        for &op in CmpOp::ALL {
+            let want: Vec<f64> = (0..so.iter().product())
+                .map(|i| {
+                    let (p, q) = (x[i / 100 * 50 + i % 50], y[i / 50 % 2]);
+                    f64::from(u8::from(cmp(op, p, q)))
+                })
+                .collect();
+            let got = b.compare(op, &xb, &sa, &yb, &sb, &so)?;
+            expect(b, &format!("compare {op:?} broadcast"), &got, &want, DType::Bool)?;
+            let want: Vec<f64> = x
+                .iter()
+                .zip(&flat_y)
+                .map(|(&p, &q)| f64::from(u8::from(cmp(op, p, q))))
+                .collect();
+            let got = b.compare(op, &xb, &[600], &fb, &[600], &[600])?;
+            expect(b, &format!("compare {op:?}"), &got, &want, DType::Bool)?;
+        }
+    }
+    Ok(())
+}
+
+/// `where(cond, a, b)` with each of the three broadcast (a 0-d `b` included) and without, on
+/// every dtype the device holds.
+pub fn where_select<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let flags = |n: usize, seed| -> Vec<u8> {
+        vals(n, seed, false).iter().map(|v| u8::from(*v > 0.0)).collect()
+    };
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        let x = typed(dtype, &vals(600, 51, false).iter().map(|v| v * 9.0).collect::<Vec<_>>());
+        let y = typed(dtype, &vals(1200, 52, false).iter().map(|v| v * 9.0).collect::<Vec<_>>());
+        let (xv, yv) = (x.to_f64_vec(), y.to_f64_vec());
+        let (xb, yb) = (Buffer::from(x), Buffer::from(y));
+        let c = flags(24, 53);
+        let cb = Buffer::from(HostData::Bool(c.clone()));
+        // cond (12, 2, 1), a (12, 1, 50), b (12, 2, 50) -> (12, 2, 50); past 1 KiB, rows of
+        // the first dim within it (GPUs bind in blocks of them)
+        let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[12, 2, 50]];
+        let want: Vec<f64> = (0..1200)
+            .map(|i| if c[i / 50] == 1 { xv[i / 100 * 50 + i % 50] } else { yv[i] })
+            .collect();
+        let got = b.select([&cb, &xb, &yb], shapes, &[12, 2, 50])?;
+        expect(b, "where broadcast", &got, &want, dtype)?;
+        // a 0-d b
+        let s = Buffer::from(typed(dtype, &[-7.0]));
+        let want: Vec<f64> = (0..1200)
+            .map(|i| if c[i / 50] == 1 { xv[i / 100 * 50 + i % 50] } else { -7.0 })
+            .collect();
+        let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[]];
+        let got = b.select([&cb, &xb, &s], shapes, &[12, 2, 50])?;
+        expect(b, "where with a 0-d operand", &got, &want, dtype)?;
+        // no broadcasting
+        let c = flags(600, 54);
+        let cb = Buffer::from(HostData::Bool(c.clone()));
+        let want: Vec<f64> = (0..600).map(|i| if c[i] == 1 { xv[i] } else { yv[i] }).collect();
+        let shapes: [&[usize]; 3] = [&[600], &[600], &[600]];
+        let y600 = Buffer::from(typed(dtype, &yv[..600]));
+        let got = b.select([&cb, &xb, &y600], shapes, &[600])?;
+        expect(b, "where", &got, &want, dtype)?;
+    }
+    Ok(())
 }
 
 /// tril/triu of a batch of matrices, whole and as a piece of a larger split matrix (its first

@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 10] = [
+const KERNELS: [(&str, &str); 11] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -21,6 +21,7 @@ const KERNELS: [(&str, &str); 10] = [
     ("rows", include_str!("../shaders/rows.wgsl")),
     ("triangle", include_str!("../shaders/triangle.wgsl")),
     ("arg_reduce", include_str!("../shaders/arg_reduce.wgsl")),
+    ("where", include_str!("../shaders/where.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).

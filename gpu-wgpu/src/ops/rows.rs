@@ -2,7 +2,7 @@
 
 use gflow_core::{DType, Error, Result};
 
-use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
+use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error, elem_bytes};
 
 /// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
 pub(crate) fn gather_rows(
@@ -14,7 +14,7 @@ pub(crate) fn gather_rows(
 ) -> Result<WgpuStorage> {
     w.check_indices(indices, rows, "gather_rows")?;
     let out = w.new_storage(indices.len * row_len, table.dtype)?;
-    let rw = row_len * table.dtype.size() / 4;
+    let rw = row_len * elem_bytes(table.dtype) / 4;
     w.rows_blocks(false, table, rows, rw, indices, &out)?;
     Ok(out)
 }

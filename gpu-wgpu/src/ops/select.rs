@@ -1,9 +1,24 @@
-//! Selection kernels: triangle masks (tril/triu) and arg-reductions (argmax/argmin).
+//! Selection kernels: `where`, triangle masks (tril/triu) and arg-reductions (argmax/argmin).
 
 use gflow_core::backend::Backend;
 use gflow_core::{DType, HostData, Result};
 
-use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
+use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error, elem_bytes};
+
+/// [`Backend::select`](gflow_core::backend::Backend::select) on this device (any dtype it
+/// holds, as words).
+pub(crate) fn select(
+    w: &WgpuBackend,
+    [cond, a, b]: [&WgpuStorage; 3],
+    [c_shape, a_shape, b_shape]: [&[usize]; 3],
+    out_shape: &[usize],
+) -> Result<WgpuStorage> {
+    let out = w.new_storage(out_shape.iter().product(), a.dtype)?;
+    let words = (elem_bytes(a.dtype) / 4) as u32;
+    let inputs = [(cond, c_shape), (a, a_shape), (b, b_shape)];
+    w.broadcast("where", words, &inputs, &out, out_shape)?;
+    Ok(out)
+}
 
 /// [`Backend::triangle`](gflow_core::backend::Backend::triangle) on this device (any dtype it
 /// holds, as words).
@@ -15,10 +30,7 @@ pub(crate) fn triangle(
     upper: bool,
     origin: (usize, usize),
 ) -> Result<WgpuStorage> {
-    let words = x.dtype.size() / 4;
-    if words == 0 {
-        return Err(device_error(format!("triangle: wgpu holds no {}", x.dtype)));
-    }
+    let words = elem_bytes(x.dtype) / 4;
     let out = w.new_storage(x.len, x.dtype)?;
     let n = shape.len();
     let (rows, cols) = (shape[n - 2], shape[n - 1]);
