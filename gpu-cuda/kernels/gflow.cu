@@ -236,6 +236,51 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
 }
 
+// The offsets in each of k inputs of output element i under broadcasting (meta: the output
+// shape, then each input's element strides, nd each; 0 where the input broadcasts).
+__device__ __forceinline__ void bcast_at(u64 i, int nd, const i64 *meta, int k, u64 *off) {
+    for (int j = 0; j < k; ++j) off[j] = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+        u64 c = i % (u64)meta[d];
+        i /= (u64)meta[d];
+        for (int j = 0; j < k; ++j) off[j] += c * (u64)meta[(j + 1) * nd + d];
+    }
+}
+
+// op: a CMP_* code (NaN compares unequal to everything).
+template <typename T> __device__ __forceinline__ bool compare_value(int op, T a, T b) {
+    switch (op) {
+    case CMP_EQ: return a == b;
+    case CMP_NE: return a != b;
+    case CMP_LT: return a < b;
+    case CMP_LE: return a <= b;
+    case CMP_GT: return a > b;
+    default: return a >= b;
+    }
+}
+
+// out (a Bool word per element) = a op b, broadcast (meta: out shape, a's and b's strides).
+template <typename T>
+__device__ void compare_k(const T *a, const T *b, unsigned *out, u64 n, int op, int nd,
+                          const i64 *meta) {
+    FOR_EACH(i, n) {
+        u64 off[2];
+        bcast_at(i, nd, meta, 2, off);
+        out[i] = compare_value(op, a[off[0]], b[off[1]]) ? 1u : 0u;
+    }
+}
+
+// torch.where: out = cond ? a : b, broadcast (meta: out shape, cond's, a's and b's strides).
+template <typename W>
+__device__ void where_k(const unsigned *cond, const W *a, const W *b, W *out, u64 n, int nd,
+                        const i64 *meta) {
+    FOR_EACH(i, n) {
+        u64 off[3];
+        bcast_at(i, nd, meta, 3, off);
+        out[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
 // x with the elements outside the lower (upper) triangle of its last two dims (rows, cols)
 // from diagonal k zeroed; x's first element sits at global (row, column) (orow, ocol).
 template <typename W>
@@ -302,6 +347,10 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
+                                           int nd, const i64 *meta) {                            \
+        compare_k<T>(a, b, out, n, op, nd, meta);                                                \
     }
 
 #define WORD_KERNELS(W, S)                                                                       \
@@ -316,6 +365,10 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     extern "C" __global__ void triangle_##S(const W *x, W *out, u64 n, u64 rows, u64 cols,      \
                                             i64 k, int upper, u64 orow, u64 ocol) {             \
         triangle_k<W>(x, out, n, rows, cols, k, upper, orow, ocol);                              \
+    }                                                                                            \
+    extern "C" __global__ void where_##S(const unsigned *cond, const W *a, const W *b, W *out,  \
+                                         u64 n, int nd, const i64 *meta) {                       \
+        where_k<W>(cond, a, b, out, n, nd, meta);                                                \
     }
 
 FLOAT_KERNELS(float, f32)

@@ -29,7 +29,7 @@ const FUNCTIONS: [&str; 12] = [
     "softmax_rows_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 12] = [
+const MORE_FUNCTIONS: [&str; 16] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -42,6 +42,10 @@ const MORE_FUNCTIONS: [&str; 12] = [
     "triangle_w8",
     "arg_reduce_f32",
     "arg_reduce_f64",
+    "compare_f32",
+    "compare_f64",
+    "where_w4",
+    "where_w8",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

@@ -1,13 +1,13 @@
 //! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
-//! with broadcasting.
+//! and comparisons with broadcasting.
 
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use gflow_core::Result;
-use gflow_core::backend::{AFFINE_CODE, BinaryOp, UnaryOp};
+use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
 
 use crate::launch::threads;
-use crate::memory::Float;
+use crate::memory::{Buf, Float};
 use crate::{CudaBackend, CudaStorage};
 
 /// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
@@ -27,6 +27,21 @@ pub(crate) fn binary(
 ) -> Result<CudaStorage> {
     let code = op.code() as i32;
     by_float!(a, "binary", T => c.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
+}
+
+/// [`Backend::compare`](gflow_core::backend::Backend::compare) on this device: a Bool word per
+/// element.
+pub(crate) fn compare(
+    c: &CudaBackend,
+    op: CmpOp,
+    a: &CudaStorage,
+    a_shape: &[usize],
+    b: &CudaStorage,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<CudaStorage> {
+    let code = op.code() as i32;
+    by_float!(a, "compare", T => c.compare_t::<T>(code, [a, b], [a_shape, b_shape], out_shape))
 }
 
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
@@ -61,6 +76,44 @@ impl CudaBackend {
         Ok(T::wrap(out, x.len))
     }
 
+    fn compare_t<T: Float>(
+        &self,
+        code: i32,
+        [a, b]: [&CudaStorage; 2],
+        shapes: [&[usize]; 2],
+        out_shape: &[usize],
+    ) -> Result<CudaStorage> {
+        let n: usize = out_shape.iter().product();
+        let out = self.alloc::<u32>(n)?;
+        if n > 0 {
+            let (x, y) = (self.float::<T>(a)?, self.float::<T>(b)?);
+            let (nd, meta) = self.broadcast_meta(&shapes, out_shape)?;
+            // SAFETY: compare_* takes (a, b, out of n words, n, op, nd, meta of 3 * nd): the
+            // strides address a and b inside their lengths.
+            unsafe {
+                self.launch(&format!("compare_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(x).arg(y).arg(&out).arg(&n).arg(&code).arg(&nd).arg(&meta);
+                })
+            }?;
+        }
+        Ok(CudaStorage {
+            buf: Buf::Bool(out),
+            len: n,
+        })
+    }
+
+    /// The broadcasting kernels' (nd, meta): `out_shape`, then each input's element strides
+    /// along it (0 where it broadcasts).
+    pub(crate) fn broadcast_meta(
+        &self,
+        shapes: &[&[usize]],
+        out_shape: &[usize],
+    ) -> Result<(i32, CudaSlice<i64>)> {
+        let strides = shapes.iter().flat_map(|s| broadcast_strides(s, out_shape));
+        let meta = self.meta(out_shape.iter().copied().chain(strides))?;
+        Ok((out_shape.len() as i32, meta))
+    }
+
     pub(crate) fn binary_t<T: Float>(
         &self,
         code: i32,
@@ -82,14 +135,7 @@ impl CudaBackend {
                     })
                 }?;
             } else {
-                let nd = out_shape.len() as i32;
-                let meta = self.meta(
-                    out_shape
-                        .iter()
-                        .copied()
-                        .chain(broadcast_strides(a_shape, out_shape))
-                        .chain(broadcast_strides(b_shape, out_shape)),
-                )?;
+                let (nd, meta) = self.broadcast_meta(&[a_shape, b_shape], out_shape)?;
                 // SAFETY: binary_bcast_* takes (a, b, out, n, op, nd, meta of 3 * nd): the
                 // strides address a and b inside their lengths.
                 unsafe {

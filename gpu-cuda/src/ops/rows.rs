@@ -20,15 +20,11 @@ pub(crate) fn gather_rows(
     let n_idx = indices.len;
     let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
     if n_idx * row_len > 0 {
-        let name = if table.dtype().size() == 4 {
-            "gather_rows_w4"
-        } else {
-            "gather_rows_w8"
-        };
+        let name = format!("gather_rows_{}", table.words());
         // SAFETY: gather_rows_w* takes (table of rows * len, idx (checked in range), out of
         // n_idx * len, n_idx, len), in words of the dtype's size.
         unsafe {
-            c.launch(name, threads(n_idx * row_len), |l| {
+            c.launch(&name, threads(n_idx * row_len), |l| {
                 arg_buf!(l, &table.buf);
                 l.arg(ix);
                 arg_buf!(l, &out.buf);

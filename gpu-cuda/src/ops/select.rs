@@ -1,11 +1,44 @@
-//! Selection kernels: triangle masks (tril/triu) and arg-reductions (argmax/argmin).
+//! Selection kernels: `where`, triangle masks (tril/triu) and arg-reductions (argmax/argmin).
 
 use cudarc::driver::PushKernelArg;
-use gflow_core::Result;
+use gflow_core::{DType, Error, Result};
 
 use crate::launch::threads;
 use crate::memory::{Buf, Float};
 use crate::{CudaBackend, CudaStorage, device_error};
+
+/// [`Backend::select`](gflow_core::backend::Backend::select) on this device (any dtype, as
+/// words of its size).
+pub(crate) fn select(
+    c: &CudaBackend,
+    [cond, a, b]: [&CudaStorage; 3],
+    shapes: [&[usize]; 3],
+    out_shape: &[usize],
+) -> Result<CudaStorage> {
+    let Buf::Bool(cs) = &cond.buf else {
+        return Err(Error::DTypeMismatch {
+            expected: DType::Bool,
+            got: cond.dtype(),
+        });
+    };
+    let n: usize = out_shape.iter().product();
+    let out = c.alloc_like(a.dtype(), n)?;
+    if n > 0 {
+        let (nd, meta) = c.broadcast_meta(&shapes, out_shape)?;
+        // SAFETY: where_* takes (cond, a, b, out of n elements, n, nd, meta of 4 * nd): the
+        // strides address each input inside its length; a, b and out share the word size.
+        unsafe {
+            c.launch(&format!("where_{}", a.words()), threads(n), |l| {
+                l.arg(cs);
+                arg_buf!(l, &a.buf);
+                arg_buf!(l, &b.buf);
+                arg_buf!(l, &out.buf);
+                l.arg(&n).arg(&nd).arg(&meta);
+            })
+        }?;
+    }
+    Ok(out)
+}
 
 /// [`Backend::triangle`](gflow_core::backend::Backend::triangle) on this device (any dtype, as
 /// words of its size).
@@ -24,16 +57,12 @@ pub(crate) fn triangle(
     }
     let d = shape.len();
     let (rows, cols) = (shape[d - 2], shape[d - 1]);
-    let name = if x.dtype().size() == 4 {
-        "triangle_w4"
-    } else {
-        "triangle_w8"
-    };
+    let name = format!("triangle_{}", x.words());
     let upper = i32::from(upper);
     // SAFETY: triangle_w* takes (x of n words, out of n words, n, rows, cols, k, upper, origin
     // row, origin column); n > 0 elements means rows and cols are positive.
     unsafe {
-        c.launch(name, threads(n), |l| {
+        c.launch(&name, threads(n), |l| {
             arg_buf!(l, &x.buf);
             arg_buf!(l, &out.buf);
             l.arg(&n).arg(&rows).arg(&cols).arg(&k).arg(&upper);

@@ -135,6 +135,29 @@ int main() {
     std::vector<float> xf{3, 1, 3, 0, 1, 0}; std::vector<long long> of(2);
     launch(1, [&] { arg_reduce_f32(xf.data(), of.data(), 2, 3, 1, 1); });
     CHECK(of[0] == 0 && of[1] == 1, "arg_reduce f32 ties %lld %lld", of[0], of[1]); }
+  // compare: a (3, 1, 4) against b (5, 1) -> (3, 5, 4), every op, ties and a NaN
+  { std::vector<float> a(12), b(5); std::vector<unsigned> o(60);
+    for (int i = 0; i < 12; ++i) a[i] = (i % 5) - 2; for (int i = 0; i < 5; ++i) b[i] = i - 2;
+    a[7] = NAN;
+    std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
+    for (int op = 0; op <= CMP_GE; ++op) {
+      launch(2, [&] { compare_f32(a.data(), b.data(), o.data(), 60, op, 3, meta.data()); });
+      for (int i = 0; i < 3; ++i) for (int j = 0; j < 5; ++j) for (int k = 0; k < 4; ++k) {
+        float p = a[i * 4 + k], q = b[j]; bool w;
+        switch (op) { case CMP_EQ: w = p == q; break; case CMP_NE: w = p != q; break; case CMP_LT: w = p < q; break;
+        case CMP_LE: w = p <= q; break; case CMP_GT: w = p > q; break; default: w = p >= q; }
+        CHECK(o[(i * 5 + j) * 4 + k] == (unsigned)w, "compare op %d at %d %d %d", op, i, j, k);
+      } } }
+  // where: cond (2, 1), a (3) of 8-byte words, b (2, 3) -> (2, 3); a 0-d b with 4-byte words
+  { std::vector<unsigned> cond{1, 0}; std::vector<unsigned long long> a{1, 2, 3}, b{10, 20, 30, 40, 50, 60}, o(6);
+    std::vector<long long> meta{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1};
+    launch(1, [&] { where_w8(cond.data(), a.data(), b.data(), o.data(), 6, 2, meta.data()); });
+    for (int i = 0; i < 6; ++i) CHECK(o[i] == (i < 3 ? a[i] : b[i]), "where w8 at %d: %llu", i, o[i]);
+    std::vector<unsigned> a4{5, 6, 7}, s{9}, o4(6);
+    std::vector<long long> meta4{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 0, 0};
+    std::vector<unsigned> c2{0, 7};
+    launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4.data()); });
+    for (int i = 0; i < 6; ++i) CHECK(o4[i] == (i < 3 ? 9u : a4[i % 3]), "where w4 at %d: %u", i, o4[i]); }
   printf("fails: %d\n", fails);
   return fails != 0;
 }
