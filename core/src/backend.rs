@@ -58,6 +58,9 @@ macro_rules! __kernel_arg {
     (storage, holds) => {
         &[&Self::Storage]
     };
+    (storage, stored) => {
+        $crate::DType
+    };
     (storage, hold3) => {
         [&Self::Storage; 3]
     };
@@ -69,6 +72,9 @@ macro_rules! __kernel_arg {
     };
     (buffer, holds) => {
         &[&$crate::storage::Buffer]
+    };
+    (buffer, stored) => {
+        $crate::DType
     };
     (buffer, hold3) => {
         [&$crate::storage::Buffer; 3]
@@ -116,6 +122,7 @@ macro_rules! backend_method {
 /// A host-bodied kernel's default: rebinds a tensor argument to its download.
 macro_rules! downloaded {
     ($s:ident, val, $p:ident) => {};
+    ($s:ident, stored, $p:ident) => {};
     ($s:ident, hold3, $p:ident) => {
         let held = [$s.download($p[0])?, $s.download($p[1])?, $s.download($p[2])?];
         let $p = [&held[0], &held[1], &held[2]];
@@ -154,11 +161,15 @@ macro_rules! on_device {
     ($s:ident, hold3, $p:ident) => {
         $s.holds(&$p)
     };
+    ($s:ident, stored, $p:ident) => {
+        $s.backend().stores($p)
+    };
 }
 
 /// [`Resident`]: rebinds a tensor argument to its storage on the device (uploaded if needed).
 macro_rules! device_arg {
     ($s:ident, val, $p:ident) => {};
+    ($s:ident, stored, $p:ident) => {};
     ($s:ident, holds, $p:ident) => {
         let held = $p.iter().map(|x| $s.input(x)).collect::<Result<Vec<_>>>()?;
         let $p = held
@@ -184,6 +195,7 @@ macro_rules! device_arg {
 /// The host face: rebinds a tensor argument to its host data.
 macro_rules! host_arg {
     (val, $p:ident) => {};
+    (stored, $p:ident) => {};
     (holds, $p:ident) => {
         let $p = $p.iter().map(|x| x.host()).collect::<Result<Vec<_>>>()?;
         let $p = &$p[..];
@@ -322,7 +334,8 @@ macro_rules! kernel_list {
 /// the kinds `val<T>` (a plain value), `compute` (a tensor the kernel computes on: the device
 /// must hold and compute in its dtype, else [`Resident`] runs the kernel on the host), `hold`
 /// (a tensor only moved or indexed with: the device must hold its dtype), `holds` (a list of
-/// those) and `hold3` (an array of three). An entry with `host { ... }` (its body computing on
+/// those), `hold3` (an array of three) and `stored` (a [`DType`] of the result: the device
+/// must hold it). An entry with `host { ... }` (its body computing on
 /// the host data of its arguments) has that as its CPU implementation and as [`Backend`]'s
 /// default (download, compute, upload), so core needs no CPU backend method for it. Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
 /// backend's `impl Backend` block writes each kernel method as a call of the function of the
@@ -384,6 +397,11 @@ macro_rules! kernel_table {
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
+            /// `x` cast to `dtype` (PyTorch's casts: float to integer truncates toward zero,
+            /// to Bool is `x != 0`, to 16-bit rounds to nearest even).
+            fn cast(&self, x: compute, dtype: stored) host {
+                Ok(select::cast(x, dtype))
+            };
             /// `op(a, b)` (a [`CmpOp`]) with `a` and `b` (same dtype) broadcast to `out_shape`,
             /// as Bool.
             fn compare(
@@ -486,10 +504,6 @@ macro_rules! __forward_kernel {
 }
 
 kernel_table!(faces {
-    /// `x` cast to `dtype` (PyTorch's casts).
-    fn cast(&self, x: &Buffer, dtype: DType) -> Result<Buffer> {
-        Ok(select::cast(x.host()?, dtype).into())
-    }
     /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
     /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm).
     fn norm(&self, x: &Buffer, cols: usize, eps: f64, center: bool) -> Result<Buffer> {

@@ -53,7 +53,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, comparisons, where_select);
+            triangle_masks, arg_reductions, comparisons, where_select, casts);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -714,6 +714,39 @@ const HELD: [DType; 3] = [DType::F32, DType::F64, DType::I64];
 /// `v` as host data of any dtype (integers truncated toward zero).
 fn typed(dtype: DType, v: &[f64]) -> HostData {
     HostData::F64(v.to_vec()).cast(dtype)
+}
+
+/// Float casts to every dtype the device holds, bit for bit against Rust's `as` (PyTorch's
+/// casts: round to nearest, truncation toward zero saturating with NaN 0, `x != 0`): signed
+/// zeros, subnormals, infinities, NaN and values past i64 included.
+pub fn casts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let v = [
+        0.0, -0.0, 1.0, -1.0, 0.1, 3.7, -3.7, 1e-40, -1e-42, 2.5e-45, 1e10, -1e10, 2147483648.0,
+        123456789.0, 1e20, -1e20, -9.3e18, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e300,
+    ];
+    let mut ramp = vals(600, 61, false);
+    ramp.iter_mut().for_each(|x| *x *= 1e6);
+    let targets = [DType::F32, DType::F64, DType::I64, DType::Bool];
+    for dtype in computed(b) {
+        let x = rounded(dtype, &[&v[..], &ramp].concat());
+        let xb = buf(dtype, &x);
+        for to in targets.into_iter().filter(|&d| b.backend().stores(d)) {
+            let want = match to {
+                DType::F32 => HostData::F32(x.iter().map(|&e| e as f32).collect()),
+                DType::F64 => HostData::F64(x.clone()),
+                DType::I64 => HostData::I64(x.iter().map(|&e| e as i64).collect()),
+                _ => HostData::Bool(x.iter().map(|&e| u8::from(e != 0.0)).collect()),
+            };
+            let got = b.cast(&xb, to)?;
+            if got.resident_on().is_none() || got.host()?.as_bytes() != want.as_bytes() {
+                return Err(Error::InvalidArgument {
+                    op: "conformance",
+                    reason: format!("cast {dtype} to {to} gave {got:?}, want {want:?}"),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every comparison with broadcasting and without, ties and NaN included; the result is Bool.

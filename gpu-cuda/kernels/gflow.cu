@@ -236,6 +236,27 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
 }
 
+// trunc(v) as i64, saturating, NaN 0 (Rust's `as`, PyTorch's cast on CPU).
+template <typename T> __device__ __forceinline__ i64 to_i64(T v) {
+    if (v != v) return 0;
+    if (v >= (T)9223372036854775808.0) return 0x7fffffffffffffffLL;
+    if (v <= -(T)9223372036854775808.0) return (i64)0x8000000000000000ULL;
+    return (i64)v;
+}
+
+// x cast to `to` (0: f32, 1: f64, 2: i64, 3: a Bool word, x != 0 with NaN true).
+template <typename T> __device__ void cast_k(const T *x, void *out, u64 n, int to) {
+    FOR_EACH(i, n) {
+        T v = x[i];
+        switch (to) {
+        case 0: ((float *)out)[i] = (float)v; break;
+        case 1: ((double *)out)[i] = (double)v; break;
+        case 2: ((i64 *)out)[i] = to_i64(v); break;
+        default: ((unsigned *)out)[i] = v != 0 ? 1u : 0u;
+        }
+    }
+}
+
 // The offsets in each of k inputs of output element i under broadcasting (meta: the output
 // shape, then each input's element strides, nd each; 0 where the input broadcasts).
 __device__ __forceinline__ void bcast_at(u64 i, int nd, const i64 *meta, int k, u64 *off) {
@@ -347,6 +368,9 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void cast_##S(const T *x, void *out, u64 n, int to) {                  \
+        cast_k<T>(x, out, n, to);                                                                \
     }                                                                                            \
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
                                            int nd, const i64 *meta) {                            \

@@ -29,7 +29,7 @@ const FUNCTIONS: [&str; 12] = [
     "softmax_rows_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 16] = [
+const MORE_FUNCTIONS: [&str; 18] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -46,6 +46,8 @@ const MORE_FUNCTIONS: [&str; 16] = [
     "compare_f64",
     "where_w4",
     "where_w8",
+    "cast_f32",
+    "cast_f64",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

@@ -158,6 +158,21 @@ int main() {
     std::vector<unsigned> c2{0, 7};
     launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4.data()); });
     for (int i = 0; i < 6; ++i) CHECK(o4[i] == (i < 3 ? 9u : a4[i % 3]), "where w4 at %d: %u", i, o4[i]); }
+  // cast f64 to every held dtype: rounding, truncation toward zero, saturation, NaN
+  { std::vector<double> x{0.0, -0.0, 0.1, 3.7, -3.7, 1e10, 1e20, -1e20, INFINITY, NAN, -9.3e18};
+    size_t n = x.size(); std::vector<float> f(n); std::vector<double> d(n); std::vector<long long> l(n); std::vector<unsigned> b(n);
+    launch(1, [&] { cast_f64(x.data(), f.data(), n, 0); });
+    launch(1, [&] { cast_f64(x.data(), d.data(), n, 1); });
+    launch(1, [&] { cast_f64(x.data(), l.data(), n, 2); });
+    launch(1, [&] { cast_f64(x.data(), b.data(), n, 3); });
+    long long want_l[] = {0, 0, 0, 3, -3, 10000000000LL, 0x7fffffffffffffffLL, (long long)0x8000000000000000ULL,
+                          0x7fffffffffffffffLL, 0, (long long)0x8000000000000000ULL};
+    for (size_t i = 0; i < n; ++i) {
+      CHECK((std::isnan(x[i]) && std::isnan(f[i])) || f[i] == (float)x[i], "cast f32 %zu", i);
+      CHECK(std::memcmp(&d[i], &x[i], 8) == 0, "cast f64 %zu", i);
+      CHECK(l[i] == want_l[i], "cast i64 %zu: %lld", i, l[i]);
+      CHECK(b[i] == (unsigned)(x[i] != 0 || std::isnan(x[i])), "cast bool %zu", i);
+    } }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

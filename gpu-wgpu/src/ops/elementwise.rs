@@ -58,6 +58,31 @@ pub(crate) fn compare(
     w.zip(code, [a, b], [a_shape, b_shape], out_shape, DType::Bool)
 }
 
+/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: f32 to any dtype it
+/// holds, in pieces that fit a binding.
+pub(crate) fn cast(w: &WgpuBackend, x: &WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
+    w.need_f32(x, "cast")?;
+    let to: u32 = match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::I64 => 2,
+        DType::Bool => 3,
+        other => return Err(device_error(format!("cast: wgpu holds no {other}"))),
+    };
+    let out = w.new_storage(x.len, dtype)?;
+    let piece = ((w.max_binding - w.align) / 8) as usize;
+    let mut first = 0;
+    while first < x.len {
+        let n = piece.min(x.len - first);
+        let (xb, x_base) = w.window(&x.buf, first, n, 4)?;
+        let (ob, out_base) = w.window(&out.buf, first, n, elem_bytes(dtype))?;
+        let p = [n as u32, to, x_base, out_base];
+        w.dispatch("cast", n, &p, &[xb, ob])?;
+        first += n;
+    }
+    Ok(out)
+}
+
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
 pub(crate) fn scale(w: &WgpuBackend, x: &WgpuStorage, s: f64) -> Result<WgpuStorage> {
     w.need_f32(x, "scale")?;
