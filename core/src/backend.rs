@@ -124,7 +124,11 @@ macro_rules! downloaded {
     ($s:ident, val, $p:ident) => {};
     ($s:ident, stored, $p:ident) => {};
     ($s:ident, hold3, $p:ident) => {
-        let held = [$s.download($p[0])?, $s.download($p[1])?, $s.download($p[2])?];
+        let held = [
+            $s.download($p[0])?,
+            $s.download($p[1])?,
+            $s.download($p[2])?,
+        ];
         let $p = [&held[0], &held[1], &held[2]];
     };
     ($s:ident, $kind:ident, $p:ident) => {

@@ -721,8 +721,27 @@ fn typed(dtype: DType, v: &[f64]) -> HostData {
 /// zeros, subnormals, infinities, NaN and values past i64 included.
 pub fn casts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let v = [
-        0.0, -0.0, 1.0, -1.0, 0.1, 3.7, -3.7, 1e-40, -1e-42, 2.5e-45, 1e10, -1e10, 2147483648.0,
-        123456789.0, 1e20, -1e20, -9.3e18, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e300,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.1,
+        3.7,
+        -3.7,
+        1e-40,
+        -1e-42,
+        2.5e-45,
+        1e10,
+        -1e10,
+        2147483648.0,
+        123456789.0,
+        1e20,
+        -1e20,
+        -9.3e18,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1e300,
     ];
     let mut ramp = vals(600, 61, false);
     ramp.iter_mut().for_each(|x| *x *= 1e6);
@@ -762,7 +781,10 @@ pub fn comparisons<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     };
     // halves in [-2, 2]: many ties; past 1 KiB, so GPUs bind them in pieces
     let halves = |n, seed| -> Vec<f64> {
-        vals(n, seed, false).iter().map(|v| (v * 2.0).round() / 2.0).collect()
+        vals(n, seed, false)
+            .iter()
+            .map(|v| (v * 2.0).round() / 2.0)
+            .collect()
     };
     for dtype in computed(b) {
         // rows of the first dim fit 1 KiB (GPUs bind in blocks of them)
@@ -781,7 +803,13 @@ pub fn comparisons<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                 })
                 .collect();
             let got = b.compare(op, &xb, &sa, &yb, &sb, &so)?;
-            expect(b, &format!("compare {op:?} broadcast"), &got, &want, DType::Bool)?;
+            expect(
+                b,
+                &format!("compare {op:?} broadcast"),
+                &got,
+                &want,
+                DType::Bool,
+            )?;
             let want: Vec<f64> = x
                 .iter()
                 .zip(&flat_y)
@@ -798,11 +826,26 @@ pub fn comparisons<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
 /// every dtype the device holds.
 pub fn where_select<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let flags = |n: usize, seed| -> Vec<u8> {
-        vals(n, seed, false).iter().map(|v| u8::from(*v > 0.0)).collect()
+        vals(n, seed, false)
+            .iter()
+            .map(|v| u8::from(*v > 0.0))
+            .collect()
     };
     for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
-        let x = typed(dtype, &vals(600, 51, false).iter().map(|v| v * 9.0).collect::<Vec<_>>());
-        let y = typed(dtype, &vals(1200, 52, false).iter().map(|v| v * 9.0).collect::<Vec<_>>());
+        let x = typed(
+            dtype,
+            &vals(600, 51, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let y = typed(
+            dtype,
+            &vals(1200, 52, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
         let (xv, yv) = (x.to_f64_vec(), y.to_f64_vec());
         let (xb, yb) = (Buffer::from(x), Buffer::from(y));
         let c = flags(24, 53);
@@ -811,14 +854,26 @@ pub fn where_select<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         // the first dim within it (GPUs bind in blocks of them)
         let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[12, 2, 50]];
         let want: Vec<f64> = (0..1200)
-            .map(|i| if c[i / 50] == 1 { xv[i / 100 * 50 + i % 50] } else { yv[i] })
+            .map(|i| {
+                if c[i / 50] == 1 {
+                    xv[i / 100 * 50 + i % 50]
+                } else {
+                    yv[i]
+                }
+            })
             .collect();
         let got = b.select([&cb, &xb, &yb], shapes, &[12, 2, 50])?;
         expect(b, "where broadcast", &got, &want, dtype)?;
         // a 0-d b
         let s = Buffer::from(typed(dtype, &[-7.0]));
         let want: Vec<f64> = (0..1200)
-            .map(|i| if c[i / 50] == 1 { xv[i / 100 * 50 + i % 50] } else { -7.0 })
+            .map(|i| {
+                if c[i / 50] == 1 {
+                    xv[i / 100 * 50 + i % 50]
+                } else {
+                    -7.0
+                }
+            })
             .collect();
         let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[]];
         let got = b.select([&cb, &xb, &s], shapes, &[12, 2, 50])?;
@@ -826,7 +881,9 @@ pub fn where_select<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         // no broadcasting
         let c = flags(600, 54);
         let cb = Buffer::from(HostData::Bool(c.clone()));
-        let want: Vec<f64> = (0..600).map(|i| if c[i] == 1 { xv[i] } else { yv[i] }).collect();
+        let want: Vec<f64> = (0..600)
+            .map(|i| if c[i] == 1 { xv[i] } else { yv[i] })
+            .collect();
         let shapes: [&[usize]; 3] = [&[600], &[600], &[600]];
         let y600 = Buffer::from(typed(dtype, &yv[..600]));
         let got = b.select([&cb, &xb, &y600], shapes, &[600])?;
@@ -885,7 +942,11 @@ pub fn arg_reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                 let best = first_nan.unwrap_or_else(|| {
                     (0..len).fold(0, |best, l| {
                         let (v, w) = (at(l), at(best));
-                        if (max && v > w) || (!max && v < w) { l } else { best }
+                        if (max && v > w) || (!max && v < w) {
+                            l
+                        } else {
+                            best
+                        }
                     })
                 });
                 out.push(best as f64);

@@ -98,7 +98,9 @@ impl Backend for WgpuBackend {
         let bytes = self.read_bytes(&s.buf, s.len * elem_bytes(s.dtype))?;
         if s.dtype == DType::Bool {
             let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
-            return Ok(HostData::Bool(words.iter().map(|&w| u8::from(w != 0)).collect()));
+            return Ok(HostData::Bool(
+                words.iter().map(|&w| u8::from(w != 0)).collect(),
+            ));
         }
         Ok(HostData::from_bytes(s.dtype, &bytes))
     }

@@ -2,9 +2,9 @@
 //! and comparisons with broadcasting.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use gflow_core::{DType, Result};
 use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
+use gflow_core::{DType, Result};
 
 use crate::launch::threads;
 use crate::memory::{Buf, Float};
@@ -124,7 +124,13 @@ impl CudaBackend {
             // strides address a and b inside their lengths.
             unsafe {
                 self.launch(&format!("compare_{}", T::SUFFIX), threads(n), |l| {
-                    l.arg(x).arg(y).arg(&out).arg(&n).arg(&code).arg(&nd).arg(&meta);
+                    l.arg(x)
+                        .arg(y)
+                        .arg(&out)
+                        .arg(&n)
+                        .arg(&code)
+                        .arg(&nd)
+                        .arg(&meta);
                 })
             }?;
         }

@@ -108,7 +108,12 @@ impl CudaBackend {
                     &format!("arg_reduce_{}", T::SUFFIX),
                     threads(outer * inner),
                     |l| {
-                        l.arg(xs).arg(&out).arg(&outer).arg(&len).arg(&inner).arg(&max);
+                        l.arg(xs)
+                            .arg(&out)
+                            .arg(&outer)
+                            .arg(&len)
+                            .arg(&inner)
+                            .arg(&max);
                     },
                 )
             }?;

@@ -118,7 +118,13 @@ impl WgpuBackend {
                 &[&a.buf, &b.buf, &out.buf],
             )?;
         } else {
-            self.broadcast("binary", code, &[(a, a_shape), (b, b_shape)], &out, out_shape)?;
+            self.broadcast(
+                "binary",
+                code,
+                &[(a, a_shape), (b, b_shape)],
+                &out,
+                out_shape,
+            )?;
         }
         Ok(out)
     }
@@ -142,12 +148,19 @@ impl WgpuBackend {
             return Ok(());
         }
         // a 0-d output is a 1-element row
-        let shape: &[usize] = if out_shape.is_empty() { &[1] } else { out_shape };
+        let shape: &[usize] = if out_shape.is_empty() {
+            &[1]
+        } else {
+            out_shape
+        };
         let strides: Vec<Vec<u32>> = inputs
             .iter()
             .map(|(_, s)| {
                 let s: &[usize] = if s.is_empty() { &[1] } else { s };
-                broadcast_strides(s, shape).iter().map(|&d| d as u32).collect()
+                broadcast_strides(s, shape)
+                    .iter()
+                    .map(|&d| d as u32)
+                    .collect()
             })
             .collect();
         let params = |rows: usize, bases: &[u32]| {
@@ -159,7 +172,8 @@ impl WgpuBackend {
             p
         };
         let bytes = |s: &WgpuStorage| (s.len * elem_bytes(s.dtype)) as u64;
-        if inputs.iter().all(|(x, _)| bytes(x) <= self.max_binding) && bytes(out) <= self.max_binding
+        if inputs.iter().all(|(x, _)| bytes(x) <= self.max_binding)
+            && bytes(out) <= self.max_binding
         {
             let mut bufs: Vec<&wgpu::Buffer> = inputs.iter().map(|(x, _)| &x.buf).collect();
             bufs.push(&out.buf);
@@ -181,7 +195,11 @@ impl WgpuBackend {
             let r = block.min(shape[0] - i0);
             let (mut bindings, mut bases) = (vec![], vec![]);
             for ((x, _), &row) in inputs.iter().zip(&rows) {
-                let (start, len) = if row == 0 { (0, x.len) } else { (i0 * row, r * row) };
+                let (start, len) = if row == 0 {
+                    (0, x.len)
+                } else {
+                    (i0 * row, r * row)
+                };
                 let (b, base) = self.window(&x.buf, start, len, elem_bytes(x.dtype))?;
                 bindings.push(b);
                 bases.push(base);

@@ -9,4 +9,6 @@ mod rows;
 mod select;
 mod softmax;
 
-pub(crate) use self::{copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*};
+pub(crate) use self::{
+    copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
+};
