@@ -388,6 +388,31 @@ macro_rules! kernel_table {
                 row_len: val<usize>,
                 indices: hold
             );
+            /// Rows of a `(rows, row_len)` table holding global rows `start..start + rows`,
+            /// picked by the global (integer) `idx`: indices outside that range give zero rows
+            /// (a table split over its rows).
+            fn gather_rows_partial(
+                &self,
+                table: hold,
+                rows: val<usize>,
+                row_len: val<usize>,
+                idx: hold,
+                start: val<usize>
+            ) host {
+                select::gather_rows_partial(table, rows, row_len, idx, start)
+            };
+            /// `torch.gather(x, dim, idx)` (indices checked by core; those outside
+            /// `0..x_shape[dim]` give zero, for a piece of a split `x`).
+            fn gather_dim(
+                &self,
+                x: hold,
+                x_shape: val<&[usize]>,
+                dim: val<usize>,
+                idx: hold,
+                idx_shape: val<&[usize]>
+            ) host {
+                select::gather_dim(x, x_shape, dim, idx, idx_shape)
+            };
             /// Reduces `dims` (sorted, distinct) of `x` with `op`, keeping them as size-1
             /// dimensions.
             fn reduce(
@@ -544,17 +569,6 @@ kernel_table!(faces {
     fn clamp(&self, x: &Buffer, lo: Option<f64>, hi: Option<f64>) -> Result<Buffer> {
         Ok(select::clamp(x.host()?, lo, hi).into())
     }
-    /// `torch.gather(x, dim, idx)`; indices checked by core.
-    fn gather_dim(
-        &self,
-        x: &Buffer,
-        x_shape: &[usize],
-        dim: usize,
-        idx: &Buffer,
-        idx_shape: &[usize],
-    ) -> Result<Buffer> {
-        select::gather_dim(x.host()?, x_shape, dim, idx.host()?, idx_shape).map(Buffer::from)
-    }
     /// `zeros(out_shape).scatter_add_(dim, idx, src)`; indices checked by core.
     fn scatter_add_dim(
         &self,
@@ -565,19 +579,6 @@ kernel_table!(faces {
         idx_shape: &[usize],
     ) -> Result<Buffer> {
         select::scatter_add_dim(src.host()?, out_shape, dim, idx.host()?, idx_shape)
-            .map(Buffer::from)
-    }
-    /// Rows of a table holding global rows `start..start + rows`, picked by global indices;
-    /// indices outside the range give zero rows (a table split over its rows).
-    fn gather_rows_partial(
-        &self,
-        table: &Buffer,
-        rows: usize,
-        row_len: usize,
-        idx: &Buffer,
-        start: usize,
-    ) -> Result<Buffer> {
-        select::gather_rows_partial(table.host()?, rows, row_len, idx.host()?, start)
             .map(Buffer::from)
     }
 });

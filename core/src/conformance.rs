@@ -53,7 +53,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, comparisons, where_select, casts);
+            triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -714,6 +714,73 @@ const HELD: [DType; 3] = [DType::F32, DType::F64, DType::I64];
 /// `v` as host data of any dtype (integers truncated toward zero).
 fn typed(dtype: DType, v: &[f64]) -> HostData {
     HostData::F64(v.to_vec()).cast(dtype)
+}
+
+/// Row gathers from a piece of a table split over its rows (indices outside it give zero
+/// rows), and `torch.gather` along each dim (indices outside the dim give zero), on every dtype
+/// the device holds.
+pub fn index_gathers<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        // a table of global rows 50..90, rows of 5: past 1 KiB
+        let (rows, len, start) = (40, 5, 50);
+        let t = typed(
+            dtype,
+            &vals(rows * len, 71, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let tv = t.to_f64_vec();
+        let tb = Buffer::from(t);
+        let idx: Vec<i64> = (0..30).map(|i| (i * 37 % 100) as i64).collect();
+        let want: Vec<f64> = idx
+            .iter()
+            .flat_map(|&i| {
+                let r = i - start as i64;
+                (0..len).map(move |c| (r, c))
+            })
+            .map(|(r, c)| {
+                if (0..rows as i64).contains(&r) {
+                    tv[r as usize * len + c]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let ib = Buffer::from(HostData::I64(idx));
+        let got = b.gather_rows_partial(&tb, rows, len, &ib, start)?;
+        expect(b, "gather_rows_partial", &got, &want, dtype)?;
+        // torch.gather of x (4, 5, 6) by idx (3, 5, 4) along each dim, some indices outside
+        let (xs, is) = ([4usize, 5, 6], [3usize, 5, 4]);
+        let x = typed(
+            dtype,
+            &vals(120, 72, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let xv = x.to_f64_vec();
+        let xb = Buffer::from(x);
+        for dim in 0..3 {
+            let idx: Vec<i64> = (0..60).map(|o| (o * 7 % 9) as i64 - 1).collect();
+            let want: Vec<f64> = (0..60)
+                .map(|o| {
+                    let c = [o / 20, o / 4 % 5, o % 4];
+                    let i = idx[o];
+                    if i < 0 || i as usize >= xs[dim] {
+                        return 0.0;
+                    }
+                    let mut at = c;
+                    at[dim] = i as usize;
+                    xv[(at[0] * 5 + at[1]) * 6 + at[2]]
+                })
+                .collect();
+            let ib = Buffer::from(HostData::I64(idx));
+            let got = b.gather_dim(&xb, &xs, dim, &ib, &is)?;
+            expect(b, &format!("gather_dim dim={dim}"), &got, &want, dtype)?;
+        }
+    }
+    Ok(())
 }
 
 /// Float casts to every dtype the device holds, bit for bit against Rust's `as` (PyTorch's

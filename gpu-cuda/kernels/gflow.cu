@@ -334,6 +334,35 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     }
 }
 
+// Rows of a table holding global rows start..start + rows, picked by global indices: zero rows
+// for indices outside them (a table split over its rows).
+template <typename W>
+__device__ void gather_rows_partial_k(const W *table, const i64 *idx, W *out, u64 n_idx, u64 len,
+                                      u64 rows, i64 start) {
+    FOR_EACH(i, n_idx * len) {
+        i64 r = idx[i / len] - start;
+        out[i] = r >= 0 && (u64)r < rows ? table[(u64)r * len + i % len] : W(0);
+    }
+}
+
+// torch.gather along dim: out[o] = x at o's coordinates (in idx's shape) with dim's replaced by
+// idx[o], zero where idx[o] is outside 0..dim_len (meta: idx's shape, then x's strides).
+template <typename W>
+__device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, int dim,
+                             u64 dim_len, const i64 *meta) {
+    FOR_EACH(o, n) {
+        i64 i = idx[o];
+        bool inside = i >= 0 && (u64)i < dim_len;
+        u64 rem = o, off = 0;
+        for (int d = nd - 1; d >= 0; --d) {
+            u64 c = rem % (u64)meta[d];
+            rem /= (u64)meta[d];
+            off += (d == dim ? (u64)i : c) * (u64)meta[nd + d];
+        }
+        out[o] = inside ? x[off] : W(0);
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -389,6 +418,14 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     extern "C" __global__ void triangle_##S(const W *x, W *out, u64 n, u64 rows, u64 cols,      \
                                             i64 k, int upper, u64 orow, u64 ocol) {             \
         triangle_k<W>(x, out, n, rows, cols, k, upper, orow, ocol);                              \
+    }                                                                                            \
+    extern "C" __global__ void gather_rows_partial_##S(const W *table, const i64 *idx, W *out,  \
+                                                       u64 n_idx, u64 len, u64 rows, i64 start) {\
+        gather_rows_partial_k<W>(table, idx, out, n_idx, len, rows, start);                      \
+    }                                                                                            \
+    extern "C" __global__ void gather_dim_##S(const W *x, const i64 *idx, W *out, u64 n, int nd, \
+                                              int dim, u64 dim_len, const i64 *meta) {           \
+        gather_dim_k<W>(x, idx, out, n, nd, dim, dim_len, meta);                                 \
     }                                                                                            \
     extern "C" __global__ void where_##S(const unsigned *cond, const W *a, const W *b, W *out,  \
                                          u64 n, int nd, const i64 *meta) {                       \

@@ -173,6 +173,18 @@ int main() {
       CHECK(l[i] == want_l[i], "cast i64 %zu: %lld", i, l[i]);
       CHECK(b[i] == (unsigned)(x[i] != 0 || std::isnan(x[i])), "cast bool %zu", i);
     } }
+  // gather_rows_partial from global rows 5..9 (zero rows outside); gather_dim along dim 1
+  { std::vector<unsigned> t(12); for (int i = 0; i < 12; ++i) t[i] = 100 + i;
+    std::vector<long long> idx{5, 4, 8, 9, 6, -1}; std::vector<unsigned> o(18);
+    launch(2, [&] { gather_rows_partial_w4(t.data(), idx.data(), o.data(), 6, 3, 4, 5); });
+    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) {
+      long long l = idx[r] - 5; unsigned w = l >= 0 && l < 4 ? t[l * 3 + c] : 0;
+      CHECK(o[r * 3 + c] == w, "gather_rows_partial %d %d: %u", r, c, o[r * 3 + c]); }
+    // x (2, 3) f64 words, idx (2, 2) along dim 1 with one index outside
+    std::vector<unsigned long long> x{1, 2, 3, 4, 5, 6}, g(4); std::vector<long long> gi{2, 0, 3, 1};
+    std::vector<long long> meta{2, 2, /*x strides*/ 3, 1};
+    launch(1, [&] { gather_dim_w8(x.data(), gi.data(), g.data(), 4, 2, 1, 3, meta.data()); });
+    CHECK(g[0] == 3 && g[1] == 1 && g[2] == 0 && g[3] == 5, "gather_dim %llu %llu %llu %llu", g[0], g[1], g[2], g[3]); }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

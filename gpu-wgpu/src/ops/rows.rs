@@ -1,5 +1,7 @@
-//! Row gathers (embedding lookups) and scatter-adds, in blocks of table rows and of indices.
+//! Row gathers (embedding lookups, whole or from a piece of a table split over its rows) and
+//! scatter-adds, in blocks of table rows and of indices; `torch.gather` along a dim.
 
+use gflow_core::shape::strides;
 use gflow_core::{DType, Error, Result};
 
 use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error, elem_bytes};
@@ -15,7 +17,49 @@ pub(crate) fn gather_rows(
     w.check_indices(indices, rows, "gather_rows")?;
     let out = w.new_storage(indices.len * row_len, table.dtype)?;
     let rw = row_len * elem_bytes(table.dtype) / 4;
-    w.rows_blocks(false, table, rows, rw, indices, &out)?;
+    w.rows_blocks(false, table, (0, rows), rw, indices, &out)?;
+    Ok(out)
+}
+
+/// [`Backend::gather_rows_partial`](gflow_core::backend::Backend::gather_rows_partial) on this
+/// device: the output starts as zeros, and the gather writes the rows this piece holds.
+pub(crate) fn gather_rows_partial(
+    w: &WgpuBackend,
+    table: &WgpuStorage,
+    rows: usize,
+    row_len: usize,
+    idx: &WgpuStorage,
+    start: usize,
+) -> Result<WgpuStorage> {
+    w.need_i64(idx)?;
+    let out = w.new_storage(idx.len * row_len, table.dtype)?;
+    w.zero(&out)?;
+    let rw = row_len * elem_bytes(table.dtype) / 4;
+    w.rows_blocks(false, table, (start, rows), rw, idx, &out)?;
+    Ok(out)
+}
+
+/// [`Backend::gather_dim`](gflow_core::backend::Backend::gather_dim) on this device (any dtype
+/// it holds, as words; buffers bound whole).
+pub(crate) fn gather_dim(
+    w: &WgpuBackend,
+    x: &WgpuStorage,
+    x_shape: &[usize],
+    dim: usize,
+    idx: &WgpuStorage,
+    idx_shape: &[usize],
+) -> Result<WgpuStorage> {
+    w.need_i64(idx)?;
+    let out = w.new_storage(idx.len, x.dtype)?;
+    let mut p = vec![
+        idx.len as u32,
+        (elem_bytes(x.dtype) / 4) as u32,
+        idx_shape.len() as u32,
+        dim as u32,
+        x_shape[dim] as u32,
+    ];
+    p.extend(idx_shape.iter().chain(&strides(x_shape)).map(|&d| d as u32));
+    w.run("gather_dim", idx.len, &p, &[&x.buf, &idx.buf, &out.buf])?;
     Ok(out)
 }
 
@@ -30,7 +74,7 @@ pub(crate) fn scatter_add_rows(
     w.need_f32(src, "scatter_add_rows")?;
     w.check_indices(indices, rows, "scatter_add_rows")?;
     let out = w.new_storage(rows * row_len, src.dtype)?;
-    w.rows_blocks(true, src, rows, row_len, indices, &out)?;
+    w.rows_blocks(true, src, (0, rows), row_len, indices, &out)?;
     Ok(out)
 }
 
@@ -38,12 +82,13 @@ impl WgpuBackend {
     /// The row gather (`scatter` false: `data` is the table) or scatter-add (`data` holds the
     /// rows to add) over blocks of table rows and of indices that each fit a binding: every
     /// (row block, index block) pair is one dispatch; a scatter adds each later index block to
-    /// what the earlier ones wrote.
+    /// what the earlier ones wrote. The table holds global rows `start..start + rows`; a
+    /// gather leaves the output rows of indices outside them as they are.
     pub(crate) fn rows_blocks(
         &self,
         scatter: bool,
         data: &WgpuStorage,
-        rows: usize,
+        (start, rows): (usize, usize),
         rw: usize,
         indices: &WgpuStorage,
         out: &WgpuStorage,
@@ -82,7 +127,7 @@ impl WgpuBackend {
                     ob as u32,
                     rw as u32,
                     tb as u32,
-                    t0 as u32,
+                    (start + t0) as u32,
                     idx_base,
                     src_base,
                     out_base,
@@ -104,6 +149,29 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// Errs unless `idx` is I64 (the index kernels read its words).
+    pub(crate) fn need_i64(&self, idx: &WgpuStorage) -> Result<()> {
+        if idx.dtype == DType::I64 {
+            Ok(())
+        } else {
+            Err(Error::DTypeMismatch {
+                expected: DType::I64,
+                got: idx.dtype,
+            })
+        }
+    }
+
+    /// Sets every byte of `s` to zero.
+    pub(crate) fn zero(&self, s: &WgpuStorage) -> Result<()> {
+        self.scoped(|| {
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            enc.clear_buffer(&s.buf, 0, None);
+            self.queue.submit([enc.finish()]);
+        })
+    }
+
     /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
     pub(crate) fn check_indices(
         &self,
@@ -111,12 +179,7 @@ impl WgpuBackend {
         rows: usize,
         op: &'static str,
     ) -> Result<()> {
-        if indices.dtype != DType::I64 {
-            return Err(Error::DTypeMismatch {
-                expected: DType::I64,
-                got: indices.dtype,
-            });
-        }
+        self.need_i64(indices)?;
         let bytes = self.read_bytes(&indices.buf, indices.len * 8)?;
         for c in bytes.chunks_exact(8) {
             let i = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
