@@ -750,11 +750,12 @@ pub fn index_gathers<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         let ib = Buffer::from(HostData::I64(idx));
         let got = b.gather_rows_partial(&tb, rows, len, &ib, start)?;
         expect(b, "gather_rows_partial", &got, &want, dtype)?;
-        // torch.gather of x (4, 5, 6) by idx (3, 5, 4) along each dim, some indices outside
-        let (xs, is) = ([4usize, 5, 6], [3usize, 5, 4]);
+        // torch.gather of x (8, 5, 6) by idx (6, 5, 4) along each dim, some indices outside;
+        // past 1 KiB (GPUs gather in blocks of idx's first dim)
+        let (xs, is) = ([8usize, 5, 6], [6usize, 5, 4]);
         let x = typed(
             dtype,
-            &vals(120, 72, false)
+            &vals(240, 72, false)
                 .iter()
                 .map(|v| v * 9.0)
                 .collect::<Vec<_>>(),
@@ -762,8 +763,8 @@ pub fn index_gathers<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         let xv = x.to_f64_vec();
         let xb = Buffer::from(x);
         for dim in 0..3 {
-            let idx: Vec<i64> = (0..60).map(|o| (o * 7 % 9) as i64 - 1).collect();
-            let want: Vec<f64> = (0..60)
+            let idx: Vec<i64> = (0..120).map(|o| (o * 7 % 9) as i64 - 1).collect();
+            let want: Vec<f64> = (0..120)
                 .map(|o| {
                     let c = [o / 20, o / 4 % 5, o % 4];
                     let i = idx[o];

@@ -40,7 +40,9 @@ pub(crate) fn gather_rows_partial(
 }
 
 /// [`Backend::gather_dim`](gflow_core::backend::Backend::gather_dim) on this device (any dtype
-/// it holds, as words; buffers bound whole).
+/// it holds, as words) into a zeroed output. Past the binding limit it runs in blocks of idx's
+/// first dim with the matching rows of `x`; along dim 0, in (idx block, `x` block) pairs, each
+/// writing the elements whose index falls in its block of `x`.
 pub(crate) fn gather_dim(
     w: &WgpuBackend,
     x: &WgpuStorage,
@@ -51,15 +53,58 @@ pub(crate) fn gather_dim(
 ) -> Result<WgpuStorage> {
     w.need_i64(idx)?;
     let out = w.new_storage(idx.len, x.dtype)?;
-    let mut p = vec![
-        idx.len as u32,
-        (elem_bytes(x.dtype) / 4) as u32,
-        idx_shape.len() as u32,
-        dim as u32,
-        x_shape[dim] as u32,
-    ];
-    p.extend(idx_shape.iter().chain(&strides(x_shape)).map(|&d| d as u32));
-    w.run("gather_dim", idx.len, &p, &[&x.buf, &idx.buf, &out.buf])?;
+    if idx.len == 0 {
+        return Ok(out);
+    }
+    w.zero(&out)?;
+    let elem = elem_bytes(x.dtype);
+    let x_strides = strides(x_shape);
+    // (block rows, the indices [lo, hi) the bound x holds along dim, bases)
+    let params = |rows: usize, (lo, hi): (usize, usize), bases: [u32; 3]| {
+        let mut p = vec![0, (elem / 4) as u32, idx_shape.len() as u32, dim as u32];
+        p.push(lo as u32);
+        p.push(hi as u32);
+        p.extend(idx_shape.iter().chain(&x_strides).map(|&d| d as u32));
+        p[6] = rows as u32;
+        p[0] = p[6..6 + idx_shape.len()].iter().product();
+        p.extend(bases);
+        p
+    };
+    // elements per row of the first dim: idx's and x's
+    let (idx_row, x_row) = (idx.len / idx_shape[0], x_strides[0]);
+    let room = (w.max_binding - w.align) as usize;
+    let widest = (idx_row * 8).max(idx_row * elem).max(x_row * elem);
+    // idx rows per block; along dim 0, x rows per block too (else x's rows follow idx's)
+    let block = (room / if dim == 0 { idx_row * 8 } else { widest }).max(1);
+    let x_block = if dim == 0 {
+        (room / (x_row * elem).max(1)).max(1)
+    } else {
+        0
+    };
+    let mut i0 = 0;
+    while i0 < idx_shape[0] {
+        let r = block.min(idx_shape[0] - i0);
+        let (ib, i_base) = w.window(&idx.buf, i0 * idx_row, r * idx_row, 8)?;
+        let (ob, o_base) = w.window(&out.buf, i0 * idx_row, r * idx_row, elem)?;
+        // x blocks: (first row, rows, the dim's index range it holds)
+        let x_blocks: Vec<(usize, usize, (usize, usize))> = if dim == 0 {
+            (0..x_shape[0])
+                .step_by(x_block)
+                .map(|t0| {
+                    let tb = x_block.min(x_shape[0] - t0);
+                    (t0, tb, (t0, t0 + tb))
+                })
+                .collect()
+        } else {
+            vec![(i0, r, (0, x_shape[dim]))]
+        };
+        for (t0, tb, range) in x_blocks {
+            let (xb, x_base) = w.window(&x.buf, t0 * x_row, tb * x_row, elem)?;
+            let p = params(r, range, [x_base, i_base, o_base]);
+            w.dispatch("gather_dim", r * idx_row, &p, &[xb, ib.clone(), ob.clone()])?;
+        }
+        i0 += r;
+    }
     Ok(out)
 }
 
