@@ -58,6 +58,12 @@ macro_rules! __kernel_arg {
     (storage, holds) => {
         &[&Self::Storage]
     };
+    (storage, stored) => {
+        $crate::DType
+    };
+    (storage, hold3) => {
+        [&Self::Storage; 3]
+    };
     (storage, $kind:ident) => {
         &Self::Storage
     };
@@ -66,6 +72,12 @@ macro_rules! __kernel_arg {
     };
     (buffer, holds) => {
         &[&$crate::storage::Buffer]
+    };
+    (buffer, stored) => {
+        $crate::DType
+    };
+    (buffer, hold3) => {
+        [&$crate::storage::Buffer; 3]
     };
     (buffer, $kind:ident) => {
         &$crate::storage::Buffer
@@ -90,6 +102,50 @@ macro_rules! backend_method {
         ) -> Result<Self::Storage>
         $body
     };
+    (
+        [$(#[$doc:meta])*] $name:ident [$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*]
+        host $host:block
+    ) => {
+        $(#[$doc])*
+        ///
+        /// Provided on the host (download, the CPU kernel, upload) for a backend without it.
+        fn $name(
+            &$s $(, $p: $crate::__kernel_arg!(storage, $kind $(<$t>)?))*
+        ) -> Result<Self::Storage> {
+            $(downloaded!($s, $kind, $p);)*
+            let out: Result<HostData> = $host;
+            $s.upload(&out?)
+        }
+    };
+}
+
+/// A host-bodied kernel's default: rebinds a tensor argument to its download.
+macro_rules! downloaded {
+    ($s:ident, val, $p:ident) => {};
+    ($s:ident, stored, $p:ident) => {};
+    ($s:ident, hold3, $p:ident) => {
+        let held = [
+            $s.download($p[0])?,
+            $s.download($p[1])?,
+            $s.download($p[2])?,
+        ];
+        let $p = [&held[0], &held[1], &held[2]];
+    };
+    ($s:ident, $kind:ident, $p:ident) => {
+        let $p = &$s.download($p)?;
+    };
+}
+
+/// The host face of one kernel: its host body on host data when it has one (the CPU computes
+/// it with no copy), else the backend's method.
+macro_rules! host_kernel {
+    ($s:ident $name:ident [$($p:ident)*] host $host:block) => {{
+        let out: Result<HostData> = $host;
+        out.map(Buffer::from)
+    }};
+    ($s:ident $name:ident [$($p:ident)*]) => {
+        Backend::$name($s $(, $p)*).map(Buffer::from)
+    };
 }
 
 /// Whether [`Resident`] runs a kernel on its device for this argument (else on the host).
@@ -106,11 +162,18 @@ macro_rules! on_device {
     ($s:ident, holds, $p:ident) => {
         $s.holds($p)
     };
+    ($s:ident, hold3, $p:ident) => {
+        $s.holds(&$p)
+    };
+    ($s:ident, stored, $p:ident) => {
+        $s.backend().stores($p)
+    };
 }
 
 /// [`Resident`]: rebinds a tensor argument to its storage on the device (uploaded if needed).
 macro_rules! device_arg {
     ($s:ident, val, $p:ident) => {};
+    ($s:ident, stored, $p:ident) => {};
     ($s:ident, holds, $p:ident) => {
         let held = $p.iter().map(|x| $s.input(x)).collect::<Result<Vec<_>>>()?;
         let $p = held
@@ -118,6 +181,14 @@ macro_rules! device_arg {
             .map(Resident::<B>::storage)
             .collect::<Result<Vec<_>>>()?;
         let $p = &$p[..];
+    };
+    ($s:ident, hold3, $p:ident) => {
+        let held = [$s.input($p[0])?, $s.input($p[1])?, $s.input($p[2])?];
+        let $p = [
+            Resident::<B>::storage(&held[0])?,
+            Resident::<B>::storage(&held[1])?,
+            Resident::<B>::storage(&held[2])?,
+        ];
     };
     ($s:ident, $kind:ident, $p:ident) => {
         let held = $s.input($p)?;
@@ -128,9 +199,13 @@ macro_rules! device_arg {
 /// The host face: rebinds a tensor argument to its host data.
 macro_rules! host_arg {
     (val, $p:ident) => {};
+    (stored, $p:ident) => {};
     (holds, $p:ident) => {
         let $p = $p.iter().map(|x| x.host()).collect::<Result<Vec<_>>>()?;
         let $p = &$p[..];
+    };
+    (hold3, $p:ident) => {
+        let $p = [$p[0].host()?, $p[1].host()?, $p[2].host()?];
     };
     ($kind:ident, $p:ident) => {
         let $p = $p.host()?;
@@ -146,7 +221,8 @@ macro_rules! kernel_list {
     (
         $(
             $(#[$doc:meta])*
-            fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*) $($body:block)?;
+            fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*)
+                $(host $host_body:block)? $($body:block)?;
         )*
         host { $($host:tt)* }
     ) => {
@@ -164,10 +240,10 @@ macro_rules! kernel_list {
             fn computes(&self, _dtype: DType) -> bool {
                 true
             }
-            /// Whether the device holds buffers of `dtype` (the round-1 set by default: F32,
-            /// F64, I64); kernels on other dtypes run on the host copy.
-            fn stores(&self, dtype: DType) -> bool {
-                matches!(dtype, DType::F32 | DType::F64 | DType::I64)
+            /// Whether the device holds buffers of `dtype` (every dtype by default, as host
+            /// memory does); kernels on other dtypes run on the host copy.
+            fn stores(&self, _dtype: DType) -> bool {
+                true
             }
             /// Copies host data to the device.
             fn upload(&self, data: &HostData) -> Result<Self::Storage>;
@@ -191,7 +267,9 @@ macro_rules! kernel_list {
                 copies: &[(&Self::Storage, StridedCopy)],
             ) -> Result<Self::Storage>;
 
-            $(backend_method!([$(#[$doc])*] $name [$s $(, $p: $kind $(<$t>)?)*] $($body)?);)*
+            $(backend_method!(
+                [$(#[$doc])*] $name [$s $(, $p: $kind $(<$t>)?)*] $(host $host_body)? $($body)?
+            );)*
         }
 
         /// A backend's kernels on [`Buffer`]s, object-safe: what operators call. The CPU
@@ -249,7 +327,7 @@ macro_rules! kernel_list {
                     &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
                 ) -> Result<Buffer> {
                     $(host_arg!($kind, $p);)*
-                    Backend::$name($s $(, $p)*).map(Buffer::from)
+                    host_kernel!($s $name [$($p)*] $(host $host_body)?)
                 }
             )*
         }
@@ -259,8 +337,11 @@ macro_rules! kernel_list {
 /// The kernel list: every kernel, declared once, as `fn name(&self, param: kind, ...);` with
 /// the kinds `val<T>` (a plain value), `compute` (a tensor the kernel computes on: the device
 /// must hold and compute in its dtype, else [`Resident`] runs the kernel on the host), `hold`
-/// (a tensor only moved or indexed with: the device must hold its dtype) and `holds` (a list of
-/// those). Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
+/// (a tensor only moved or indexed with: the device must hold its dtype), `holds` (a list of
+/// those), `hold3` (an array of three) and `stored` (a [`DType`] of the result: the device
+/// must hold it). An entry with `host { ... }` (its body computing on
+/// the host data of its arguments) has that as its CPU implementation and as [`Backend`]'s
+/// default (download, compute, upload), so core needs no CPU backend method for it. Every kernel returns one new tensor. `kernel_table!(forward ops)` inside a
 /// backend's `impl Backend` block writes each kernel method as a call of the function of the
 /// same name in the backend's module `ops` (`ops::unary(self, op, x)`), so a GPU backend's
 /// kernel is one function in its operator family's file. Entries with a body (permute, slice,
@@ -307,6 +388,31 @@ macro_rules! kernel_table {
                 row_len: val<usize>,
                 indices: hold
             );
+            /// Rows of a `(rows, row_len)` table holding global rows `start..start + rows`,
+            /// picked by the global (integer) `idx`: indices outside that range give zero rows
+            /// (a table split over its rows).
+            fn gather_rows_partial(
+                &self,
+                table: hold,
+                rows: val<usize>,
+                row_len: val<usize>,
+                idx: hold,
+                start: val<usize>
+            ) host {
+                select::gather_rows_partial(table, rows, row_len, idx, start)
+            };
+            /// `torch.gather(x, dim, idx)` (indices checked by core; those outside
+            /// `0..x_shape[dim]` give zero, for a piece of a split `x`).
+            fn gather_dim(
+                &self,
+                x: hold,
+                x_shape: val<&[usize]>,
+                dim: val<usize>,
+                idx: hold,
+                idx_shape: val<&[usize]>
+            ) host {
+                select::gather_dim(x, x_shape, dim, idx, idx_shape)
+            };
             /// Reduces `dims` (sorted, distinct) of `x` with `op`, keeping them as size-1
             /// dimensions.
             fn reduce(
@@ -320,6 +426,53 @@ macro_rules! kernel_table {
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
+            /// `x` cast to `dtype` (PyTorch's casts: float to integer truncates toward zero,
+            /// to Bool is `x != 0`, to 16-bit rounds to nearest even).
+            fn cast(&self, x: compute, dtype: stored) host {
+                Ok(select::cast(x, dtype))
+            };
+            /// `op(a, b)` (a [`CmpOp`]) with `a` and `b` (same dtype) broadcast to `out_shape`,
+            /// as Bool.
+            fn compare(
+                &self,
+                op: val<$crate::backend::CmpOp>,
+                a: compute,
+                a_shape: val<&[usize]>,
+                b: compute,
+                b_shape: val<&[usize]>,
+                out_shape: val<&[usize]>
+            ) host {
+                select::compare(op, a, a_shape, b, b_shape, out_shape)
+            };
+            /// `cond ? a : b` (`torch.where`) with `xs = [cond, a, b]` (cond Bool, `a` and `b`
+            /// of one dtype) of `shapes` broadcast to `out_shape`.
+            fn select(
+                &self,
+                xs: hold3,
+                shapes: val<[&[usize]; 3]>,
+                out_shape: val<&[usize]>
+            ) host {
+                select::select(xs, shapes, out_shape)
+            };
+            /// The lower (upper) triangle over the last two dims of `x` (of `shape`) from
+            /// diagonal `k`, the buffer's first element sitting at global (row, column) `origin`
+            /// (a piece of a split matrix): elements outside it are zero.
+            fn triangle(
+                &self,
+                x: hold,
+                shape: val<&[usize]>,
+                k: val<i64>,
+                upper: val<bool>,
+                origin: val<(usize, usize)>
+            ) host {
+                Ok(select::triangle(x, shape, k, upper, origin))
+            };
+            /// The (I64) index of the largest (`max`) or smallest element of `x` along `dim`:
+            /// the first NaN wins, else the lowest index among equals (PyTorch's).
+            fn arg_reduce(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, max: val<bool>)
+            host {
+                Ok(select::arg_reduce(x, shape, dim, max))
+            };
             /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
             fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
                 let copy = $crate::shape::StridedCopy::permute(shape, perm);
@@ -358,7 +511,8 @@ macro_rules! __kernels {
     };
     ([forward $ops:ident] $(
         $(#[$doc:meta])*
-        fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*) $($body:block)?;
+        fn $name:ident(&$s:ident $(, $p:ident: $kind:ident $(<$t:ty>)?)*)
+            $(host $host:block)? $($body:block)?;
     )*) => {
         $($crate::__forward_kernel!([$ops] $name [$s $(, $p: $kind $(<$t>)?)*] $($body)?);)*
     };
@@ -379,32 +533,6 @@ macro_rules! __forward_kernel {
 }
 
 kernel_table!(faces {
-    /// `x` cast to `dtype` (PyTorch's casts).
-    fn cast(&self, x: &Buffer, dtype: DType) -> Result<Buffer> {
-        Ok(select::cast(x.host()?, dtype).into())
-    }
-    /// `op(a, b)` with broadcasting, as Bool; `a` and `b` share a dtype.
-    fn compare(
-        &self,
-        op: CmpOp,
-        a: &Buffer,
-        a_shape: &[usize],
-        b: &Buffer,
-        b_shape: &[usize],
-        out_shape: &[usize],
-    ) -> Result<Buffer> {
-        select::compare(op, a.host()?, a_shape, b.host()?, b_shape, out_shape).map(Buffer::from)
-    }
-    /// `cond ? a : b` with broadcasting over (cond, a, b); `cond` is Bool.
-    fn select(
-        &self,
-        xs: [&Buffer; 3],
-        shapes: [&[usize]; 3],
-        out_shape: &[usize],
-    ) -> Result<Buffer> {
-        let hosts = [xs[0].host()?, xs[1].host()?, xs[2].host()?];
-        select::select(hosts, shapes, out_shape).map(Buffer::from)
-    }
     /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
     /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm), then `* weight + bias`
     /// per column where given (`cols` elements each, `x`'s dtype).
@@ -465,33 +593,6 @@ kernel_table!(faces {
     fn clamp(&self, x: &Buffer, lo: Option<f64>, hi: Option<f64>) -> Result<Buffer> {
         Ok(select::clamp(x.host()?, lo, hi).into())
     }
-    /// The lower (upper) triangle over the last two dims from diagonal `k`, the buffer's first
-    /// element sitting at global (row, column) `origin`.
-    fn triangle(
-        &self,
-        x: &Buffer,
-        shape: &[usize],
-        k: i64,
-        upper: bool,
-        origin: (usize, usize),
-    ) -> Result<Buffer> {
-        Ok(select::triangle(x.host()?, shape, k, upper, origin).into())
-    }
-    /// The (I64) index of the largest or smallest element along `dim` (lowest on ties).
-    fn arg_reduce(&self, x: &Buffer, shape: &[usize], dim: usize, max: bool) -> Result<Buffer> {
-        Ok(select::arg_reduce(x.host()?, shape, dim, max).into())
-    }
-    /// `torch.gather(x, dim, idx)`; indices checked by core.
-    fn gather_dim(
-        &self,
-        x: &Buffer,
-        x_shape: &[usize],
-        dim: usize,
-        idx: &Buffer,
-        idx_shape: &[usize],
-    ) -> Result<Buffer> {
-        select::gather_dim(x.host()?, x_shape, dim, idx.host()?, idx_shape).map(Buffer::from)
-    }
     /// `zeros(out_shape).scatter_add_(dim, idx, src)`; indices checked by core.
     fn scatter_add_dim(
         &self,
@@ -502,19 +603,6 @@ kernel_table!(faces {
         idx_shape: &[usize],
     ) -> Result<Buffer> {
         select::scatter_add_dim(src.host()?, out_shape, dim, idx.host()?, idx_shape)
-            .map(Buffer::from)
-    }
-    /// Rows of a table holding global rows `start..start + rows`, picked by global indices;
-    /// indices outside the range give zero rows (a table split over its rows).
-    fn gather_rows_partial(
-        &self,
-        table: &Buffer,
-        rows: usize,
-        row_len: usize,
-        idx: &Buffer,
-        start: usize,
-    ) -> Result<Buffer> {
-        select::gather_rows_partial(table.host()?, rows, row_len, idx.host()?, start)
             .map(Buffer::from)
     }
 });

@@ -52,7 +52,8 @@ macro_rules! conformance_tests {
     ($backend:literal, |$case:ident| $make:expr) => {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
-            permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise);
+            permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
+            triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -171,7 +172,11 @@ pub fn round_trip<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         HostData::F32(vec![1.5, -2.0, 3.25]),
         HostData::F64(vec![0.1, 1e300]),
         HostData::I64(vec![i64::MIN, 7]),
+        HostData::Bool(vec![1, 0, 0, 1, 1]),
     ] {
+        if !b.backend().stores(d.dtype()) {
+            continue;
+        }
         let got = b.permute(&d.clone().into(), &[d.len()], &[0])?;
         if got.resident_on().is_none() || got.host()? != &d {
             return Err(Error::InvalidArgument {
@@ -699,6 +704,361 @@ pub fn large_elementwise<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
             op: "conformance",
             reason: format!("large max is {got:?}"),
         });
+    }
+    Ok(())
+}
+
+/// The stored dtypes the masks and index kernels move (each on the device that holds it).
+const HELD: [DType; 3] = [DType::F32, DType::F64, DType::I64];
+
+/// `v` as host data of any dtype (integers truncated toward zero).
+fn typed(dtype: DType, v: &[f64]) -> HostData {
+    HostData::F64(v.to_vec()).cast(dtype)
+}
+
+/// Row gathers from a piece of a table split over its rows (indices outside it give zero
+/// rows), and `torch.gather` along each dim (indices outside the dim give zero), on every dtype
+/// the device holds.
+pub fn index_gathers<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        // a table of global rows 50..90, rows of 5: past 1 KiB
+        let (rows, len, start) = (40, 5, 50);
+        let t = typed(
+            dtype,
+            &vals(rows * len, 71, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let tv = t.to_f64_vec();
+        let tb = Buffer::from(t);
+        let idx: Vec<i64> = (0..30).map(|i| (i * 37 % 100) as i64).collect();
+        let want: Vec<f64> = idx
+            .iter()
+            .flat_map(|&i| {
+                let r = i - start as i64;
+                (0..len).map(move |c| (r, c))
+            })
+            .map(|(r, c)| {
+                if (0..rows as i64).contains(&r) {
+                    tv[r as usize * len + c]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let ib = Buffer::from(HostData::I64(idx));
+        let got = b.gather_rows_partial(&tb, rows, len, &ib, start)?;
+        expect(b, "gather_rows_partial", &got, &want, dtype)?;
+        // torch.gather of x (8, 5, 6) by idx (6, 5, 4) along each dim, some indices outside;
+        // past 1 KiB (GPUs gather in blocks of idx's first dim)
+        let (xs, is) = ([8usize, 5, 6], [6usize, 5, 4]);
+        let x = typed(
+            dtype,
+            &vals(240, 72, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let xv = x.to_f64_vec();
+        let xb = Buffer::from(x);
+        for dim in 0..3 {
+            let idx: Vec<i64> = (0..120).map(|o| (o * 7 % 9) as i64 - 1).collect();
+            let want: Vec<f64> = (0..120)
+                .map(|o| {
+                    let c = [o / 20, o / 4 % 5, o % 4];
+                    let i = idx[o];
+                    if i < 0 || i as usize >= xs[dim] {
+                        return 0.0;
+                    }
+                    let mut at = c;
+                    at[dim] = i as usize;
+                    xv[(at[0] * 5 + at[1]) * 6 + at[2]]
+                })
+                .collect();
+            let ib = Buffer::from(HostData::I64(idx));
+            let got = b.gather_dim(&xb, &xs, dim, &ib, &is)?;
+            expect(b, &format!("gather_dim dim={dim}"), &got, &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// Float casts to every dtype the device holds, bit for bit against Rust's `as` (PyTorch's
+/// casts: round to nearest, truncation toward zero saturating with NaN 0, `x != 0`): signed
+/// zeros, subnormals, infinities, NaN and values past i64 included.
+pub fn casts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let v = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.1,
+        3.7,
+        -3.7,
+        1e-40,
+        -1e-42,
+        2.5e-45,
+        1e10,
+        -1e10,
+        2147483648.0,
+        123456789.0,
+        1e20,
+        -1e20,
+        -9.3e18,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1e300,
+    ];
+    let mut ramp = vals(600, 61, false);
+    ramp.iter_mut().for_each(|x| *x *= 1e6);
+    let targets = [DType::F32, DType::F64, DType::I64, DType::Bool];
+    for dtype in computed(b) {
+        let x = rounded(dtype, &[&v[..], &ramp].concat());
+        let xb = buf(dtype, &x);
+        for to in targets.into_iter().filter(|&d| b.backend().stores(d)) {
+            let want = match to {
+                DType::F32 => HostData::F32(x.iter().map(|&e| e as f32).collect()),
+                DType::F64 => HostData::F64(x.clone()),
+                DType::I64 => HostData::I64(x.iter().map(|&e| e as i64).collect()),
+                _ => HostData::Bool(x.iter().map(|&e| u8::from(e != 0.0)).collect()),
+            };
+            let got = b.cast(&xb, to)?;
+            if got.resident_on().is_none() || got.host()?.as_bytes() != want.as_bytes() {
+                return Err(Error::InvalidArgument {
+                    op: "conformance",
+                    reason: format!("cast {dtype} to {to} gave {got:?}, want {want:?}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every comparison with broadcasting and without, ties and NaN included; the result is Bool.
+pub fn comparisons<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    use crate::backend::CmpOp;
+    let cmp = |op: CmpOp, p: f64, q: f64| match op {
+        CmpOp::Eq => p == q,
+        CmpOp::Ne => p != q,
+        CmpOp::Lt => p < q,
+        CmpOp::Le => p <= q,
+        CmpOp::Gt => p > q,
+        CmpOp::Ge => p >= q,
+    };
+    // halves in [-2, 2]: many ties; past 1 KiB, so GPUs bind them in pieces
+    let halves = |n, seed| -> Vec<f64> {
+        vals(n, seed, false)
+            .iter()
+            .map(|v| (v * 2.0).round() / 2.0)
+            .collect()
+    };
+    for dtype in computed(b) {
+        // rows of the first dim fit 1 KiB (GPUs bind in blocks of them)
+        let (sa, sb, so) = ([12, 1, 50], [2, 1], [12, 2, 50]);
+        let mut x = halves(600, 41);
+        x[3] = f64::NAN;
+        let y = halves(2, 42);
+        let (xb, yb) = (buf(dtype, &x), buf(dtype, &y));
+        let flat_y = halves(600, 43);
+        let fb = buf(dtype, &flat_y);
+        for &op in CmpOp::ALL {
+            let want: Vec<f64> = (0..so.iter().product())
+                .map(|i| {
+                    let (p, q) = (x[i / 100 * 50 + i % 50], y[i / 50 % 2]);
+                    f64::from(u8::from(cmp(op, p, q)))
+                })
+                .collect();
+            let got = b.compare(op, &xb, &sa, &yb, &sb, &so)?;
+            expect(
+                b,
+                &format!("compare {op:?} broadcast"),
+                &got,
+                &want,
+                DType::Bool,
+            )?;
+            let want: Vec<f64> = x
+                .iter()
+                .zip(&flat_y)
+                .map(|(&p, &q)| f64::from(u8::from(cmp(op, p, q))))
+                .collect();
+            let got = b.compare(op, &xb, &[600], &fb, &[600], &[600])?;
+            expect(b, &format!("compare {op:?}"), &got, &want, DType::Bool)?;
+        }
+    }
+    Ok(())
+}
+
+/// `where(cond, a, b)` with each of the three broadcast (a 0-d `b` included) and without, on
+/// every dtype the device holds.
+pub fn where_select<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let flags = |n: usize, seed| -> Vec<u8> {
+        vals(n, seed, false)
+            .iter()
+            .map(|v| u8::from(*v > 0.0))
+            .collect()
+    };
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        let x = typed(
+            dtype,
+            &vals(600, 51, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let y = typed(
+            dtype,
+            &vals(1200, 52, false)
+                .iter()
+                .map(|v| v * 9.0)
+                .collect::<Vec<_>>(),
+        );
+        let (xv, yv) = (x.to_f64_vec(), y.to_f64_vec());
+        let (xb, yb) = (Buffer::from(x), Buffer::from(y));
+        let c = flags(24, 53);
+        let cb = Buffer::from(HostData::Bool(c.clone()));
+        // cond (12, 2, 1), a (12, 1, 50), b (12, 2, 50) -> (12, 2, 50); past 1 KiB, rows of
+        // the first dim within it (GPUs bind in blocks of them)
+        let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[12, 2, 50]];
+        let want: Vec<f64> = (0..1200)
+            .map(|i| {
+                if c[i / 50] == 1 {
+                    xv[i / 100 * 50 + i % 50]
+                } else {
+                    yv[i]
+                }
+            })
+            .collect();
+        let got = b.select([&cb, &xb, &yb], shapes, &[12, 2, 50])?;
+        expect(b, "where broadcast", &got, &want, dtype)?;
+        // a 0-d b
+        let s = Buffer::from(typed(dtype, &[-7.0]));
+        let want: Vec<f64> = (0..1200)
+            .map(|i| {
+                if c[i / 50] == 1 {
+                    xv[i / 100 * 50 + i % 50]
+                } else {
+                    -7.0
+                }
+            })
+            .collect();
+        let shapes: [&[usize]; 3] = [&[12, 2, 1], &[12, 1, 50], &[]];
+        let got = b.select([&cb, &xb, &s], shapes, &[12, 2, 50])?;
+        expect(b, "where with a 0-d operand", &got, &want, dtype)?;
+        // no broadcasting
+        let c = flags(600, 54);
+        let cb = Buffer::from(HostData::Bool(c.clone()));
+        let want: Vec<f64> = (0..600)
+            .map(|i| if c[i] == 1 { xv[i] } else { yv[i] })
+            .collect();
+        let shapes: [&[usize]; 3] = [&[600], &[600], &[600]];
+        let y600 = Buffer::from(typed(dtype, &yv[..600]));
+        let got = b.select([&cb, &xb, &y600], shapes, &[600])?;
+        expect(b, "where", &got, &want, dtype)?;
+    }
+    Ok(())
+}
+
+/// tril/triu of a batch of matrices, whole and as a piece of a larger split matrix (its first
+/// element at a global (row, column) origin), on every dtype the device holds.
+pub fn triangle_masks<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let shape = [3, 5, 7];
+    let n: usize = shape.iter().product();
+    // 105 elements of f64/i64 are past 1 KiB (the small-binding suite's piece path)
+    let x: Vec<f64> = vals(n, 21, false).iter().map(|v| v * 50.0).collect();
+    for dtype in HELD.into_iter().filter(|&d| b.backend().stores(d)) {
+        let xs = typed(dtype, &x);
+        let exact: Vec<f64> = xs.to_f64_vec();
+        let xb = Buffer::from(xs);
+        for (k, upper, origin) in [
+            (0, false, (0, 0)),
+            (-1, false, (0, 0)),
+            (2, true, (0, 0)),
+            (0, true, (3, 1)),
+            (-2, false, (4, 6)),
+            (100, false, (0, 0)),
+            (-100, true, (0, 0)),
+        ] {
+            let want: Vec<f64> = (0..n)
+                .map(|i| {
+                    let (r, c) = (i / shape[2] % shape[1] + origin.0, i % shape[2] + origin.1);
+                    let d = c as i64 - r as i64;
+                    let keep = if upper { d >= k } else { d <= k };
+                    if keep { exact[i] } else { 0.0 }
+                })
+                .collect();
+            let got = b.triangle(&xb, &shape, k, upper, origin)?;
+            let what = format!("triangle k={k} upper={upper} origin={origin:?}");
+            expect(b, &what, &got, &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// argmax/argmin along each dim, with ties (lowest index wins) and NaNs (the first wins), and
+/// along a line longer than a GPU pass.
+pub fn arg_reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let arg_ref = |x: &[f64], shape: &[usize], dim: usize, max: bool| -> Vec<f64> {
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let outer: usize = shape[..dim].iter().product();
+        let mut out = vec![];
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |l: usize| x[(o * len + l) * inner + i];
+                let first_nan = (0..len).find(|&l| at(l).is_nan());
+                let best = first_nan.unwrap_or_else(|| {
+                    (0..len).fold(0, |best, l| {
+                        let (v, w) = (at(l), at(best));
+                        if (max && v > w) || (!max && v < w) {
+                            l
+                        } else {
+                            best
+                        }
+                    })
+                });
+                out.push(best as f64);
+            }
+        }
+        out
+    };
+    for dtype in computed(b) {
+        let shape = [4, 6, 5];
+        let mut x = vals(120, 31, false);
+        // ties: repeated maxima and minima in some lines, NaNs in others
+        for i in [7, 37, 67] {
+            x[i] = 5.0;
+        }
+        for i in [2, 12, 22] {
+            x[i] = -5.0;
+        }
+        x[33] = f64::NAN;
+        x[98] = f64::NAN;
+        x[118] = f64::NAN;
+        let x = rounded(dtype, &x);
+        let xb = buf(dtype, &x);
+        for dim in 0..3 {
+            for max in [true, false] {
+                let got = b.arg_reduce(&xb, &shape, dim, max)?;
+                let what = format!("arg_reduce dim={dim} max={max}");
+                expect(b, &what, &got, &arg_ref(&x, &shape, dim, max), DType::I64)?;
+            }
+        }
+        // a line of 40000 (several GPU passes) with its maximum late and a tie after it
+        let long = 40_000;
+        let mut x: Vec<f64> = (0..2 * long).map(|i| ((i * 7919) % 1000) as f64).collect();
+        x[long - 5] = 2000.0;
+        x[long - 1] = 2000.0;
+        x[long + 35_000] = -1.0;
+        let xb = buf(dtype, &x);
+        for max in [true, false] {
+            let got = b.arg_reduce(&xb, &[2, long], 1, max)?;
+            let want = arg_ref(&x, &[2, long], 1, max);
+            expect(b, "arg_reduce long lines", &got, &want, DType::I64)?;
+        }
+        let empty = buf(dtype, &[]);
+        let got = b.arg_reduce(&empty, &[3, 0], 1, true)?;
+        expect(b, "arg_reduce of an empty dim", &got, &[0.0; 3], DType::I64)?;
     }
     Ok(())
 }

@@ -236,6 +236,133 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
 }
 
+// trunc(v) as i64, saturating, NaN 0 (Rust's `as`, PyTorch's cast on CPU).
+template <typename T> __device__ __forceinline__ i64 to_i64(T v) {
+    if (v != v) return 0;
+    if (v >= (T)9223372036854775808.0) return 0x7fffffffffffffffLL;
+    if (v <= -(T)9223372036854775808.0) return (i64)0x8000000000000000ULL;
+    return (i64)v;
+}
+
+// x cast to `to` (0: f32, 1: f64, 2: i64, 3: a Bool word, x != 0 with NaN true).
+template <typename T> __device__ void cast_k(const T *x, void *out, u64 n, int to) {
+    FOR_EACH(i, n) {
+        T v = x[i];
+        switch (to) {
+        case 0: ((float *)out)[i] = (float)v; break;
+        case 1: ((double *)out)[i] = (double)v; break;
+        case 2: ((i64 *)out)[i] = to_i64(v); break;
+        default: ((unsigned *)out)[i] = v != 0 ? 1u : 0u;
+        }
+    }
+}
+
+// The offsets in each of k inputs of output element i under broadcasting (meta: the output
+// shape, then each input's element strides, nd each; 0 where the input broadcasts).
+__device__ __forceinline__ void bcast_at(u64 i, int nd, const i64 *meta, int k, u64 *off) {
+    for (int j = 0; j < k; ++j) off[j] = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+        u64 c = i % (u64)meta[d];
+        i /= (u64)meta[d];
+        for (int j = 0; j < k; ++j) off[j] += c * (u64)meta[(j + 1) * nd + d];
+    }
+}
+
+// op: a CMP_* code (NaN compares unequal to everything).
+template <typename T> __device__ __forceinline__ bool compare_value(int op, T a, T b) {
+    switch (op) {
+    case CMP_EQ: return a == b;
+    case CMP_NE: return a != b;
+    case CMP_LT: return a < b;
+    case CMP_LE: return a <= b;
+    case CMP_GT: return a > b;
+    default: return a >= b;
+    }
+}
+
+// out (a Bool word per element) = a op b, broadcast (meta: out shape, a's and b's strides).
+template <typename T>
+__device__ void compare_k(const T *a, const T *b, unsigned *out, u64 n, int op, int nd,
+                          const i64 *meta) {
+    FOR_EACH(i, n) {
+        u64 off[2];
+        bcast_at(i, nd, meta, 2, off);
+        out[i] = compare_value(op, a[off[0]], b[off[1]]) ? 1u : 0u;
+    }
+}
+
+// torch.where: out = cond ? a : b, broadcast (meta: out shape, cond's, a's and b's strides).
+template <typename W>
+__device__ void where_k(const unsigned *cond, const W *a, const W *b, W *out, u64 n, int nd,
+                        const i64 *meta) {
+    FOR_EACH(i, n) {
+        u64 off[3];
+        bcast_at(i, nd, meta, 3, off);
+        out[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
+// x with the elements outside the lower (upper) triangle of its last two dims (rows, cols)
+// from diagonal k zeroed; x's first element sits at global (row, column) (orow, ocol).
+template <typename W>
+__device__ void triangle_k(const W *x, W *out, u64 n, u64 rows, u64 cols, i64 k, int upper,
+                           u64 orow, u64 ocol) {
+    FOR_EACH(i, n) {
+        i64 d = (i64)(i % cols + ocol) - (i64)(i / cols % rows + orow);
+        bool keep = upper ? d >= k : d <= k;
+        out[i] = keep ? x[i] : W(0);
+    }
+}
+
+// The index of the largest (max) or smallest element along the middle dim of x viewed as
+// (outer, len, inner), one thread per line: the first NaN wins, else the lowest index among
+// equals (PyTorch's).
+template <typename T>
+__device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner, int max) {
+    FOR_EACH(o, outer * inner) {
+        u64 base = o / inner * len * inner + o % inner, best = 0;
+        T b = x[base];
+        for (u64 l = 1; l < len; ++l) {
+            T v = x[base + l * inner];
+            bool better = b != b ? false : (v != v ? true : (max ? v > b : v < b));
+            if (better) {
+                best = l;
+                b = v;
+            }
+        }
+        out[o] = (i64)best;
+    }
+}
+
+// Rows of a table holding global rows start..start + rows, picked by global indices: zero rows
+// for indices outside them (a table split over its rows).
+template <typename W>
+__device__ void gather_rows_partial_k(const W *table, const i64 *idx, W *out, u64 n_idx, u64 len,
+                                      u64 rows, i64 start) {
+    FOR_EACH(i, n_idx * len) {
+        i64 r = idx[i / len] - start;
+        out[i] = r >= 0 && (u64)r < rows ? table[(u64)r * len + i % len] : W(0);
+    }
+}
+
+// torch.gather along dim: out[o] = x at o's coordinates (in idx's shape) with dim's replaced by
+// idx[o], zero where idx[o] is outside 0..dim_len (meta: idx's shape, then x's strides).
+template <typename W>
+__device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, int dim,
+                             u64 dim_len, const i64 *meta) {
+    FOR_EACH(o, n) {
+        i64 i = idx[o];
+        bool inside = i >= 0 && (u64)i < dim_len;
+        u64 rem = o, off = 0;
+        for (int d = nd - 1; d >= 0; --d) {
+            u64 c = rem % (u64)meta[d];
+            rem /= (u64)meta[d];
+            off += (d == dim ? (u64)i : c) * (u64)meta[nd + d];
+        }
+        out[o] = inside ? x[off] : W(0);
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -266,6 +393,17 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     extern "C" __global__ void scatter_add_rows_##S(const T *src, const i64 *idx, T *out,        \
                                                     u64 n_idx, u64 len) {                        \
         scatter_add_rows_k<T>(src, idx, out, n_idx, len);                                        \
+    }                                                                                            \
+    extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
+                                              u64 inner, int max) {                              \
+        arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void cast_##S(const T *x, void *out, u64 n, int to) {                  \
+        cast_k<T>(x, out, n, to);                                                                \
+    }                                                                                            \
+    extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
+                                           int nd, const i64 *meta) {                            \
+        compare_k<T>(a, b, out, n, op, nd, meta);                                                \
     }
 
 #define WORD_KERNELS(W, S)                                                                       \
@@ -276,6 +414,22 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     extern "C" __global__ void gather_rows_##S(const W *table, const i64 *idx, W *out,          \
                                                u64 n_idx, u64 len) {                             \
         gather_rows_k<W>(table, idx, out, n_idx, len);                                           \
+    }                                                                                            \
+    extern "C" __global__ void triangle_##S(const W *x, W *out, u64 n, u64 rows, u64 cols,      \
+                                            i64 k, int upper, u64 orow, u64 ocol) {             \
+        triangle_k<W>(x, out, n, rows, cols, k, upper, orow, ocol);                              \
+    }                                                                                            \
+    extern "C" __global__ void gather_rows_partial_##S(const W *table, const i64 *idx, W *out,  \
+                                                       u64 n_idx, u64 len, u64 rows, i64 start) {\
+        gather_rows_partial_k<W>(table, idx, out, n_idx, len, rows, start);                      \
+    }                                                                                            \
+    extern "C" __global__ void gather_dim_##S(const W *x, const i64 *idx, W *out, u64 n, int nd, \
+                                              int dim, u64 dim_len, const i64 *meta) {           \
+        gather_dim_k<W>(x, idx, out, n, nd, dim, dim_len, meta);                                 \
+    }                                                                                            \
+    extern "C" __global__ void where_##S(const unsigned *cond, const W *a, const W *b, W *out,  \
+                                         u64 n, int nd, const i64 *meta) {                       \
+        where_k<W>(cond, a, b, out, n, nd, meta);                                                \
     }
 
 FLOAT_KERNELS(float, f32)

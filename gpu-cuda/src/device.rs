@@ -29,7 +29,7 @@ const FUNCTIONS: [&str; 12] = [
     "softmax_rows_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 8] = [
+const MORE_FUNCTIONS: [&str; 22] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -38,6 +38,20 @@ const MORE_FUNCTIONS: [&str; 8] = [
     "strided_w8",
     "gather_rows_w4",
     "gather_rows_w8",
+    "triangle_w4",
+    "triangle_w8",
+    "arg_reduce_f32",
+    "arg_reduce_f64",
+    "compare_f32",
+    "compare_f64",
+    "where_w4",
+    "where_w8",
+    "cast_f32",
+    "cast_f64",
+    "gather_rows_partial_w4",
+    "gather_rows_partial_w8",
+    "gather_dim_w4",
+    "gather_dim_w8",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

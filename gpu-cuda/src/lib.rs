@@ -3,8 +3,9 @@
 //! GEMM, default math mode, so f32 is true f32 and never TF32); every other kernel is CUDA C++
 //! in `kernels/gflow.cu`, compiled once per process by NVRTC for the device's architecture.
 //!
-//! Arithmetic is f32 and f64; every dtype is stored, moved, sliced, permuted, concatenated and
-//! gathered. cudarc panics when a CUDA library is missing, so [`CudaBackend::new`] checks for
+//! Arithmetic is f32 and f64. The device holds F32, F64, I64 and Bool (one 32-bit word per
+//! element, true when nonzero), and moves, slices, permutes, concatenates, gathers and masks
+//! them; F16, BF16 and I32 stay on the host. cudarc panics when a CUDA library is missing, so [`CudaBackend::new`] checks for
 //! the driver, NVRTC and cuBLAS libraries before touching cudarc and returns
 //! `BackendUnavailable` without them. Allocations go through the driver's stream-ordered memory
 //! pool (`cuMemAllocAsync`), which keeps freed blocks for reuse: that is the buffer pool.
@@ -55,6 +56,10 @@ impl Backend for CudaBackend {
         matches!(dtype, DType::F32 | DType::F64)
     }
 
+    fn stores(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::F64 | DType::I64 | DType::Bool)
+    }
+
     fn upload(&self, data: &HostData) -> Result<CudaStorage> {
         let len = data.len();
         let mut out = self.alloc_like(data.dtype(), len)?;
@@ -64,6 +69,10 @@ impl Backend for CudaBackend {
                 (Buf::F32(d), HostData::F32(v)) => s.memcpy_htod(v, d),
                 (Buf::F64(d), HostData::F64(v)) => s.memcpy_htod(v, d),
                 (Buf::I64(d), HostData::I64(v)) => s.memcpy_htod(v, d),
+                (Buf::Bool(d), HostData::Bool(v)) => {
+                    let words: Vec<u32> = v.iter().map(|&b| u32::from(b != 0)).collect();
+                    s.memcpy_htod(&words, d)
+                }
                 _ => {
                     return Err(Error::Internal(format!(
                         "no CUDA buffer for {}",
@@ -85,6 +94,10 @@ impl Backend for CudaBackend {
             Buf::F32(b) => HostData::F32(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
             Buf::F64(b) => HostData::F64(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
             Buf::I64(b) => HostData::I64(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
+            Buf::Bool(b) => {
+                let words = st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?;
+                HostData::Bool(words.iter().map(|&w| u8::from(w != 0)).collect())
+            }
         };
         st.synchronize().map_err(device_error)?;
         Ok(data)

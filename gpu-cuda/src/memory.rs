@@ -12,6 +12,8 @@ pub(crate) enum Buf {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
     I64(CudaSlice<i64>),
+    /// Bool, one 32-bit word per element (true when nonzero), so the word kernels move it.
+    Bool(CudaSlice<u32>),
 }
 
 /// A tensor's buffer on the device.
@@ -36,6 +38,15 @@ impl CudaStorage {
             Buf::F32(_) => DType::F32,
             Buf::F64(_) => DType::F64,
             Buf::I64(_) => DType::I64,
+            Buf::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The suffix of the word kernels that move this buffer's elements (`w4`, `w8`).
+    pub(crate) fn words(&self) -> &'static str {
+        match self.buf {
+            Buf::F32(_) | Buf::Bool(_) => "w4",
+            Buf::F64(_) | Buf::I64(_) => "w8",
         }
     }
 }
@@ -47,6 +58,7 @@ macro_rules! arg_buf {
             $crate::memory::Buf::F32(s) => cudarc::driver::PushKernelArg::arg($builder, s),
             $crate::memory::Buf::F64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
             $crate::memory::Buf::I64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::Bool(s) => cudarc::driver::PushKernelArg::arg($builder, s),
         }
     };
 }
@@ -119,6 +131,7 @@ impl CudaBackend {
             Buf::F32(b) => Buf::F32(s.clone_dtod(b).map_err(device_error)?),
             Buf::F64(b) => Buf::F64(s.clone_dtod(b).map_err(device_error)?),
             Buf::I64(b) => Buf::I64(s.clone_dtod(b).map_err(device_error)?),
+            Buf::Bool(b) => Buf::Bool(s.clone_dtod(b).map_err(device_error)?),
         };
         Ok(CudaStorage { buf, len: x.len })
     }
@@ -133,6 +146,7 @@ impl CudaBackend {
         let buf = match dtype {
             DType::F32 => Buf::F32(self.alloc(len)?),
             DType::F64 => Buf::F64(self.alloc(len)?),
+            DType::Bool => Buf::Bool(self.alloc(len)?),
             _ => Buf::I64(self.alloc(len)?),
         };
         Ok(CudaStorage { buf, len })

@@ -2,7 +2,8 @@
 // [first_row, first_row + block_rows) and a block of indices [first_idx, first_idx + count) of
 // the bound piece of the index list, so tables, index lists and outputs past one binding work
 // in pieces. params: mode, count, row_words,
-// block_rows, first_row, first_idx, src base, out base, accumulate. Indices are i64, read as
+// block_rows, first_row (global: the table may hold rows from a start on), first_idx, src
+// base, out base, accumulate. Indices are i64, read as
 // their low word (checked on the host beforehand).
 // mode 0: out[r, c] = table[idx[r], c] for the block's indices that fall in its rows, one
 //   thread per output word of the index block;

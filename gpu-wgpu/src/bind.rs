@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 8] = [
+const KERNELS: [(&str, &str); 13] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -19,6 +19,11 @@ const KERNELS: [(&str, &str); 8] = [
     ("matmul_tiled", include_str!("../shaders/matmul_tiled.wgsl")),
     ("strided", include_str!("../shaders/strided.wgsl")),
     ("rows", include_str!("../shaders/rows.wgsl")),
+    ("triangle", include_str!("../shaders/triangle.wgsl")),
+    ("arg_reduce", include_str!("../shaders/arg_reduce.wgsl")),
+    ("where", include_str!("../shaders/where.wgsl")),
+    ("cast", include_str!("../shaders/cast.wgsl")),
+    ("gather_dim", include_str!("../shaders/gather_dim.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).

@@ -2,8 +2,9 @@
 //! wgpu finds, one per ordinal ([`adapters`]: Vulkan, Metal, DX12; lavapipe, Mesa's software
 //! Vulkan, in CI).
 //!
-//! Arithmetic is f32 (WGSL has no portable f64 transcendentals); every dtype is stored, moved,
-//! sliced, permuted, concatenated and gathered (as 32-bit words). Every dispatch runs inside a
+//! Arithmetic is f32 (WGSL has no portable f64 transcendentals). The device holds F32, F64,
+//! I64 and Bool (one 32-bit word per element, true when nonzero), and moves, slices, permutes,
+//! concatenates, gathers and masks them as 32-bit words; F16, BF16 and I32 stay on the host. Every dispatch runs inside a
 //! wgpu error scope, so a validation or out-of-memory error is a [`gflow_core::Error::Device`],
 //! never wgpu's default panic; no adapter is `BackendUnavailable`.
 
@@ -32,6 +33,12 @@ const NEG_INF: u32 = 0xff80_0000;
 /// (reductions in runs, long softmax lines and scatter index lists in passes, products over
 /// long inner dims in chunks); on hardware the pieces cost little.
 const LOOP_MAX: usize = 16384;
+
+/// Bytes of one element on the device: its size, but a whole word for Bool (so the word
+/// kernels move it).
+pub(crate) fn elem_bytes(dtype: DType) -> usize {
+    dtype.size().max(4)
+}
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
     Error::Device {
@@ -68,8 +75,18 @@ impl Backend for WgpuBackend {
         dtype == DType::F32
     }
 
+    fn stores(&self, dtype: DType) -> bool {
+        matches!(dtype, DType::F32 | DType::F64 | DType::I64 | DType::Bool)
+    }
+
     fn upload(&self, data: &HostData) -> Result<WgpuStorage> {
-        let bytes = data.as_bytes();
+        let words;
+        let bytes = if let HostData::Bool(v) = data {
+            words = v.iter().map(|&b| u32::from(b != 0)).collect::<Vec<u32>>();
+            bytemuck::cast_slice(&words)
+        } else {
+            data.as_bytes()
+        };
         let s = self.new_storage(data.len(), data.dtype())?;
         if !bytes.is_empty() {
             self.scoped(|| self.queue.write_buffer(&s.buf, 0, bytes))?;
@@ -78,7 +95,13 @@ impl Backend for WgpuBackend {
     }
 
     fn download(&self, s: &WgpuStorage) -> Result<HostData> {
-        let bytes = self.read_bytes(&s.buf, s.len * s.dtype.size())?;
+        let bytes = self.read_bytes(&s.buf, s.len * elem_bytes(s.dtype))?;
+        if s.dtype == DType::Bool {
+            let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+            return Ok(HostData::Bool(
+                words.iter().map(|&w| u8::from(w != 0)).collect(),
+            ));
+        }
         Ok(HostData::from_bytes(s.dtype, &bytes))
     }
 

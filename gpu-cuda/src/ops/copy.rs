@@ -39,16 +39,12 @@ impl CudaBackend {
             return Ok(());
         }
         let meta = self.meta(shape.iter().chain(&copy.strides).copied())?;
-        let name = if x.dtype().size() == 4 {
-            "strided_w4"
-        } else {
-            "strided_w8"
-        };
+        let name = format!("strided_{}", x.words());
         let (nd, put) = (shape.len() as i32, i32::from(put));
         // SAFETY: strided_w* takes (x, out, n, nd, meta of 2 * nd, base, put); core checked
         // that the box lies inside both buffers, whose words are this dtype's size.
         unsafe {
-            self.launch(name, threads(n), |l| {
+            self.launch(&name, threads(n), |l| {
                 arg_buf!(l, &x.buf);
                 arg_buf!(l, &out.buf);
                 l.arg(&n).arg(&nd).arg(&meta).arg(&base).arg(&put);

@@ -1,14 +1,14 @@
 //! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
-//! with broadcasting.
+//! and comparisons with broadcasting.
 
-use cudarc::driver::PushKernelArg;
-use gflow_core::Result;
-use gflow_core::backend::{AFFINE_CODE, BinaryOp, UnaryOp};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
+use gflow_core::{DType, Result};
 
 use crate::launch::threads;
-use crate::memory::Float;
-use crate::{CudaBackend, CudaStorage};
+use crate::memory::{Buf, Float};
+use crate::{CudaBackend, CudaStorage, device_error};
 
 /// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
 pub(crate) fn unary(c: &CudaBackend, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
@@ -27,6 +27,36 @@ pub(crate) fn binary(
 ) -> Result<CudaStorage> {
     let code = op.code() as i32;
     by_float!(a, "binary", T => c.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
+}
+
+/// [`Backend::compare`](gflow_core::backend::Backend::compare) on this device: a Bool word per
+/// element.
+pub(crate) fn compare(
+    c: &CudaBackend,
+    op: CmpOp,
+    a: &CudaStorage,
+    a_shape: &[usize],
+    b: &CudaStorage,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<CudaStorage> {
+    let code = op.code() as i32;
+    by_float!(a, "compare", T => c.compare_t::<T>(code, [a, b], [a_shape, b_shape], out_shape))
+}
+
+/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: f32 or f64 to any
+/// dtype it holds.
+pub(crate) fn cast(c: &CudaBackend, x: &CudaStorage, dtype: DType) -> Result<CudaStorage> {
+    let to: i32 = match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::I64 => 2,
+        DType::Bool => 3,
+        other => return Err(device_error(format!("cast: CUDA holds no {other}"))),
+    };
+    let out = c.alloc_like(dtype, x.len)?;
+    by_float!(x, "cast", T => c.cast_t::<T>(x, &out, to))?;
+    Ok(out)
 }
 
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
@@ -61,6 +91,67 @@ impl CudaBackend {
         Ok(T::wrap(out, x.len))
     }
 
+    fn cast_t<T: Float>(&self, x: &CudaStorage, out: &CudaStorage, to: i32) -> Result<()> {
+        let n = x.len;
+        if n > 0 {
+            let xs = self.float::<T>(x)?;
+            // SAFETY: cast_* takes (x, out of n elements of the dtype `to` names, n, to); `out`
+            // was allocated for that dtype.
+            unsafe {
+                self.launch(&format!("cast_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(xs);
+                    arg_buf!(l, &out.buf);
+                    l.arg(&n).arg(&to);
+                })
+            }?;
+        }
+        Ok(())
+    }
+
+    fn compare_t<T: Float>(
+        &self,
+        code: i32,
+        [a, b]: [&CudaStorage; 2],
+        shapes: [&[usize]; 2],
+        out_shape: &[usize],
+    ) -> Result<CudaStorage> {
+        let n: usize = out_shape.iter().product();
+        let out = self.alloc::<u32>(n)?;
+        if n > 0 {
+            let (x, y) = (self.float::<T>(a)?, self.float::<T>(b)?);
+            let (nd, meta) = self.broadcast_meta(&shapes, out_shape)?;
+            // SAFETY: compare_* takes (a, b, out of n words, n, op, nd, meta of 3 * nd): the
+            // strides address a and b inside their lengths.
+            unsafe {
+                self.launch(&format!("compare_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(x)
+                        .arg(y)
+                        .arg(&out)
+                        .arg(&n)
+                        .arg(&code)
+                        .arg(&nd)
+                        .arg(&meta);
+                })
+            }?;
+        }
+        Ok(CudaStorage {
+            buf: Buf::Bool(out),
+            len: n,
+        })
+    }
+
+    /// The broadcasting kernels' (nd, meta): `out_shape`, then each input's element strides
+    /// along it (0 where it broadcasts).
+    pub(crate) fn broadcast_meta(
+        &self,
+        shapes: &[&[usize]],
+        out_shape: &[usize],
+    ) -> Result<(i32, CudaSlice<i64>)> {
+        let strides = shapes.iter().flat_map(|s| broadcast_strides(s, out_shape));
+        let meta = self.meta(out_shape.iter().copied().chain(strides))?;
+        Ok((out_shape.len() as i32, meta))
+    }
+
     pub(crate) fn binary_t<T: Float>(
         &self,
         code: i32,
@@ -82,14 +173,7 @@ impl CudaBackend {
                     })
                 }?;
             } else {
-                let nd = out_shape.len() as i32;
-                let meta = self.meta(
-                    out_shape
-                        .iter()
-                        .copied()
-                        .chain(broadcast_strides(a_shape, out_shape))
-                        .chain(broadcast_strides(b_shape, out_shape)),
-                )?;
+                let (nd, meta) = self.broadcast_meta(&[a_shape, b_shape], out_shape)?;
                 // SAFETY: binary_bcast_* takes (a, b, out, n, op, nd, meta of 3 * nd): the
                 // strides address a and b inside their lengths.
                 unsafe {

@@ -1,7 +1,9 @@
-//! Row gathers (embedding lookups) and scatter-adds.
+//! Row gathers (embedding lookups, whole or from a piece of a table split over its rows) and
+//! scatter-adds; `torch.gather` along a dim.
 
 use cudarc::driver::CudaSlice;
 use cudarc::driver::PushKernelArg;
+use gflow_core::shape::strides;
 use gflow_core::{DType, Error, Result};
 
 use crate::launch::threads;
@@ -20,15 +22,11 @@ pub(crate) fn gather_rows(
     let n_idx = indices.len;
     let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
     if n_idx * row_len > 0 {
-        let name = if table.dtype().size() == 4 {
-            "gather_rows_w4"
-        } else {
-            "gather_rows_w8"
-        };
+        let name = format!("gather_rows_{}", table.words());
         // SAFETY: gather_rows_w* takes (table of rows * len, idx (checked in range), out of
         // n_idx * len, n_idx, len), in words of the dtype's size.
         unsafe {
-            c.launch(name, threads(n_idx * row_len), |l| {
+            c.launch(&name, threads(n_idx * row_len), |l| {
                 arg_buf!(l, &table.buf);
                 l.arg(ix);
                 arg_buf!(l, &out.buf);
@@ -37,6 +35,81 @@ pub(crate) fn gather_rows(
         }?;
     }
     Ok(out)
+}
+
+/// [`Backend::gather_rows_partial`](gflow_core::backend::Backend::gather_rows_partial) on this
+/// device.
+pub(crate) fn gather_rows_partial(
+    c: &CudaBackend,
+    table: &CudaStorage,
+    rows: usize,
+    row_len: usize,
+    idx: &CudaStorage,
+    start: usize,
+) -> Result<CudaStorage> {
+    let ix = i64_indices(idx)?;
+    let n_idx = idx.len;
+    let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
+    if n_idx * row_len > 0 {
+        let start = start as i64;
+        // SAFETY: gather_rows_partial_w* takes (table of rows * len, idx, out of n_idx * len,
+        // n_idx, len, rows, start) in words of the dtype's size; only rows inside the table are
+        // read.
+        unsafe {
+            c.launch(
+                &format!("gather_rows_partial_{}", table.words()),
+                threads(n_idx * row_len),
+                |l| {
+                    arg_buf!(l, &table.buf);
+                    l.arg(ix);
+                    arg_buf!(l, &out.buf);
+                    l.arg(&n_idx).arg(&row_len).arg(&rows).arg(&start);
+                },
+            )
+        }?;
+    }
+    Ok(out)
+}
+
+/// [`Backend::gather_dim`](gflow_core::backend::Backend::gather_dim) on this device.
+pub(crate) fn gather_dim(
+    c: &CudaBackend,
+    x: &CudaStorage,
+    x_shape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    idx_shape: &[usize],
+) -> Result<CudaStorage> {
+    let ix = i64_indices(idx)?;
+    let n = idx.len;
+    let out = c.alloc_like(x.dtype(), n)?;
+    if n > 0 {
+        let meta = c.meta(idx_shape.iter().copied().chain(strides(x_shape)))?;
+        let (nd, d, dim_len) = (idx_shape.len() as i32, dim as i32, x_shape[dim]);
+        // SAFETY: gather_dim_w* takes (x, idx, out of n elements, n, nd, dim, dim_len, meta of
+        // 2 * nd); core checked idx's shape against x's, and indices outside 0..dim_len are
+        // not read.
+        unsafe {
+            c.launch(&format!("gather_dim_{}", x.words()), threads(n), |l| {
+                arg_buf!(l, &x.buf);
+                l.arg(ix);
+                arg_buf!(l, &out.buf);
+                l.arg(&n).arg(&nd).arg(&d).arg(&dim_len).arg(&meta);
+            })
+        }?;
+    }
+    Ok(out)
+}
+
+/// The device indices of an I64 buffer (the index kernels read i64).
+fn i64_indices(idx: &CudaStorage) -> Result<&CudaSlice<i64>> {
+    match &idx.buf {
+        Buf::I64(ix) => Ok(ix),
+        _ => Err(Error::DTypeMismatch {
+            expected: DType::I64,
+            got: idx.dtype(),
+        }),
+    }
 }
 
 /// [`Backend::scatter_add_rows`](gflow_core::backend::Backend::scatter_add_rows) on this device.
@@ -58,12 +131,7 @@ impl CudaBackend {
         rows: usize,
         op: &'static str,
     ) -> Result<&'a CudaSlice<i64>> {
-        let Buf::I64(ix) = &indices.buf else {
-            return Err(Error::DTypeMismatch {
-                expected: DType::I64,
-                got: indices.dtype(),
-            });
-        };
+        let ix = i64_indices(indices)?;
         let host = if indices.len == 0 {
             vec![]
         } else {

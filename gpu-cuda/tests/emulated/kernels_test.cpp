@@ -103,6 +103,88 @@ int main() {
   // binary flat f32
   { std::vector<float> a{1, 2, 3}, b{4, 5, 6}, o(3); launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 3, 3); });
     CHECK(o[0] == 0.25f && o[2] == 0.5f, "div"); }
+  // triangle: a (2, 3, 4) batch, 4- and 8-byte words, every k and side, origins of a piece
+  { std::vector<unsigned> x(24), o(24); std::vector<unsigned long long> xw(24), ow(24);
+    for (int i = 0; i < 24; ++i) { x[i] = i + 1; xw[i] = (1ULL << 40) + i; }
+    for (int k = -3; k <= 4; ++k) for (int up = 0; up < 2; ++up) for (int orr = 0; orr < 3; orr += 2) {
+      launch(2, [&] { triangle_w4(x.data(), o.data(), 24, 3, 4, k, up, orr, 1); });
+      launch(1, [&] { triangle_w8(xw.data(), ow.data(), 24, 3, 4, k, up, orr, 1); });
+      for (int i = 0; i < 24; ++i) {
+        long long d = (long long)(i % 4 + 1) - (long long)(i / 4 % 3 + orr);
+        bool keep = up ? d >= k : d <= k;
+        CHECK(o[i] == (keep ? x[i] : 0u) && ow[i] == (keep ? xw[i] : 0ULL), "triangle k=%d up=%d at %d", k, up, i);
+      } } }
+  // arg_reduce over each dim of (3, 4, 5), ties to the lowest index, the first NaN wins
+  { std::vector<double> x(60); std::vector<long long> o(20);
+    for (int i = 0; i < 60; ++i) x[i] = (i * 37) % 11;
+    x[17] = NAN; x[42] = NAN;
+    int shape[3] = {3, 4, 5};
+    for (int dim = 0; dim < 3; ++dim) for (int mx = 0; mx < 2; ++mx) {
+      long long outer = 1, inner = 1, len = shape[dim];
+      for (int d = 0; d < dim; ++d) outer *= shape[d];
+      for (int d = dim + 1; d < 3; ++d) inner *= shape[d];
+      launch(1, [&] { arg_reduce_f64(x.data(), o.data(), outer, len, inner, mx); });
+      for (long long l = 0; l < outer * inner; ++l) {
+        long long base = l / inner * len * inner + l % inner, best = -1;
+        for (long long j = 0; j < len && best < 0; ++j) if (std::isnan(x[base + j * inner])) best = j;
+        if (best < 0) { best = 0;
+          for (long long j = 1; j < len; ++j) { double v = x[base + j * inner], b = x[base + best * inner];
+            if (mx ? v > b : v < b) best = j; } }
+        CHECK(o[l] == best, "arg_reduce dim %d max %d line %lld: %lld vs %lld", dim, mx, l, o[l], best);
+      } }
+    std::vector<float> xf{3, 1, 3, 0, 1, 0}; std::vector<long long> of(2);
+    launch(1, [&] { arg_reduce_f32(xf.data(), of.data(), 2, 3, 1, 1); });
+    CHECK(of[0] == 0 && of[1] == 1, "arg_reduce f32 ties %lld %lld", of[0], of[1]); }
+  // compare: a (3, 1, 4) against b (5, 1) -> (3, 5, 4), every op, ties and a NaN
+  { std::vector<float> a(12), b(5); std::vector<unsigned> o(60);
+    for (int i = 0; i < 12; ++i) a[i] = (i % 5) - 2; for (int i = 0; i < 5; ++i) b[i] = i - 2;
+    a[7] = NAN;
+    std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
+    for (int op = 0; op <= CMP_GE; ++op) {
+      launch(2, [&] { compare_f32(a.data(), b.data(), o.data(), 60, op, 3, meta.data()); });
+      for (int i = 0; i < 3; ++i) for (int j = 0; j < 5; ++j) for (int k = 0; k < 4; ++k) {
+        float p = a[i * 4 + k], q = b[j]; bool w;
+        switch (op) { case CMP_EQ: w = p == q; break; case CMP_NE: w = p != q; break; case CMP_LT: w = p < q; break;
+        case CMP_LE: w = p <= q; break; case CMP_GT: w = p > q; break; default: w = p >= q; }
+        CHECK(o[(i * 5 + j) * 4 + k] == (unsigned)w, "compare op %d at %d %d %d", op, i, j, k);
+      } } }
+  // where: cond (2, 1), a (3) of 8-byte words, b (2, 3) -> (2, 3); a 0-d b with 4-byte words
+  { std::vector<unsigned> cond{1, 0}; std::vector<unsigned long long> a{1, 2, 3}, b{10, 20, 30, 40, 50, 60}, o(6);
+    std::vector<long long> meta{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1};
+    launch(1, [&] { where_w8(cond.data(), a.data(), b.data(), o.data(), 6, 2, meta.data()); });
+    for (int i = 0; i < 6; ++i) CHECK(o[i] == (i < 3 ? a[i] : b[i]), "where w8 at %d: %llu", i, o[i]);
+    std::vector<unsigned> a4{5, 6, 7}, s{9}, o4(6);
+    std::vector<long long> meta4{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 0, 0};
+    std::vector<unsigned> c2{0, 7};
+    launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4.data()); });
+    for (int i = 0; i < 6; ++i) CHECK(o4[i] == (i < 3 ? 9u : a4[i % 3]), "where w4 at %d: %u", i, o4[i]); }
+  // cast f64 to every held dtype: rounding, truncation toward zero, saturation, NaN
+  { std::vector<double> x{0.0, -0.0, 0.1, 3.7, -3.7, 1e10, 1e20, -1e20, INFINITY, NAN, -9.3e18};
+    size_t n = x.size(); std::vector<float> f(n); std::vector<double> d(n); std::vector<long long> l(n); std::vector<unsigned> b(n);
+    launch(1, [&] { cast_f64(x.data(), f.data(), n, 0); });
+    launch(1, [&] { cast_f64(x.data(), d.data(), n, 1); });
+    launch(1, [&] { cast_f64(x.data(), l.data(), n, 2); });
+    launch(1, [&] { cast_f64(x.data(), b.data(), n, 3); });
+    long long want_l[] = {0, 0, 0, 3, -3, 10000000000LL, 0x7fffffffffffffffLL, (long long)0x8000000000000000ULL,
+                          0x7fffffffffffffffLL, 0, (long long)0x8000000000000000ULL};
+    for (size_t i = 0; i < n; ++i) {
+      CHECK((std::isnan(x[i]) && std::isnan(f[i])) || f[i] == (float)x[i], "cast f32 %zu", i);
+      CHECK(std::memcmp(&d[i], &x[i], 8) == 0, "cast f64 %zu", i);
+      CHECK(l[i] == want_l[i], "cast i64 %zu: %lld", i, l[i]);
+      CHECK(b[i] == (unsigned)(x[i] != 0 || std::isnan(x[i])), "cast bool %zu", i);
+    } }
+  // gather_rows_partial from global rows 5..9 (zero rows outside); gather_dim along dim 1
+  { std::vector<unsigned> t(12); for (int i = 0; i < 12; ++i) t[i] = 100 + i;
+    std::vector<long long> idx{5, 4, 8, 9, 6, -1}; std::vector<unsigned> o(18);
+    launch(2, [&] { gather_rows_partial_w4(t.data(), idx.data(), o.data(), 6, 3, 4, 5); });
+    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) {
+      long long l = idx[r] - 5; unsigned w = l >= 0 && l < 4 ? t[l * 3 + c] : 0;
+      CHECK(o[r * 3 + c] == w, "gather_rows_partial %d %d: %u", r, c, o[r * 3 + c]); }
+    // x (2, 3) f64 words, idx (2, 2) along dim 1 with one index outside
+    std::vector<unsigned long long> x{1, 2, 3, 4, 5, 6}, g(4); std::vector<long long> gi{2, 0, 3, 1};
+    std::vector<long long> meta{2, 2, /*x strides*/ 3, 1};
+    launch(1, [&] { gather_dim_w8(x.data(), gi.data(), g.data(), 4, 2, 1, 3, meta.data()); });
+    CHECK(g[0] == 3 && g[1] == 1 && g[2] == 0 && g[3] == 5, "gather_dim %llu %llu %llu %llu", g[0], g[1], g[2], g[3]); }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

@@ -4,7 +4,7 @@
 use gflow_core::shape::{StridedCopy, strides};
 use gflow_core::{DType, Error, Result};
 
-use crate::{WgpuBackend, WgpuStorage};
+use crate::{WgpuBackend, WgpuStorage, elem_bytes};
 
 /// The boxes of `copies` between their inputs and a new contiguous buffer (see
 /// [`Backend::copy_boxes`](gflow_core::backend::Backend::copy_boxes)).
@@ -54,7 +54,7 @@ impl WgpuBackend {
         to: &(usize, Vec<usize>),
     ) -> Result<()> {
         let n: usize = extent.iter().product();
-        let elem = x.dtype.size();
+        let elem = elem_bytes(x.dtype);
         let params = |ext: &[usize], x_base: usize, out_base: usize| {
             let mut p = vec![
                 ext.iter().product::<usize>() as u32,

@@ -1,11 +1,11 @@
 //! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
-//! with broadcasting.
+//! and comparisons with broadcasting.
 
-use gflow_core::backend::{AFFINE_CODE, BinaryOp, UnaryOp};
+use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
 use gflow_core::{DType, Result};
 
-use crate::{WgpuBackend, WgpuStorage, device_error};
+use crate::{WgpuBackend, WgpuStorage, device_error, elem_bytes};
 
 /// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
 pub(crate) fn unary(w: &WgpuBackend, op: UnaryOp, x: &WgpuStorage) -> Result<WgpuStorage> {
@@ -34,67 +34,51 @@ pub(crate) fn binary(
 ) -> Result<WgpuStorage> {
     w.need_f32(a, "binary")?;
     w.need_f32(b, "binary")?;
-    let n: usize = out_shape.iter().product();
-    let out = w.new_storage(n, DType::F32)?;
-    let nd = out_shape.len();
-    let aligned = |shape: &[usize]| -> Vec<u32> {
-        broadcast_strides(shape, out_shape)
-            .iter()
-            .map(|&s| s as u32)
-            .collect()
+    w.zip(op.code(), [a, b], [a_shape, b_shape], out_shape, DType::F32)
+}
+
+/// The binary kernel's code of comparison `CMP_x`: `CMP_BASE + CMP_x` (`binary.wgsl` has the
+/// same constant), so comparisons share its broadcasting and pieces.
+const CMP_BASE: u32 = 64;
+
+/// [`Backend::compare`](gflow_core::backend::Backend::compare) on this device: a Bool word per
+/// element (1.0's bits when true).
+pub(crate) fn compare(
+    w: &WgpuBackend,
+    op: CmpOp,
+    a: &WgpuStorage,
+    a_shape: &[usize],
+    b: &WgpuStorage,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<WgpuStorage> {
+    w.need_f32(a, "compare")?;
+    w.need_f32(b, "compare")?;
+    let code = CMP_BASE + op.code();
+    w.zip(code, [a, b], [a_shape, b_shape], out_shape, DType::Bool)
+}
+
+/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: f32 to any dtype it
+/// holds, in pieces that fit a binding.
+pub(crate) fn cast(w: &WgpuBackend, x: &WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
+    w.need_f32(x, "cast")?;
+    let to: u32 = match dtype {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::I64 => 2,
+        DType::Bool => 3,
+        other => return Err(device_error(format!("cast: wgpu holds no {other}"))),
     };
-    let code = op.code();
-    if a_shape == out_shape && b_shape == out_shape {
-        // no broadcasting: a flat elementwise op, which binds in pieces
-        w.run_pieces(
-            "binary",
-            n,
-            4,
-            &|len| vec![len as u32, code, 1, len as u32, 1, 1, 0, 0, 0],
-            &[&a.buf, &b.buf, &out.buf],
-        )?;
-        return Ok(out);
-    }
-    let (sa, sb) = (aligned(a_shape), aligned(b_shape));
-    let params = |rows: usize, bases: [u32; 3]| {
-        let mut p = vec![0, code, nd as u32];
-        p.extend(out_shape.iter().map(|&d| d as u32));
-        p[3] = rows as u32;
-        p[0] = p[3..].iter().product();
-        p.extend(sa.iter().chain(&sb).copied());
-        p.extend(bases);
-        p
-    };
-    let fits = |s: &WgpuStorage| (s.len * 4) as u64 <= w.max_binding;
-    if n == 0 {
-        return Ok(out);
-    }
-    if fits(a) && fits(b) && fits(&out) {
-        let p = params(out_shape[0], [0; 3]);
-        w.run("binary", n, &p, &[&a.buf, &b.buf, &out.buf])?;
-        return Ok(out);
-    }
-    // Past the binding limit: blocks of the output's first dim, and of each input's unless
-    // it is broadcast along it (then bound whole).
-    let out_row = n / out_shape[0];
-    let row = |s: &[u32]| if s[0] == 0 { 0 } else { s[0] as usize };
-    let widest = out_row.max(row(&sa)).max(row(&sb)).max(1);
-    let block = ((w.max_binding - w.align) as usize / 4 / widest).max(1);
-    let mut i0 = 0;
-    while i0 < out_shape[0] {
-        let r = block.min(out_shape[0] - i0);
-        // (first element, length) of an input's piece
-        let piece = |x: &WgpuStorage, s: &[u32]| match row(s) {
-            0 => (0, x.len),
-            len => (i0 * len, r * len),
-        };
-        let ((a0, an), (b0, bn)) = (piece(a, &sa), piece(b, &sb));
-        let (ab, a_base) = w.window(&a.buf, a0, an, 4)?;
-        let (bb, b_base) = w.window(&b.buf, b0, bn, 4)?;
-        let (ob, o_base) = w.window(&out.buf, i0 * out_row, r * out_row, 4)?;
-        let p = params(r, [a_base, b_base, o_base]);
-        w.dispatch("binary", r * out_row, &p, &[ab, bb, ob])?;
-        i0 += r;
+    let out = w.new_storage(x.len, dtype)?;
+    let piece = ((w.max_binding - w.align) / 8) as usize;
+    let mut first = 0;
+    while first < x.len {
+        let n = piece.min(x.len - first);
+        let (xb, x_base) = w.window(&x.buf, first, n, 4)?;
+        let (ob, out_base) = w.window(&out.buf, first, n, elem_bytes(dtype))?;
+        let p = [n as u32, to, x_base, out_base];
+        w.dispatch("cast", n, &p, &[xb, ob])?;
+        first += n;
     }
     Ok(out)
 }
@@ -112,6 +96,124 @@ pub(crate) fn add_scalar(w: &WgpuBackend, x: &WgpuStorage, s: f64) -> Result<Wgp
 }
 
 impl WgpuBackend {
+    /// The binary kernel with op `code` on f32 `a` and `b` broadcast to `out_shape`, into a new
+    /// buffer of `dtype` (F32, or Bool for comparisons).
+    fn zip(
+        &self,
+        code: u32,
+        [a, b]: [&WgpuStorage; 2],
+        [a_shape, b_shape]: [&[usize]; 2],
+        out_shape: &[usize],
+        dtype: DType,
+    ) -> Result<WgpuStorage> {
+        let n: usize = out_shape.iter().product();
+        let out = self.new_storage(n, dtype)?;
+        if a_shape == out_shape && b_shape == out_shape {
+            // no broadcasting: a flat elementwise op, which binds in pieces
+            self.run_pieces(
+                "binary",
+                n,
+                4,
+                &|len| vec![len as u32, code, 1, len as u32, 1, 1, 0, 0, 0],
+                &[&a.buf, &b.buf, &out.buf],
+            )?;
+        } else {
+            self.broadcast(
+                "binary",
+                code,
+                &[(a, a_shape), (b, b_shape)],
+                &out,
+                out_shape,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// Runs the broadcasting kernel `name` over `out_shape` (one thread per element), its
+    /// parameters: the element count, `head` (the op code, or words per element), the number of
+    /// dims, `out_shape`, each input's element strides (0 along broadcast dims), then the first
+    /// element of each input and of `out` in its binding. Past the binding limit it runs in
+    /// blocks of the output's first dim, each input cut alike unless broadcast along it (then
+    /// bound whole).
+    pub(crate) fn broadcast(
+        &self,
+        name: &'static str,
+        head: u32,
+        inputs: &[(&WgpuStorage, &[usize])],
+        out: &WgpuStorage,
+        out_shape: &[usize],
+    ) -> Result<()> {
+        let n: usize = out_shape.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        // a 0-d output is a 1-element row
+        let shape: &[usize] = if out_shape.is_empty() {
+            &[1]
+        } else {
+            out_shape
+        };
+        let strides: Vec<Vec<u32>> = inputs
+            .iter()
+            .map(|(_, s)| {
+                let s: &[usize] = if s.is_empty() { &[1] } else { s };
+                broadcast_strides(s, shape)
+                    .iter()
+                    .map(|&d| d as u32)
+                    .collect()
+            })
+            .collect();
+        let params = |rows: usize, bases: &[u32]| {
+            let mut p = vec![0, head, shape.len() as u32];
+            p.extend(shape.iter().map(|&d| d as u32));
+            p[3] = rows as u32;
+            p[0] = p[3..].iter().product();
+            p.extend(strides.iter().flatten().chain(bases));
+            p
+        };
+        let bytes = |s: &WgpuStorage| (s.len * elem_bytes(s.dtype)) as u64;
+        if inputs.iter().all(|(x, _)| bytes(x) <= self.max_binding)
+            && bytes(out) <= self.max_binding
+        {
+            let mut bufs: Vec<&wgpu::Buffer> = inputs.iter().map(|(x, _)| &x.buf).collect();
+            bufs.push(&out.buf);
+            let p = params(shape[0], &vec![0; inputs.len() + 1]);
+            return self.run(name, n, &p, &bufs);
+        }
+        let out_row = n / shape[0];
+        // each input's elements per output row (0: broadcast along the first dim)
+        let rows: Vec<usize> = strides.iter().map(|s| s[0] as usize).collect();
+        let widest = inputs
+            .iter()
+            .zip(&rows)
+            .map(|((x, _), r)| r * elem_bytes(x.dtype))
+            .fold(out_row * elem_bytes(out.dtype), usize::max)
+            .max(1);
+        let block = ((self.max_binding - self.align) as usize / widest).max(1);
+        let mut i0 = 0;
+        while i0 < shape[0] {
+            let r = block.min(shape[0] - i0);
+            let (mut bindings, mut bases) = (vec![], vec![]);
+            for ((x, _), &row) in inputs.iter().zip(&rows) {
+                let (start, len) = if row == 0 {
+                    (0, x.len)
+                } else {
+                    (i0 * row, r * row)
+                };
+                let (b, base) = self.window(&x.buf, start, len, elem_bytes(x.dtype))?;
+                bindings.push(b);
+                bases.push(base);
+            }
+            let (ob, o_base) =
+                self.window(&out.buf, i0 * out_row, r * out_row, elem_bytes(out.dtype))?;
+            bindings.push(ob);
+            bases.push(o_base);
+            self.dispatch(name, r * out_row, &params(r, &bases), &bindings)?;
+            i0 += r;
+        }
+        Ok(())
+    }
+
     /// `a * x + b` elementwise (the unary kernel's affine case).
     pub(crate) fn affine(&self, x: &WgpuStorage, a: f32, b: f32) -> Result<WgpuStorage> {
         let out = self.new_storage(x.len, x.dtype)?;

@@ -6,6 +6,9 @@ mod elementwise;
 mod matmul;
 mod reduce;
 mod rows;
+mod select;
 mod softmax;
 
-pub(crate) use self::{copy::*, elementwise::*, matmul::*, reduce::*, rows::*, softmax::*};
+pub(crate) use self::{
+    copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
+};

@@ -1,8 +1,10 @@
-//! Row gathers (embedding lookups) and scatter-adds, in blocks of table rows and of indices.
+//! Row gathers (embedding lookups, whole or from a piece of a table split over its rows) and
+//! scatter-adds, in blocks of table rows and of indices; `torch.gather` along a dim.
 
+use gflow_core::shape::strides;
 use gflow_core::{DType, Error, Result};
 
-use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
+use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error, elem_bytes};
 
 /// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
 pub(crate) fn gather_rows(
@@ -14,8 +16,95 @@ pub(crate) fn gather_rows(
 ) -> Result<WgpuStorage> {
     w.check_indices(indices, rows, "gather_rows")?;
     let out = w.new_storage(indices.len * row_len, table.dtype)?;
-    let rw = row_len * table.dtype.size() / 4;
-    w.rows_blocks(false, table, rows, rw, indices, &out)?;
+    let rw = row_len * elem_bytes(table.dtype) / 4;
+    w.rows_blocks(false, table, (0, rows), rw, indices, &out)?;
+    Ok(out)
+}
+
+/// [`Backend::gather_rows_partial`](gflow_core::backend::Backend::gather_rows_partial) on this
+/// device: the output starts as zeros, and the gather writes the rows this piece holds.
+pub(crate) fn gather_rows_partial(
+    w: &WgpuBackend,
+    table: &WgpuStorage,
+    rows: usize,
+    row_len: usize,
+    idx: &WgpuStorage,
+    start: usize,
+) -> Result<WgpuStorage> {
+    w.need_i64(idx)?;
+    let out = w.new_storage(idx.len * row_len, table.dtype)?;
+    w.zero(&out)?;
+    let rw = row_len * elem_bytes(table.dtype) / 4;
+    w.rows_blocks(false, table, (start, rows), rw, idx, &out)?;
+    Ok(out)
+}
+
+/// [`Backend::gather_dim`](gflow_core::backend::Backend::gather_dim) on this device (any dtype
+/// it holds, as words) into a zeroed output. Past the binding limit it runs in blocks of idx's
+/// first dim with the matching rows of `x`; along dim 0, in (idx block, `x` block) pairs, each
+/// writing the elements whose index falls in its block of `x`.
+pub(crate) fn gather_dim(
+    w: &WgpuBackend,
+    x: &WgpuStorage,
+    x_shape: &[usize],
+    dim: usize,
+    idx: &WgpuStorage,
+    idx_shape: &[usize],
+) -> Result<WgpuStorage> {
+    w.need_i64(idx)?;
+    let out = w.new_storage(idx.len, x.dtype)?;
+    if idx.len == 0 {
+        return Ok(out);
+    }
+    w.zero(&out)?;
+    let elem = elem_bytes(x.dtype);
+    let x_strides = strides(x_shape);
+    // (block rows, the indices [lo, hi) the bound x holds along dim, bases)
+    let params = |rows: usize, (lo, hi): (usize, usize), bases: [u32; 3]| {
+        let mut p = vec![0, (elem / 4) as u32, idx_shape.len() as u32, dim as u32];
+        p.push(lo as u32);
+        p.push(hi as u32);
+        p.extend(idx_shape.iter().chain(&x_strides).map(|&d| d as u32));
+        p[6] = rows as u32;
+        p[0] = p[6..6 + idx_shape.len()].iter().product();
+        p.extend(bases);
+        p
+    };
+    // elements per row of the first dim: idx's and x's
+    let (idx_row, x_row) = (idx.len / idx_shape[0], x_strides[0]);
+    let room = (w.max_binding - w.align) as usize;
+    let widest = (idx_row * 8).max(idx_row * elem).max(x_row * elem);
+    // idx rows per block; along dim 0, x rows per block too (else x's rows follow idx's)
+    let block = (room / if dim == 0 { idx_row * 8 } else { widest }).max(1);
+    let x_block = if dim == 0 {
+        (room / (x_row * elem).max(1)).max(1)
+    } else {
+        0
+    };
+    let mut i0 = 0;
+    while i0 < idx_shape[0] {
+        let r = block.min(idx_shape[0] - i0);
+        let (ib, i_base) = w.window(&idx.buf, i0 * idx_row, r * idx_row, 8)?;
+        let (ob, o_base) = w.window(&out.buf, i0 * idx_row, r * idx_row, elem)?;
+        // x blocks: (first row, rows, the dim's index range it holds)
+        let x_blocks: Vec<(usize, usize, (usize, usize))> = if dim == 0 {
+            (0..x_shape[0])
+                .step_by(x_block)
+                .map(|t0| {
+                    let tb = x_block.min(x_shape[0] - t0);
+                    (t0, tb, (t0, t0 + tb))
+                })
+                .collect()
+        } else {
+            vec![(i0, r, (0, x_shape[dim]))]
+        };
+        for (t0, tb, range) in x_blocks {
+            let (xb, x_base) = w.window(&x.buf, t0 * x_row, tb * x_row, elem)?;
+            let p = params(r, range, [x_base, i_base, o_base]);
+            w.dispatch("gather_dim", r * idx_row, &p, &[xb, ib.clone(), ob.clone()])?;
+        }
+        i0 += r;
+    }
     Ok(out)
 }
 
@@ -30,7 +119,7 @@ pub(crate) fn scatter_add_rows(
     w.need_f32(src, "scatter_add_rows")?;
     w.check_indices(indices, rows, "scatter_add_rows")?;
     let out = w.new_storage(rows * row_len, src.dtype)?;
-    w.rows_blocks(true, src, rows, row_len, indices, &out)?;
+    w.rows_blocks(true, src, (0, rows), row_len, indices, &out)?;
     Ok(out)
 }
 
@@ -38,12 +127,13 @@ impl WgpuBackend {
     /// The row gather (`scatter` false: `data` is the table) or scatter-add (`data` holds the
     /// rows to add) over blocks of table rows and of indices that each fit a binding: every
     /// (row block, index block) pair is one dispatch; a scatter adds each later index block to
-    /// what the earlier ones wrote.
+    /// what the earlier ones wrote. The table holds global rows `start..start + rows`; a
+    /// gather leaves the output rows of indices outside them as they are.
     pub(crate) fn rows_blocks(
         &self,
         scatter: bool,
         data: &WgpuStorage,
-        rows: usize,
+        (start, rows): (usize, usize),
         rw: usize,
         indices: &WgpuStorage,
         out: &WgpuStorage,
@@ -82,7 +172,7 @@ impl WgpuBackend {
                     ob as u32,
                     rw as u32,
                     tb as u32,
-                    t0 as u32,
+                    (start + t0) as u32,
                     idx_base,
                     src_base,
                     out_base,
@@ -104,6 +194,29 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// Errs unless `idx` is I64 (the index kernels read its words).
+    pub(crate) fn need_i64(&self, idx: &WgpuStorage) -> Result<()> {
+        if idx.dtype == DType::I64 {
+            Ok(())
+        } else {
+            Err(Error::DTypeMismatch {
+                expected: DType::I64,
+                got: idx.dtype,
+            })
+        }
+    }
+
+    /// Sets every byte of `s` to zero.
+    pub(crate) fn zero(&self, s: &WgpuStorage) -> Result<()> {
+        self.scoped(|| {
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            enc.clear_buffer(&s.buf, 0, None);
+            self.queue.submit([enc.finish()]);
+        })
+    }
+
     /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
     pub(crate) fn check_indices(
         &self,
@@ -111,12 +224,7 @@ impl WgpuBackend {
         rows: usize,
         op: &'static str,
     ) -> Result<()> {
-        if indices.dtype != DType::I64 {
-            return Err(Error::DTypeMismatch {
-                expected: DType::I64,
-                got: indices.dtype,
-            });
-        }
+        self.need_i64(indices)?;
         let bytes = self.read_bytes(&indices.buf, indices.len * 8)?;
         for c in bytes.chunks_exact(8) {
             let i = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
