@@ -170,7 +170,7 @@ pub fn carve<'a>(
         let (mut rest, mut offset) = (mem, 0usize);
         for i in order {
             let w = writes[i];
-            let skip = w.at.checked_sub(offset).ok_or(format!("{w:?} overlaps"))?;
+            let skip = w.at.checked_sub(offset).ok_or_else(|| format!("{w:?} overlaps"))?;
             if skip + w.len > rest.len() {
                 return Err(format!("{w:?} out of bounds"));
             }
@@ -199,12 +199,12 @@ pub fn carve<'a>(
     let reads = reads
         .iter()
         .zip(out_reads)
-        .map(|(r, s)| s.ok_or(format!("{r:?} is out of bounds or overlaps a write")))
+        .map(|(r, s)| s.ok_or_else(|| format!("{r:?} is out of bounds or overlaps a write")))
         .collect::<Result<_, _>>()?;
     let writes = writes
         .iter()
         .zip(out_writes)
-        .map(|(w, s)| s.ok_or(format!("{w:?} is out of bounds or writes an input")))
+        .map(|(w, s)| s.ok_or_else(|| format!("{w:?} is out of bounds or writes an input")))
         .collect::<Result<_, _>>()?;
     Ok(Carved { reads, writes })
 }
