@@ -170,7 +170,9 @@ pub fn carve<'a>(
         let (mut rest, mut offset) = (mem, 0usize);
         for i in order {
             let w = writes[i];
-            let skip = w.at.checked_sub(offset).ok_or_else(|| format!("{w:?} overlaps"))?;
+            let skip =
+                w.at.checked_sub(offset)
+                    .ok_or_else(|| format!("{w:?} overlaps"))?;
             if skip + w.len > rest.len() {
                 return Err(format!("{w:?} out of bounds"));
             }
