@@ -11,17 +11,6 @@ use crate::shape::{broadcast_strides, strides};
 
 /// Float element types the CPU kernels run on.
 pub trait Float: Element + NumFloat + Default + 'static {
-    /// `c = a @ b` for (m, k) x (k, n) through `matrixmultiply` (threaded): `a` and `b` with the
-    /// given (row, column) strides, `c` row-major.
-    fn mm_large(
-        mkn: (usize, usize, usize),
-        a: &[Self],
-        sa: (isize, isize),
-        b: &[Self],
-        sb: (isize, isize),
-        c: &mut [Self],
-    );
-
     /// `e^x`: for `f32` the vectorizable approximation of `cpu::fast`, else the standard
     /// library's.
     fn exp_v(self) -> Self;
@@ -36,8 +25,8 @@ pub trait Float: Element + NumFloat + Default + 'static {
     fn erfc_v(self) -> Self;
 }
 
-macro_rules! large_gemm {
-    ($t:ty, $f:ident, $exp:expr, $tanh:expr, $erf:expr, $erfc:expr) => {
+macro_rules! float_impl {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $erfc:expr) => {
         impl Float for $t {
             #[inline(always)]
             fn exp_v(self) -> Self {
@@ -58,48 +47,17 @@ macro_rules! large_gemm {
             fn erfc_v(self) -> Self {
                 $erfc(self)
             }
-
-            fn mm_large(
-                (m, k, n): (usize, usize, usize),
-                a: &[Self],
-                sa: (isize, isize),
-                b: &[Self],
-                sb: (isize, isize),
-                c: &mut [Self],
-            ) {
-                // SAFETY: a is m x k and b is k x n under their strides, c is m x n row-major,
-                // all in bounds, and c does not alias a or b; beta = 0 overwrites c.
-                unsafe {
-                    matrixmultiply::$f(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        a.as_ptr(),
-                        sa.0,
-                        sa.1,
-                        b.as_ptr(),
-                        sb.0,
-                        sb.1,
-                        0.0,
-                        c.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    )
-                }
-            }
         }
     };
 }
-large_gemm!(
+float_impl!(
     f32,
-    sgemm,
     super::fast::exp,
     super::fast::tanh,
     super::fast::erf,
     super::fast::erfc
 );
-large_gemm!(f64, dgemm, f64::exp, f64::tanh, libm::erf, libm::erfc);
+float_impl!(f64, f64::exp, f64::tanh, libm::erf, libm::erfc);
 
 /// Elementwise work of at least this many elements is split over the threads.
 const PAR_MIN: usize = 1 << 15;
@@ -261,11 +219,6 @@ fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
     }
     acc
 }
-
-/// Products of at least this many multiply-adds go to `matrixmultiply`, smaller ones to `gemm`:
-/// measured on the 2-core CI machine (AVX2), `gemm` is ~2x faster at 256^3 and `matrixmultiply`
-/// ~1.35x faster from 1024^3 (see the Core II closing note).
-const LARGE: usize = 512 * 512 * 512;
 
 pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     let half = T::from_f64(0.5);
@@ -789,14 +742,18 @@ pub(super) fn softmax_grad<T: Float>(
 
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     let MatmulDims {
-        batch,
-        m,
+        mut batch,
+        mut m,
         k,
         n,
         b_batched,
         a_trans,
         b_trans,
     } = d;
+    if !b_batched && !a_trans {
+        // A batch against one matrix (a linear layer on (B, T, D)) is one product of B·T rows.
+        (m, batch) = (batch * m, 1);
+    }
     // (row, column) strides of the logical (m, k) and (k, n) operands.
     let sa: (isize, isize) = if a_trans {
         (1, m as isize)
@@ -812,23 +769,14 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     if m == 0 || n == 0 {
         return out;
     }
-    let par = if m * n * k >= 64 * 64 * 64 {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
-    for i in 0..batch {
+    let work = m * n * k;
+    let one = |i: usize, oi: &mut [T], par: gemm::Parallelism| {
         let ai = &a[i * m * k..(i + 1) * m * k];
         let bi = if b_batched {
             &b[i * k * n..(i + 1) * k * n]
         } else {
             &b[..k * n]
         };
-        let oi = &mut out[i * m * n..(i + 1) * m * n];
-        if m * n * k >= LARGE {
-            T::mm_large((m, k, n), ai, sa, bi, sb, oi);
-            continue;
-        }
         // SAFETY: ai is m x k and bi is k x n under their strides, oi is m x n row-major, all
         // in bounds; the output does not alias the inputs. gemm computes oi = 1 * ai * bi
         // (read_dst = false).
@@ -855,9 +803,33 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
                 par,
             );
         }
+    };
+    if batch > 1 && work < PARALLEL_ONE && batch * work >= PARALLEL {
+        // Many small products (attention's heads): one per thread at a time, each on one
+        // thread, rather than every small product split over all threads in turn.
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, oi)| one(i, oi, gemm::Parallelism::None));
+        return out;
+    }
+    let par = if work >= PARALLEL {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    for (i, oi) in out.chunks_mut(m * n).enumerate() {
+        one(i, oi, par);
     }
     out
 }
+
+/// Products of at least this many multiply-adds run on several threads. `gemm` threaded beats
+/// `matrixmultiply` at every size from 128^3 on (2-core AVX2, quiet: 180-190 against 150-170
+/// GFLOP/s at 1024^3 and at a GPT's (2048, 256) x (256, 768)), so it takes them all.
+const PARALLEL: usize = 64 * 64 * 64;
+/// A batch of products each below this many multiply-adds runs one product per thread (twice
+/// the speed of threading each in turn for attention's (128, 32) x (32, 128) heads).
+const PARALLEL_ONE: usize = 512 * 512 * 512;
 
 /// `out = x` with dimensions permuted: `out.shape[i] = shape[perm[i]]`.
 pub(super) fn permute_bytes(
