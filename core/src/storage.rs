@@ -258,7 +258,8 @@ pub trait DeviceBuffer: Send + Sync {
 pub struct Buffer {
     dtype: DType,
     len: usize,
-    host: OnceLock<HostData>,
+    /// Shared by clones (a reshape or a detach copies nothing); written copy-on-write.
+    host: OnceLock<Arc<HostData>>,
     device: OnceLock<Arc<dyn DeviceBuffer>>,
 }
 
@@ -294,17 +295,18 @@ impl Buffer {
     /// The device's error when the download fails.
     pub fn host(&self) -> Result<&HostData> {
         if let Some(h) = self.host.get() {
-            return Ok(h);
+            return Ok(&**h);
         }
         let device = self
             .device
             .get()
             .ok_or_else(|| crate::Error::Internal("a buffer with neither copy".into()))?;
         let data = device.download()?;
-        Ok(self.host.get_or_init(|| data))
+        Ok(&**self.host.get_or_init(|| Arc::new(data)))
     }
 
-    /// The host copy for writing: the device copy, now stale, is dropped.
+    /// The host copy for writing: the device copy, now stale, is dropped; a host copy shared
+    /// with clones is copied first.
     ///
     /// # Errors
     /// As [`Buffer::host`].
@@ -313,6 +315,7 @@ impl Buffer {
         self.device.take();
         self.host
             .get_mut()
+            .map(Arc::make_mut)
             .ok_or_else(|| crate::Error::Internal("host copy vanished".into()))
     }
 
@@ -324,6 +327,7 @@ impl Buffer {
         self.host()?;
         self.host
             .take()
+            .map(Arc::unwrap_or_clone)
             .ok_or_else(|| crate::Error::Internal("host copy vanished".into()))
     }
 
@@ -354,15 +358,15 @@ impl From<HostData> for Buffer {
         Buffer {
             dtype: data.dtype(),
             len: data.len(),
-            host: OnceLock::from(data),
+            host: OnceLock::from(Arc::new(data)),
             device: OnceLock::new(),
         }
     }
 }
 
 impl Clone for Buffer {
-    /// Shares the device copy (buffers are never written on the device in place) and copies the
-    /// host one.
+    /// Shares both copies (buffers are never written on the device in place, and a host write
+    /// copies a shared host copy first).
     fn clone(&self) -> Buffer {
         Buffer {
             dtype: self.dtype,

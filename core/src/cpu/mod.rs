@@ -9,7 +9,7 @@ pub(crate) mod select;
 use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::shape::{StridedCopy, copy_region, extract, numel, strides};
+use crate::shape::{StridedCopy, copy_region, numel, strides};
 use crate::storage::HostData;
 
 pub use kernels::Float;
@@ -438,11 +438,19 @@ impl Backend for CpuBackend {
         start: &[usize],
         extent: &[usize],
     ) -> Result<HostData> {
-        let region: Vec<_> = start.iter().zip(extent).map(|(&s, &e)| s..s + e).collect();
-        Ok(HostData::from_bytes(
-            x.dtype(),
-            &extract(x.dtype().size(), x.as_bytes(), shape, &region),
-        ))
+        // Straight into the typed output (the zeros are written by the kernel as fresh pages).
+        let mut out = HostData::filled(x.dtype(), numel(extent), 0.0);
+        copy_region(
+            x.dtype().size(),
+            x.as_bytes(),
+            shape,
+            start,
+            out.as_bytes_mut(),
+            extent,
+            &vec![0; extent.len()],
+            extent,
+        );
+        Ok(out)
     }
 
     fn cat(&self, xs: &[&HostData], shapes: &[&[usize]], dim: usize) -> Result<HostData> {
