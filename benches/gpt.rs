@@ -39,6 +39,9 @@ struct Flags {
     /// Timed steps (after two warm-up steps).
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Also print where rank 0's step time goes (gflow's profiler: one JSON line per scope).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Runs the benchmark with the arguments after `gpt`, printing one JSON line (rank 0).
@@ -80,6 +83,10 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             stride: cfg.seq,
         };
         let mut step = 0;
+        if f.profile {
+            gflow::profile::enable(true);
+            gflow::profile::reset();
+        }
         let t = super::time_collective(&env, f.runs, || {
             let (x, y) = sampler.global(&plan, env.rank(), &text, step)?;
             step += 1;
@@ -89,8 +96,12 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             opt.zero_grad();
             Ok(())
         })?;
+        let rows = gflow::profile::take();
         if env.rank() != 0 {
             return Ok(None);
+        }
+        if f.profile {
+            profile_lines(&rows, step);
         }
         // Measured after the run, by rank 0 alone (any local tensor made before the job starts
         // would make this process a world of one).
@@ -127,6 +138,29 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         .filter_map(|(_, l)| l)
         .for_each(|l| println!("{l}"));
     Ok(())
+}
+
+/// Prints the profiler's rows per step, each with its share of the profiled time and its
+/// category (matmul, other kernels, dispatch, autograd, boxing, optimizer).
+fn profile_lines(rows: &[gflow::profile::Row], steps: usize) {
+    let total: f64 = rows.iter().map(|r| r.time.as_secs_f64()).sum();
+    for r in rows {
+        let category = match r.scope.split_once(' ') {
+            Some(("kernel", "matmul")) => "matmul",
+            Some(("kernel", _)) => "other kernels",
+            Some(("dispatch", _)) => "dispatch",
+            Some(("backward", _)) => "autograd",
+            _ => r.scope.as_str(),
+        };
+        let s = r.time.as_secs_f64();
+        println!(
+            "{{\"system\": \"gflow\", \"op\": \"gpt_profile\", \"scope\": \"{}\", \"category\": \"{category}\", \"calls_per_step\": {:.1}, \"ms_per_step\": {:.3}, \"share\": {:.4}}}",
+            r.scope,
+            r.calls as f64 / steps.max(1) as f64,
+            s * 1e3 / steps.max(1) as f64,
+            s / total.max(f64::MIN_POSITIVE),
+        );
+    }
 }
 
 /// GFLOP/s of a 2048^3 f32 matmul on this process's cores (the median of 3 after a warm-up).

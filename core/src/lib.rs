@@ -32,6 +32,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod placement;
+pub mod profile;
 pub mod reduce;
 pub mod rng;
 pub mod sbp;

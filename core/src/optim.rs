@@ -361,6 +361,10 @@ impl Sgd {
     /// # Errors
     /// See [`Optimizer::step`].
     pub fn step(&mut self) -> Result<()> {
+        crate::profile::scope(|| "optimizer".into(), || self.update())
+    }
+
+    fn update(&mut self) -> Result<()> {
         let (lr, mu, wd) = (self.lr, self.momentum, self.weight_decay);
         for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
@@ -556,6 +560,10 @@ impl Adam {
     /// See [`Optimizer::step`]; `InvalidArgument` for a parameter with a partial SBP (Adam is
     /// not linear, so it cannot update summands separately).
     pub fn step(&mut self) -> Result<()> {
+        crate::profile::scope(|| "optimizer".into(), || self.update())
+    }
+
+    fn update(&mut self) -> Result<()> {
         let h = Hyper {
             lr: self.lr,
             betas: self.betas,

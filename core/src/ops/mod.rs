@@ -123,6 +123,18 @@ const PARTIALS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
 
 /// Runs `op` on `inputs` (all local or all global).
 pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    crate::profile::scope(
+        || format!("dispatch {}", op.name()),
+        || dispatch_unprofiled(op, inputs),
+    )
+}
+
+/// An op's kernel on one component, profiled as `kernel <op>`.
+fn compute(op: &dyn Op, k: &Kernel) -> Result<Buffer> {
+    crate::profile::scope(|| format!("kernel {}", op.name()), || op.compute(k))
+}
+
+fn dispatch_unprofiled(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let dtype = op.out_dtype(&inputs.iter().map(|t| t.dtype()).collect::<Vec<_>>())?;
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let out_shape = op.infer(&shapes)?;
@@ -147,7 +159,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
             offsets: shapes.iter().map(|s| vec![0; s.len()]).collect(),
             backend: &*backend,
         };
-        let out = op.compute(&k)?;
+        let out = compute(op, &k)?;
         return Tensor::from_vec_data(out, &out_shape, device);
     }
     let Some(first) = inputs.iter().find_map(|t| t.dist()) else {
@@ -227,7 +239,7 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
                 global_shapes: shapes.iter().map(|s| s.to_vec()).collect(),
                 backend: &*backend,
             };
-            Some(op.compute(&k)?)
+            Some(compute(op, &k)?)
         }
     };
     Tensor::from_component(component, &out_shape, dtype, out_dist)

@@ -102,7 +102,12 @@ impl Tensor {
     /// `SbpAxesMismatch`, `SplitDimOutOfRange`, `RankOutOfWorld`, `LocalShapeMismatch`,
     /// `DTypeMismatch`, `BackendUnavailable`; communication failures.
     pub fn to_global(&self, placement: &Placement, sbp: impl Into<NdSbp>) -> Result<Tensor> {
-        let dist = Dist::new(placement.clone(), sbp.into());
+        let sbp = sbp.into();
+        crate::profile::scope(|| "boxing".into(), || self.to_global_now(placement, sbp))
+    }
+
+    fn to_global_now(&self, placement: &Placement, sbp: NdSbp) -> Result<Tensor> {
+        let dist = Dist::new(placement.clone(), sbp);
         let env = env::current();
         placement.check_world(env.world_size())?;
         // The SBP count is known everywhere; split dims are checked against the shape that every
