@@ -112,7 +112,7 @@ impl Backend for WgpuBackend {
         let bytes = if let HostData::Bool(v) = data {
             words = v.iter().map(|&b| u32::from(b != 0)).collect::<Vec<u32>>();
             bytemuck::cast_slice(&words)
-        } else if data.as_bytes().len() % 4 != 0 {
+        } else if !data.as_bytes().len().is_multiple_of(4) {
             // an odd number of 16-bit elements: the buffer's last word half-filled
             padded = data.as_bytes().to_vec();
             padded.resize(padded.len().div_ceil(4) * 4, 0);
