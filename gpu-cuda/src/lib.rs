@@ -52,12 +52,20 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    /// F32 and F64: 16-bit floats compute in f32 through core's `Resident` (cast on the
+    /// device), I32 and I64 arithmetic runs on the host copy.
     fn computes(&self, dtype: DType) -> bool {
         matches!(dtype, DType::F32 | DType::F64)
     }
 
-    fn stores(&self, dtype: DType) -> bool {
-        matches!(dtype, DType::F32 | DType::F64 | DType::I64 | DType::Bool)
+    fn stores(&self, _dtype: DType) -> bool {
+        true
+    }
+
+    /// From F32, F64, F16, BF16 and I32 to every dtype (`kernels/convert.cu`); I64 and Bool
+    /// on the host.
+    fn casts(&self, from: DType) -> bool {
+        ops::CAST_SOURCES.contains(&from)
     }
 
     fn upload(&self, data: &HostData) -> Result<CudaStorage> {
@@ -69,6 +77,11 @@ impl Backend for CudaBackend {
                 (Buf::F32(d), HostData::F32(v)) => s.memcpy_htod(v, d),
                 (Buf::F64(d), HostData::F64(v)) => s.memcpy_htod(v, d),
                 (Buf::I64(d), HostData::I64(v)) => s.memcpy_htod(v, d),
+                (Buf::I32(d), HostData::I32(v)) => s.memcpy_htod(v, d),
+                (Buf::F16(d) | Buf::BF16(d), HostData::F16(_) | HostData::BF16(_)) => {
+                    let bits: Vec<u16> = bytemuck::pod_collect_to_vec(data.as_bytes());
+                    s.memcpy_htod(&bits, d)
+                }
                 (Buf::Bool(d), HostData::Bool(v)) => {
                     let words: Vec<u32> = v.iter().map(|&b| u32::from(b != 0)).collect();
                     s.memcpy_htod(&words, d)
@@ -94,6 +107,11 @@ impl Backend for CudaBackend {
             Buf::F32(b) => HostData::F32(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
             Buf::F64(b) => HostData::F64(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
             Buf::I64(b) => HostData::I64(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
+            Buf::I32(b) => HostData::I32(st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?),
+            Buf::F16(b) | Buf::BF16(b) => {
+                let bits = st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?;
+                HostData::from_bytes(s.dtype(), bytemuck::cast_slice(&bits))
+            }
             Buf::Bool(b) => {
                 let words = st.clone_dtoh(&b.slice(..s.len)).map_err(device_error)?;
                 HostData::Bool(words.iter().map(|&w| u8::from(w != 0)).collect())
