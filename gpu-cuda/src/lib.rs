@@ -1,13 +1,22 @@
 //! gflow's CUDA backend: core's [`Backend`] on cudarc, loaded at run time (it builds with no
 //! CUDA toolkit and runs only where the driver is). Matrix products are cuBLAS (strided batched
 //! GEMM, default math mode, so f32 is true f32 and never TF32); every other kernel is CUDA C++
-//! in `kernels/gflow.cu`, compiled once per process by NVRTC for the device's architecture.
+//! in `kernels/gflow.cu` and `kernels/convert.cu` (the casts), compiled once per process by
+//! NVRTC for the device's architecture.
 //!
-//! Arithmetic is f32 and f64. The device holds F32, F64, I64 and Bool (one 32-bit word per
-//! element, true when nonzero), and moves, slices, permutes, concatenates, gathers and masks
-//! them; F16, BF16 and I32 stay on the host. cudarc panics when a CUDA library is missing, so [`CudaBackend::new`] checks for
-//! the driver, NVRTC and cuBLAS libraries before touching cudarc and returns
-//! `BackendUnavailable` without them. Allocations go through the driver's stream-ordered memory
+//! Arithmetic is f32 and f64. The device holds every dtype: F16 and BF16 as their 16-bit
+//! patterns (one `u16` each), I32, F32, F64 and I64 natively, Bool as one 32-bit word per
+//! element (true when nonzero); it moves, slices, permutes, concatenates, gathers and masks
+//! them all as 2-, 4- or 8-byte words (the `_w2`, `_w4`, `_w8` kernels), with I64 or I32
+//! indices. Casts from F32, F64, F16, BF16 and I32 to every dtype run on the device by bits
+//! (`kernels/convert.cu`), bit for bit the host's (the `half` crate's round to nearest even,
+//! NaN payloads, saturating float to integer). 16-bit arithmetic is f32 on the device: core's
+//! `Resident` casts up, runs the f32 kernel and casts back (PyTorch's opmath); integer
+//! arithmetic and casts from I64 and Bool run on the host copy.
+//!
+//! cudarc panics when a CUDA library is missing, so [`CudaBackend::new`] checks for the
+//! driver, NVRTC and cuBLAS libraries before touching cudarc and returns `BackendUnavailable`
+//! without them. Allocations go through the driver's stream-ordered memory
 //! pool (`cuMemAllocAsync`), which keeps freed blocks for reuse: that is the buffer pool.
 
 #[macro_use]
