@@ -61,8 +61,8 @@ __device__ Unpacked unpack_int(i64 v) {
 // m shifted right by s (1..64) bits, rounded to nearest even.
 __device__ __forceinline__ u64 round_shift(u64 m, int s) {
     if (s == 64) return m > (1ULL << 63) ? 1 : 0;
-    u64 q = m >> s, rest = m & ((1ULL << s) - 1), half = 1ULL << (s - 1);
-    return q + ((rest > half || (rest == half && (q & 1))) ? 1 : 0);
+    u64 q = m >> s, rest = m & ((1ULL << s) - 1), mid = 1ULL << (s - 1);
+    return q + ((rest > mid || (rest == mid && (q & 1))) ? 1 : 0);
 }
 
 // The bits of the float nearest u in a format of `man` mantissa and `expb` exponent bits:
