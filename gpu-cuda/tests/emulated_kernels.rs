@@ -47,13 +47,16 @@ fn build(test: &str, cpp: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
-/// Runs `bin` with `args` (then deletes it); it must exit 0 and report no failure.
+/// Runs `bin` with the files `args` (then deletes them all); it must exit 0 and report no
+/// failure.
 fn run_clean(bin: &Path, args: &[&Path]) -> String {
     let ran = Command::new(bin)
         .args(args)
         .output()
         .expect("run the emulated kernels");
-    let _ = std::fs::remove_file(bin);
+    for f in args.iter().chain([&bin]) {
+        let _ = std::fs::remove_file(f);
+    }
     let out = String::from_utf8_lossy(&ran.stdout).into_owned();
     assert!(ran.status.success(), "emulated kernels disagree:\n{out}");
     assert!(out.contains("fails: 0"), "{out}");
@@ -245,8 +248,6 @@ fn casts_match_the_hosts_bit_for_bit() {
     if let Some(bin) = build(test, "convert_test.cpp") {
         let data = bin.with_extension("cases");
         std::fs::write(&data, cases()).expect("write the cases");
-        let out = run_clean(&bin, &[&data]);
-        let _ = std::fs::remove_file(&data);
-        eprintln!("{out}");
+        eprintln!("{}", run_clean(&bin, &[&data]));
     }
 }
