@@ -156,6 +156,9 @@ macro_rules! on_device {
     ($s:ident, compute, $p:ident) => {
         $s.computes_all(&[$p])
     };
+    ($s:ident, convert, $p:ident) => {
+        $s.converts($p)
+    };
     ($s:ident, hold, $p:ident) => {
         $s.holds(&[$p])
     };
@@ -168,6 +171,23 @@ macro_rules! on_device {
     ($s:ident, stored, $p:ident) => {
         $s.backend().stores($p)
     };
+}
+
+/// [`Resident`]: rebinds a 16-bit float `compute` argument that the device holds but computes
+/// only through f32 to its f32 cast on the device, noting its dtype in `$narrow` (the result
+/// is cast back: PyTorch's "opmath", computed in f32 and rounded once).
+macro_rules! widened {
+    ($s:ident, compute, $p:ident, $narrow:ident) => {
+        let wide;
+        let $p = if $s.widens($p) {
+            $narrow = Some($p.dtype());
+            wide = Kernels::cast($s, $p, DType::F32)?;
+            &wide
+        } else {
+            $p
+        };
+    };
+    ($s:ident, $kind:ident, $p:ident, $narrow:ident) => {};
 }
 
 /// [`Resident`]: rebinds a tensor argument to its storage on the device (uploaded if needed).
@@ -245,6 +265,13 @@ macro_rules! kernel_list {
             fn stores(&self, _dtype: DType) -> bool {
                 true
             }
+            /// Whether [`Backend::cast`] takes `from` to every dtype the device stores (by
+            /// default where it computes in `from`). [`Resident`] computes a 16-bit float the
+            /// device stores and casts but does not compute in f32 on the device (cast up, the
+            /// f32 kernel, cast back: PyTorch's opmath).
+            fn casts(&self, from: DType) -> bool {
+                self.computes(from)
+            }
             /// Copies host data to the device.
             fn upload(&self, data: &HostData) -> Result<Self::Storage>;
             /// Copies device data to the host.
@@ -303,12 +330,19 @@ macro_rules! kernel_list {
                 fn $name(
                     &$s $(, $p: $crate::__kernel_arg!(buffer, $kind $(<$t>)?))*
                 ) -> Result<Buffer> {
-                    if [$(on_device!($s, $kind, $p)),*].contains(&false) {
-                        return Kernels::$name(&CpuBackend $(, $p)*);
+                    #[allow(unused_mut)]
+                    let mut narrow: Option<DType> = None;
+                    $(widened!($s, $kind, $p, narrow);)*
+                    let out = if [$(on_device!($s, $kind, $p)),*].contains(&false) {
+                        Kernels::$name(&CpuBackend $(, $p)*)?
+                    } else {
+                        $(device_arg!($s, $kind, $p);)*
+                        $s.keep(Backend::$name($s.backend() $(, $p)*)?)
+                    };
+                    match narrow {
+                        Some(half) if out.dtype() == DType::F32 => Kernels::cast($s, &out, half),
+                        _ => Ok(out),
                     }
-                    $(device_arg!($s, $kind, $p);)*
-                    let out = Backend::$name($s.backend() $(, $p)*)?;
-                    Ok($s.keep(out))
                 }
             )*
         }
@@ -336,7 +370,9 @@ macro_rules! kernel_list {
 
 /// The kernel list: every kernel, declared once, as `fn name(&self, param: kind, ...);` with
 /// the kinds `val<T>` (a plain value), `compute` (a tensor the kernel computes on: the device
-/// must hold and compute in its dtype, else [`Resident`] runs the kernel on the host), `hold`
+/// must hold and compute in its dtype, or hold and cast a 16-bit float it then computes in
+/// f32, else [`Resident`] runs the kernel on the host), `convert` (cast's input: the device
+/// must hold it and [`Backend::casts`] from its dtype), `hold`
 /// (a tensor only moved or indexed with: the device must hold its dtype), `holds` (a list of
 /// those), `hold3` (an array of three) and `stored` (a [`DType`] of the result: the device
 /// must hold it). An entry with `host { ... }` (its body computing on
@@ -428,7 +464,7 @@ macro_rules! kernel_table {
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
             /// `x` cast to `dtype` (PyTorch's casts: float to integer truncates toward zero,
             /// to Bool is `x != 0`, to 16-bit rounds to nearest even).
-            fn cast(&self, x: compute, dtype: stored) host {
+            fn cast(&self, x: convert, dtype: stored) host {
                 Ok(select::cast(x, dtype))
             };
             /// `op(a, b)` (a [`CmpOp`]) with `a` and `b` (same dtype) broadcast to `out_shape`,

@@ -8,6 +8,10 @@
 //! `GFLOW_REQUIRE_BACKEND` names it (CI names the backends that must exist there; see
 //! [`crate::backend::required`]).
 
+mod halves;
+
+pub use halves::{half_arithmetic, half_casts, half_moves, int32_moves};
+
 use crate::backend::{Backend, BinaryOp, Kernels, MatmulDims, ReduceKind, Resident, UnaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -53,7 +57,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers);
+            triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
+            half_moves, half_casts, half_arithmetic, int32_moves);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);

@@ -1,7 +1,7 @@
 // gflow's CUDA kernels, compiled at run time by NVRTC for the device's architecture.
 // Every kernel loops grid-stride over its work, so any launch size covers any tensor.
-// Float kernels exist for f32 and f64 (suffix _f32, _f64); data movement works on 4- and
-// 8-byte words (suffix _w4, _w8), so it serves every dtype.
+// Float kernels exist for f32 and f64 (suffix _f32, _f64); data movement works on 2-, 4- and
+// 8-byte words (suffix _w2, _w4, _w8), so it serves every dtype. Casts are convert.cu's.
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -236,27 +236,6 @@ __device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx,
     FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
 }
 
-// trunc(v) as i64, saturating, NaN 0 (Rust's `as`, PyTorch's cast on CPU).
-template <typename T> __device__ __forceinline__ i64 to_i64(T v) {
-    if (v != v) return 0;
-    if (v >= (T)9223372036854775808.0) return 0x7fffffffffffffffLL;
-    if (v <= -(T)9223372036854775808.0) return (i64)0x8000000000000000ULL;
-    return (i64)v;
-}
-
-// x cast to `to` (0: f32, 1: f64, 2: i64, 3: a Bool word, x != 0 with NaN true).
-template <typename T> __device__ void cast_k(const T *x, void *out, u64 n, int to) {
-    FOR_EACH(i, n) {
-        T v = x[i];
-        switch (to) {
-        case 0: ((float *)out)[i] = (float)v; break;
-        case 1: ((double *)out)[i] = (double)v; break;
-        case 2: ((i64 *)out)[i] = to_i64(v); break;
-        default: ((unsigned *)out)[i] = v != 0 ? 1u : 0u;
-        }
-    }
-}
-
 // The offsets in each of k inputs of output element i under broadcasting (meta: the output
 // shape, then each input's element strides, nd each; 0 where the input broadcasts).
 __device__ __forceinline__ void bcast_at(u64 i, int nd, const i64 *meta, int k, u64 *off) {
@@ -398,9 +377,6 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
     }                                                                                            \
-    extern "C" __global__ void cast_##S(const T *x, void *out, u64 n, int to) {                  \
-        cast_k<T>(x, out, n, to);                                                                \
-    }                                                                                            \
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
                                            int nd, const i64 *meta) {                            \
         compare_k<T>(a, b, out, n, op, nd, meta);                                                \
@@ -434,5 +410,6 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
 
 FLOAT_KERNELS(float, f32)
 FLOAT_KERNELS(double, f64)
+WORD_KERNELS(unsigned short, w2)
 WORD_KERNELS(unsigned int, w4)
 WORD_KERNELS(unsigned long long, w8)

@@ -10,10 +10,13 @@ use gflow_core::{DeviceInfo, DeviceKind, DeviceType, Error, Result};
 
 use crate::{CudaBackend, device_error};
 
-/// The kernels' CUDA C++ source.
-const SOURCE: &str = include_str!("../kernels/gflow.cu");
+/// The kernels' CUDA C++ source: the kernels, then the casts (which use the kernels' helpers).
+const SOURCE: [&str; 2] = [
+    include_str!("../kernels/gflow.cu"),
+    include_str!("../kernels/convert.cu"),
+];
 
-/// The kernels `kernels/gflow.cu` defines.
+/// The kernels `kernels/gflow.cu` and `kernels/convert.cu` define.
 const FUNCTIONS: [&str; 12] = [
     "unary_f32",
     "unary_f64",
@@ -29,27 +32,32 @@ const FUNCTIONS: [&str; 12] = [
     "softmax_rows_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 22] = [
+const MORE_FUNCTIONS: [&str; 27] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
     "scatter_add_rows_f64",
+    "strided_w2",
     "strided_w4",
     "strided_w8",
+    "gather_rows_w2",
     "gather_rows_w4",
     "gather_rows_w8",
+    "triangle_w2",
     "triangle_w4",
     "triangle_w8",
     "arg_reduce_f32",
     "arg_reduce_f64",
     "compare_f32",
     "compare_f64",
+    "where_w2",
     "where_w4",
     "where_w8",
-    "cast_f32",
-    "cast_f64",
+    "convert",
+    "gather_rows_partial_w2",
     "gather_rows_partial_w4",
     "gather_rows_partial_w8",
+    "gather_dim_w2",
     "gather_dim_w4",
     "gather_dim_w8",
 ];
@@ -112,6 +120,47 @@ pub fn device_infos() -> Vec<DeviceInfo> {
     .unwrap_or_default()
 }
 
+/// The kernels' PTX for the virtual architecture `arch` (`compute_80`), compiled by NVRTC with
+/// the op codes before the source. It needs the NVRTC library only (no driver or device), so
+/// the source's compilation is checked wherever NVRTC is.
+///
+/// # Errors
+/// `BackendUnavailable` without the NVRTC library; `Device` with NVRTC's log when the source
+/// does not compile, or when a kernel the backend loads is missing from the PTX.
+pub fn kernels_ptx(arch: &str) -> Result<String> {
+    // SAFETY: this only tries to dlopen the library by name; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::BackendUnavailable {
+            device: "cuda".into(),
+            reason: "the NVRTC library (libnvrtc) cannot be loaded on this machine".into(),
+        });
+    }
+    let source = format!(
+        "{}{}{}",
+        kernel_constants(KernelLang::Cuda),
+        SOURCE[0],
+        SOURCE[1]
+    );
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+        source,
+        cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            ..Default::default()
+        },
+    )
+    .map_err(|e| device_error(format!("NVRTC: {e:?}")))?
+    .to_src();
+    let entry = |name: &str| format!(".entry {name}(");
+    match FUNCTIONS
+        .iter()
+        .chain(&MORE_FUNCTIONS)
+        .find(|name| !ptx.contains(&entry(name)))
+    {
+        Some(name) => Err(device_error(format!("NVRTC: no kernel {name} in the PTX"))),
+        None => Ok(ptx),
+    }
+}
+
 impl CudaBackend {
     /// CUDA device 0 (`CUDA_VISIBLE_DEVICES` picks it, as usual).
     ///
@@ -146,16 +195,10 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let (major, minor) = ctx.compute_capability().map_err(device_error)?;
-        let source = format!("{}{SOURCE}", kernel_constants(KernelLang::Cuda));
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            source,
-            cudarc::nvrtc::CompileOptions {
-                options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
-                ..Default::default()
-            },
-        )
-        .map_err(|e| device_error(format!("NVRTC: {e:?}")))?;
-        let module = ctx.load_module(ptx).map_err(device_error)?;
+        let ptx = kernels_ptx(&format!("compute_{major}{minor}"))?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(device_error)?;
         let mut functions = HashMap::new();
         for name in FUNCTIONS.iter().chain(&MORE_FUNCTIONS) {
             let f = module.load_function(name).map_err(device_error)?;

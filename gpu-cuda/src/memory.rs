@@ -12,6 +12,11 @@ pub(crate) enum Buf {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
     I64(CudaSlice<i64>),
+    /// F16 bits, one 16-bit word per element.
+    F16(CudaSlice<u16>),
+    /// BF16 bits, one 16-bit word per element.
+    BF16(CudaSlice<u16>),
+    I32(CudaSlice<i32>),
     /// Bool, one 32-bit word per element (true when nonzero), so the word kernels move it.
     Bool(CudaSlice<u32>),
 }
@@ -38,14 +43,18 @@ impl CudaStorage {
             Buf::F32(_) => DType::F32,
             Buf::F64(_) => DType::F64,
             Buf::I64(_) => DType::I64,
+            Buf::F16(_) => DType::F16,
+            Buf::BF16(_) => DType::BF16,
+            Buf::I32(_) => DType::I32,
             Buf::Bool(_) => DType::Bool,
         }
     }
 
-    /// The suffix of the word kernels that move this buffer's elements (`w4`, `w8`).
+    /// The suffix of the word kernels that move this buffer's elements (`w2`, `w4`, `w8`).
     pub(crate) fn words(&self) -> &'static str {
         match self.buf {
-            Buf::F32(_) | Buf::Bool(_) => "w4",
+            Buf::F16(_) | Buf::BF16(_) => "w2",
+            Buf::F32(_) | Buf::I32(_) | Buf::Bool(_) => "w4",
             Buf::F64(_) | Buf::I64(_) => "w8",
         }
     }
@@ -58,6 +67,9 @@ macro_rules! arg_buf {
             $crate::memory::Buf::F32(s) => cudarc::driver::PushKernelArg::arg($builder, s),
             $crate::memory::Buf::F64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
             $crate::memory::Buf::I64(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::F16(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::BF16(s) => cudarc::driver::PushKernelArg::arg($builder, s),
+            $crate::memory::Buf::I32(s) => cudarc::driver::PushKernelArg::arg($builder, s),
             $crate::memory::Buf::Bool(s) => cudarc::driver::PushKernelArg::arg($builder, s),
         }
     };
@@ -131,6 +143,9 @@ impl CudaBackend {
             Buf::F32(b) => Buf::F32(s.clone_dtod(b).map_err(device_error)?),
             Buf::F64(b) => Buf::F64(s.clone_dtod(b).map_err(device_error)?),
             Buf::I64(b) => Buf::I64(s.clone_dtod(b).map_err(device_error)?),
+            Buf::F16(b) => Buf::F16(s.clone_dtod(b).map_err(device_error)?),
+            Buf::BF16(b) => Buf::BF16(s.clone_dtod(b).map_err(device_error)?),
+            Buf::I32(b) => Buf::I32(s.clone_dtod(b).map_err(device_error)?),
             Buf::Bool(b) => Buf::Bool(s.clone_dtod(b).map_err(device_error)?),
         };
         Ok(CudaStorage { buf, len: x.len })
@@ -146,8 +161,12 @@ impl CudaBackend {
         let buf = match dtype {
             DType::F32 => Buf::F32(self.alloc(len)?),
             DType::F64 => Buf::F64(self.alloc(len)?),
+            DType::I64 => Buf::I64(self.alloc(len)?),
+            DType::F16 => Buf::F16(self.alloc(len)?),
+            DType::BF16 => Buf::BF16(self.alloc(len)?),
+            DType::I32 => Buf::I32(self.alloc(len)?),
             DType::Bool => Buf::Bool(self.alloc(len)?),
-            _ => Buf::I64(self.alloc(len)?),
+            other => return Err(device_error(format!("CUDA holds no {other}"))),
         };
         Ok(CudaStorage { buf, len })
     }

@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 13] = [
+const KERNELS: [(&str, &str); 17] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -24,6 +24,10 @@ const KERNELS: [(&str, &str); 13] = [
     ("where", include_str!("../shaders/where.wgsl")),
     ("cast", include_str!("../shaders/cast.wgsl")),
     ("gather_dim", include_str!("../shaders/gather_dim.wgsl")),
+    ("convert", include_str!("../shaders/convert.wgsl")),
+    ("convert_f16", include_str!("../shaders/convert_f16.wgsl")),
+    ("halves", include_str!("../shaders/halves.wgsl")),
+    ("strided16", include_str!("../shaders/strided16.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).
@@ -46,7 +50,12 @@ impl WgpuBackend {
             .map(|(_, src)| *src)
             .ok_or_else(|| Error::Internal(format!("no wgpu kernel {name}")))?;
         let codes = kernel_constants(KernelLang::Wgsl);
-        let source = format!("{codes}{COMMON}\n{body}");
+        // an `enable` directive must open the module
+        let (enable, body) = match body.strip_prefix("enable f16;\n") {
+            Some(rest) => ("enable f16;\n", rest),
+            None => ("", body),
+        };
+        let source = format!("{enable}{codes}{COMMON}\n{body}");
         let p = self.scoped(|| {
             let module = self
                 .device

@@ -89,9 +89,16 @@ impl WgpuBackend {
             ))
         })?;
         let limits = adapter.limits();
+        let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16)
+            && std::env::var("GFLOW_WGPU_F16").map_or(true, |v| v != "0");
+        let features = if shader_f16 {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::empty()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("gflow"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -105,6 +112,7 @@ impl WgpuBackend {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             align: u64::from(limits.min_storage_buffer_offset_alignment),
+            shader_f16,
             tiled_matmul: info.device_type != wgpu::DeviceType::Cpu,
             pool: Arc::new(Pool {
                 free: Mutex::new(HashMap::new()),
@@ -126,6 +134,18 @@ impl WgpuBackend {
     pub fn set_binding_limit(&mut self, bytes: u64) {
         let adapter = self.device.limits().max_storage_buffer_binding_size;
         self.max_binding = bytes.clamp(4 * self.align, adapter) / 4 * 4;
+    }
+
+    /// Whether the device was opened with `SHADER_F16`: the adapter has it and
+    /// `GFLOW_WGPU_F16` is not `0` (then the F16 casts use WGSL's `f16`).
+    pub fn shader_f16(&self) -> bool {
+        self.shader_f16
+    }
+
+    /// Turns the `SHADER_F16` casts off (or on again where the device was opened with the
+    /// feature), so tests run both F16 paths on one adapter.
+    pub fn set_shader_f16(&mut self, on: bool) {
+        self.shader_f16 = on && self.device.features().contains(wgpu::Features::SHADER_F16);
     }
 
     /// Whether matmul uses the workgroup-tiled kernel.

@@ -2,9 +2,17 @@
 //! wgpu finds, one per ordinal ([`adapters`]: Vulkan, Metal, DX12; lavapipe, Mesa's software
 //! Vulkan, in CI).
 //!
-//! Arithmetic is f32 (WGSL has no portable f64 transcendentals). The device holds F32, F64,
-//! I64 and Bool (one 32-bit word per element, true when nonzero), and moves, slices, permutes,
-//! concatenates, gathers and masks them as 32-bit words; F16, BF16 and I32 stay on the host. Every dispatch runs inside a
+//! Arithmetic is f32 (WGSL has no portable f64 transcendentals). The device holds every dtype:
+//! F32, I32, F64, I64 and Bool (one 32-bit word per element, true when nonzero) are moved,
+//! sliced, permuted, concatenated, gathered and masked as 32-bit words; F16 and BF16 are packed
+//! two per word (element `2k` in the low half), and their kernels write one whole word per
+//! thread (`strided16.wgsl`, `convert.wgsl`, `halves.wgsl`), so no two threads share a word.
+//! Casts between F32, F16, BF16 and I32 (and from them to F64, I64 and Bool) run on the device
+//! by bits (`convert.wgsl`), bit for bit the host's. 16-bit arithmetic is f32 on the device:
+//! core's `Resident` casts up, runs the f32 kernel and casts back (PyTorch's opmath); integer
+//! and f64 arithmetic run on the host copy. Where the adapter has `SHADER_F16` (and
+//! `GFLOW_WGPU_F16` is not `0`) the device is opened with it and the F16 <-> F32 casts use
+//! WGSL's `f16` (`convert_f16.wgsl`). Every dispatch runs inside a
 //! wgpu error scope, so a validation or out-of-memory error is a [`gflow_core::Error::Device`],
 //! never wgpu's default panic; no adapter is `BackendUnavailable`.
 
@@ -34,10 +42,20 @@ const NEG_INF: u32 = 0xff80_0000;
 /// long inner dims in chunks); on hardware the pieces cost little.
 const LOOP_MAX: usize = 16384;
 
-/// Bytes of one element on the device: its size, but a whole word for Bool (so the word
-/// kernels move it).
+/// Bytes of one element for the word kernels: its size, but a whole word for Bool (so the word
+/// kernels move it). 16-bit floats are packed ([`storage_bytes`]) and reach word kernels only
+/// unpacked, one per word.
 pub(crate) fn elem_bytes(dtype: DType) -> usize {
     dtype.size().max(4)
+}
+
+/// Bytes of `len` elements of `dtype` in a device buffer (16-bit floats two per word).
+pub(crate) fn storage_bytes(len: usize, dtype: DType) -> usize {
+    if dtype.is_half() {
+        len.div_ceil(2) * 4
+    } else {
+        len * elem_bytes(dtype)
+    }
 }
 
 fn device_error(reason: impl std::fmt::Display) -> Error {
@@ -57,6 +75,8 @@ pub struct WgpuBackend {
     max_buffer: u64,
     /// Alignment of a binding's offset into a buffer.
     align: u64,
+    /// Whether the device was opened with `SHADER_F16` (the F16 casts then use WGSL's `f16`).
+    shader_f16: bool,
     /// Whether matmul uses the workgroup-tiled kernel (real GPUs) rather than the
     /// register-blocked one without barriers (software adapters, where barriers are slow).
     tiled_matmul: bool,
@@ -71,19 +91,32 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    /// F32 only: 16-bit floats compute in f32 through core's `Resident` (cast on the device),
+    /// I32, I64 and F64 arithmetic runs on the host copy.
     fn computes(&self, dtype: DType) -> bool {
         dtype == DType::F32
     }
 
-    fn stores(&self, dtype: DType) -> bool {
-        matches!(dtype, DType::F32 | DType::F64 | DType::I64 | DType::Bool)
+    fn stores(&self, _dtype: DType) -> bool {
+        true
+    }
+
+    /// From F32, F16, BF16 and I32 to every dtype (`convert.wgsl`); F64 and I64 on the host.
+    fn casts(&self, from: DType) -> bool {
+        matches!(from, DType::F32 | DType::F16 | DType::BF16 | DType::I32)
     }
 
     fn upload(&self, data: &HostData) -> Result<WgpuStorage> {
         let words;
+        let mut padded;
         let bytes = if let HostData::Bool(v) = data {
             words = v.iter().map(|&b| u32::from(b != 0)).collect::<Vec<u32>>();
             bytemuck::cast_slice(&words)
+        } else if !data.as_bytes().len().is_multiple_of(4) {
+            // an odd number of 16-bit elements: the buffer's last word half-filled
+            padded = data.as_bytes().to_vec();
+            padded.resize(padded.len().div_ceil(4) * 4, 0);
+            &padded[..]
         } else {
             data.as_bytes()
         };
@@ -95,7 +128,12 @@ impl Backend for WgpuBackend {
     }
 
     fn download(&self, s: &WgpuStorage) -> Result<HostData> {
-        let bytes = self.read_bytes(&s.buf, s.len * elem_bytes(s.dtype))?;
+        let bytes = if s.dtype.is_half() {
+            s.len * 2
+        } else {
+            storage_bytes(s.len, s.dtype)
+        };
+        let bytes = self.read_bytes(&s.buf, bytes)?;
         if s.dtype == DType::Bool {
             let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
             return Ok(HostData::Bool(

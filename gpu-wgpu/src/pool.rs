@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use gflow_core::{DType, Result};
 
-use crate::{WgpuBackend, device_error, elem_bytes};
+use crate::{WgpuBackend, device_error, storage_bytes};
 
 /// Bytes of freed buffers the pool keeps at most.
 pub(crate) const POOL_BYTES: u64 = 512 << 20;
@@ -84,7 +84,7 @@ impl WgpuBackend {
     /// `Device` for allocation or validation failures.
     pub fn copy(&self, x: &WgpuStorage) -> Result<WgpuStorage> {
         let out = self.new_storage(x.len, x.dtype)?;
-        let bytes = (x.len * elem_bytes(x.dtype)) as u64;
+        let bytes = storage_bytes(x.len, x.dtype) as u64;
         if bytes > 0 {
             self.scoped(|| {
                 let mut enc = self
@@ -137,7 +137,7 @@ impl WgpuBackend {
 
     pub(crate) fn new_storage(&self, len: usize, dtype: DType) -> Result<WgpuStorage> {
         Ok(WgpuStorage {
-            buf: self.buffer(len * elem_bytes(dtype))?,
+            buf: self.buffer(storage_bytes(len, dtype))?,
             len,
             dtype,
             pool: self.pool.clone(),

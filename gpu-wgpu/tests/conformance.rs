@@ -26,6 +26,19 @@ mod small_bindings {
     }));
 }
 
+/// The conformance suite again with the F16 casts on the packed-word path, on an adapter
+/// opened with `SHADER_F16` (elsewhere the first run already took that path).
+mod packed_f16 {
+    gflow_core::conformance_tests!(
+        "wgpu",
+        gflow_wgpu::WgpuBackend::new().map(|mut b| {
+            eprintln!("wgpu SHADER_F16: {}", b.shader_f16());
+            b.set_shader_f16(false);
+            b
+        })
+    );
+}
+
 /// The backend for `test`, or `None` after saying loudly that it skipped (no adapter); with
 /// `GFLOW_REQUIRE_BACKEND=wgpu` a missing adapter fails the test instead.
 fn adapter(test: &str) -> Option<gflow_wgpu::WgpuBackend> {

@@ -1,5 +1,7 @@
 //! The operations GPU kernels switch on, and their numbers written into kernel sources.
 
+use crate::dtype::DType;
+
 /// Declares an enum of operations GPU kernels switch on: its number in kernels is its position
 /// ([`UnaryOp::code`]), and [`kernel_constants`] writes every variant's number under a name
 /// (`UNARY_GELU_ERF`, `REDUCE_MIN`) into the WGSL and CUDA sources, so kernels name cases and
@@ -183,6 +185,14 @@ pub fn kernel_constants(lang: KernelLang) -> String {
         ReduceKind::ALL,
         ReduceKind::code,
     );
+    // dtypes by their wire code (DTYPE_F32, DTYPE_BF16), for the casts
+    for d in DType::ALL {
+        let name = format!("DTYPE_{}", d.to_string().to_uppercase());
+        out.push_str(&match lang {
+            KernelLang::Wgsl => format!("const {name}: u32 = {}u;\n", d.code()),
+            KernelLang::Cuda => format!("#define {name} {}\n", d.code()),
+        });
+    }
     out
 }
 

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::Backend;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::storage::{Buffer, DeviceBuffer, HostData};
 
@@ -60,10 +61,27 @@ impl<B: Backend + 'static> Resident<B> {
     }
 
     /// Whether the device holds and computes every one of `xs`' dtypes (else the arithmetic
-    /// runs on the host: integers on wgpu, 16-bit floats until the GPU kernels take them).
+    /// runs on the host: integers on wgpu, f64 on wgpu).
     pub(super) fn computes_all(&self, xs: &[&Buffer]) -> bool {
         xs.iter()
             .all(|x| self.backend.stores(x.dtype()) && self.backend.computes(x.dtype()))
+    }
+
+    /// Whether the device casts `x` (it holds its dtype and [`Backend::casts`] from it).
+    pub(super) fn converts(&self, x: &Buffer) -> bool {
+        self.backend.stores(x.dtype()) && self.backend.casts(x.dtype())
+    }
+
+    /// Whether a kernel computing on the 16-bit float `x` runs on the device in f32: the device
+    /// holds and casts its dtype and computes f32, but not its dtype itself.
+    pub(super) fn widens(&self, x: &Buffer) -> bool {
+        let (d, b) = (x.dtype(), &self.backend);
+        d.is_half()
+            && b.stores(d)
+            && b.casts(d)
+            && !b.computes(d)
+            && b.stores(DType::F32)
+            && b.computes(DType::F32)
     }
 
     /// The backend's storage inside a buffer made by [`Resident::input`].

@@ -2,13 +2,13 @@
 //! and comparisons with broadcasting.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
+use gflow_core::Result;
 use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
-use gflow_core::{DType, Result};
 
 use crate::launch::threads;
 use crate::memory::{Buf, Float};
-use crate::{CudaBackend, CudaStorage, device_error};
+use crate::{CudaBackend, CudaStorage};
 
 /// [`Backend::unary`](gflow_core::backend::Backend::unary) on this device.
 pub(crate) fn unary(c: &CudaBackend, op: UnaryOp, x: &CudaStorage) -> Result<CudaStorage> {
@@ -44,21 +44,6 @@ pub(crate) fn compare(
     by_float!(a, "compare", T => c.compare_t::<T>(code, [a, b], [a_shape, b_shape], out_shape))
 }
 
-/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: f32 or f64 to any
-/// dtype it holds.
-pub(crate) fn cast(c: &CudaBackend, x: &CudaStorage, dtype: DType) -> Result<CudaStorage> {
-    let to: i32 = match dtype {
-        DType::F32 => 0,
-        DType::F64 => 1,
-        DType::I64 => 2,
-        DType::Bool => 3,
-        other => return Err(device_error(format!("cast: CUDA holds no {other}"))),
-    };
-    let out = c.alloc_like(dtype, x.len)?;
-    by_float!(x, "cast", T => c.cast_t::<T>(x, &out, to))?;
-    Ok(out)
-}
-
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
 pub(crate) fn scale(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
     by_float!(x, "scale", T => c.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
@@ -89,23 +74,6 @@ impl CudaBackend {
             }?;
         }
         Ok(T::wrap(out, x.len))
-    }
-
-    fn cast_t<T: Float>(&self, x: &CudaStorage, out: &CudaStorage, to: i32) -> Result<()> {
-        let n = x.len;
-        if n > 0 {
-            let xs = self.float::<T>(x)?;
-            // SAFETY: cast_* takes (x, out of n elements of the dtype `to` names, n, to); `out`
-            // was allocated for that dtype.
-            unsafe {
-                self.launch(&format!("cast_{}", T::SUFFIX), threads(n), |l| {
-                    l.arg(xs);
-                    arg_buf!(l, &out.buf);
-                    l.arg(&n).arg(&to);
-                })
-            }?;
-        }
-        Ok(())
     }
 
     fn compare_t<T: Float>(

@@ -1,6 +1,7 @@
 //! The kernels, one file per operator family; each kernel of core's list is the function of
 //! its name here (`kernel_table!(forward ops)` calls them).
 
+mod convert;
 mod copy;
 mod elementwise;
 mod matmul;
@@ -10,5 +11,5 @@ mod select;
 mod softmax;
 
 pub(crate) use self::{
-    copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
+    convert::*, copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
 };

@@ -4,10 +4,10 @@
 use cudarc::driver::CudaSlice;
 use cudarc::driver::PushKernelArg;
 use gflow_core::shape::strides;
-use gflow_core::{DType, Error, Result};
+use gflow_core::{Error, Result};
 
 use crate::launch::threads;
-use crate::memory::{Buf, Float};
+use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage, device_error};
 
 /// [`Backend::gather_rows`](gflow_core::backend::Backend::gather_rows) on this device.
@@ -18,7 +18,8 @@ pub(crate) fn gather_rows(
     row_len: usize,
     indices: &CudaStorage,
 ) -> Result<CudaStorage> {
-    let ix = c.check_indices(indices, rows, "gather_rows")?;
+    let mut keep = None;
+    let ix = c.check_indices(indices, &mut keep, rows, "gather_rows")?;
     let n_idx = indices.len;
     let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
     if n_idx * row_len > 0 {
@@ -47,7 +48,8 @@ pub(crate) fn gather_rows_partial(
     idx: &CudaStorage,
     start: usize,
 ) -> Result<CudaStorage> {
-    let ix = i64_indices(idx)?;
+    let mut keep = None;
+    let ix = c.indices(idx, &mut keep)?;
     let n_idx = idx.len;
     let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
     if n_idx * row_len > 0 {
@@ -80,7 +82,8 @@ pub(crate) fn gather_dim(
     idx: &CudaStorage,
     idx_shape: &[usize],
 ) -> Result<CudaStorage> {
-    let ix = i64_indices(idx)?;
+    let mut keep = None;
+    let ix = c.indices(idx, &mut keep)?;
     let n = idx.len;
     let out = c.alloc_like(x.dtype(), n)?;
     if n > 0 {
@@ -101,17 +104,6 @@ pub(crate) fn gather_dim(
     Ok(out)
 }
 
-/// The device indices of an I64 buffer (the index kernels read i64).
-fn i64_indices(idx: &CudaStorage) -> Result<&CudaSlice<i64>> {
-    match &idx.buf {
-        Buf::I64(ix) => Ok(ix),
-        _ => Err(Error::DTypeMismatch {
-            expected: DType::I64,
-            got: idx.dtype(),
-        }),
-    }
-}
-
 /// [`Backend::scatter_add_rows`](gflow_core::backend::Backend::scatter_add_rows) on this device.
 pub(crate) fn scatter_add_rows(
     c: &CudaBackend,
@@ -124,14 +116,16 @@ pub(crate) fn scatter_add_rows(
 }
 
 impl CudaBackend {
-    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
+    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires;
+    /// the I64 indices on the device (I32 ones cast into `keep`).
     pub(crate) fn check_indices<'a>(
         &self,
         indices: &'a CudaStorage,
+        keep: &'a mut Option<CudaStorage>,
         rows: usize,
         op: &'static str,
     ) -> Result<&'a CudaSlice<i64>> {
-        let ix = i64_indices(indices)?;
+        let ix = self.indices(indices, keep)?;
         let host = if indices.len == 0 {
             vec![]
         } else {
@@ -155,7 +149,8 @@ impl CudaBackend {
         row_len: usize,
         indices: &CudaStorage,
     ) -> Result<CudaStorage> {
-        let ix = self.check_indices(indices, rows, "scatter_add_rows")?;
+        let mut keep = None;
+        let ix = self.check_indices(indices, &mut keep, rows, "scatter_add_rows")?;
         let out = self
             .stream
             .alloc_zeros::<T>((rows * row_len).max(1))

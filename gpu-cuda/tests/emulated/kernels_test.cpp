@@ -158,21 +158,33 @@ int main() {
     std::vector<unsigned> c2{0, 7};
     launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4.data()); });
     for (int i = 0; i < 6; ++i) CHECK(o4[i] == (i < 3 ? 9u : a4[i % 3]), "where w4 at %d: %u", i, o4[i]); }
-  // cast f64 to every held dtype: rounding, truncation toward zero, saturation, NaN
-  { std::vector<double> x{0.0, -0.0, 0.1, 3.7, -3.7, 1e10, 1e20, -1e20, INFINITY, NAN, -9.3e18};
-    size_t n = x.size(); std::vector<float> f(n); std::vector<double> d(n); std::vector<long long> l(n); std::vector<unsigned> b(n);
-    launch(1, [&] { cast_f64(x.data(), f.data(), n, 0); });
-    launch(1, [&] { cast_f64(x.data(), d.data(), n, 1); });
-    launch(1, [&] { cast_f64(x.data(), l.data(), n, 2); });
-    launch(1, [&] { cast_f64(x.data(), b.data(), n, 3); });
-    long long want_l[] = {0, 0, 0, 3, -3, 10000000000LL, 0x7fffffffffffffffLL, (long long)0x8000000000000000ULL,
-                          0x7fffffffffffffffLL, 0, (long long)0x8000000000000000ULL};
-    for (size_t i = 0; i < n; ++i) {
-      CHECK((std::isnan(x[i]) && std::isnan(f[i])) || f[i] == (float)x[i], "cast f32 %zu", i);
-      CHECK(std::memcmp(&d[i], &x[i], 8) == 0, "cast f64 %zu", i);
-      CHECK(l[i] == want_l[i], "cast i64 %zu: %lld", i, l[i]);
-      CHECK(b[i] == (unsigned)(x[i] != 0 || std::isnan(x[i])), "cast bool %zu", i);
-    } }
+  // 16-bit words (F16/BF16 bits, NaN and -0.0 patterns among them) through every moving
+  // kernel, against plain loops
+  { std::vector<unsigned short> x(24); for (int i = 0; i < 24; ++i) x[i] = (unsigned short)(0x7c01 + i * 0x9e37);
+    x[3] = 0x8000; x[4] = 0xffc1;
+    std::vector<unsigned short> o(24); std::vector<long long> meta{4, 2, 3, /*strides*/ 1, 12, 4};
+    launch(1, [&] { strided_w2(x.data(), o.data(), 24, 3, meta.data(), 0, 0); });
+    for (int c = 0; c < 4; ++c) for (int a = 0; a < 2; ++a) for (int b = 0; b < 3; ++b) CHECK(o[(c * 2 + a) * 3 + b] == x[a * 12 + b * 4 + c], "permute w2");
+    std::vector<long long> idx{4, 0, 2, 4, 1, 7}; std::vector<unsigned short> g(18), p(18);
+    launch(1, [&] { gather_rows_w2(x.data(), idx.data(), g.data(), 5, 3); });
+    for (int r = 0; r < 5; ++r) for (int c = 0; c < 3; ++c) CHECK(g[r * 3 + c] == x[idx[r] * 3 + c], "gather w2");
+    launch(2, [&] { gather_rows_partial_w2(x.data() + 6, idx.data(), p.data(), 6, 3, 4, 2); });
+    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) {
+      long long l = idx[r] - 2; unsigned short w = l >= 0 && l < 4 ? x[6 + l * 3 + c] : 0;
+      CHECK(p[r * 3 + c] == w, "gather_rows_partial w2 %d %d", r, c); }
+    std::vector<long long> gi{2, 0, 3, 1}, gm{2, 2, /*x strides*/ 3, 1}; std::vector<unsigned short> gd(4);
+    launch(1, [&] { gather_dim_w2(x.data(), gi.data(), gd.data(), 4, 2, 1, 3, gm.data()); });
+    CHECK(gd[0] == x[2] && gd[1] == x[0] && gd[2] == 0 && gd[3] == x[4], "gather_dim w2");
+    std::vector<unsigned> cond{1, 0}; std::vector<unsigned short> w(6);
+    std::vector<long long> wm{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1};
+    launch(1, [&] { where_w2(cond.data(), x.data(), x.data() + 10, w.data(), 6, 2, wm.data()); });
+    for (int i = 0; i < 6; ++i) CHECK(w[i] == (i < 3 ? x[i] : x[10 + i]), "where w2 at %d", i);
+    for (int k = -2; k <= 2; ++k) for (int up = 0; up < 2; ++up) {
+      launch(1, [&] { triangle_w2(x.data(), o.data(), 24, 3, 4, k, up, 1, 0); });
+      for (int i = 0; i < 24; ++i) {
+        long long d = (long long)(i % 4) - (long long)(i / 4 % 3 + 1);
+        CHECK(o[i] == ((up ? d >= k : d <= k) ? x[i] : 0), "triangle w2 k=%d up=%d at %d", k, up, i);
+      } } }
   // gather_rows_partial from global rows 5..9 (zero rows outside); gather_dim along dim 1
   { std::vector<unsigned> t(12); for (int i = 0; i < 12; ++i) t[i] = 100 + i;
     std::vector<long long> idx{5, 4, 8, 9, 6, -1}; std::vector<unsigned> o(18);

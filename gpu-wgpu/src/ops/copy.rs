@@ -15,11 +15,51 @@ pub(crate) fn copy_boxes(
     put: bool,
     copies: &[(&WgpuStorage, StridedCopy)],
 ) -> Result<WgpuStorage> {
+    if dtype.is_half() {
+        return copy_halves(w, dtype, len, put, copies);
+    }
     let out = w.new_storage(len, dtype)?;
     for (x, copy) in copies {
         w.strided(x, &out, copy, put)?;
     }
     Ok(out)
+}
+
+/// [`copy_boxes`] of 16-bit elements: a gather into the contiguous output that fits a binding
+/// runs packed (`strided16.wgsl`, one thread per output word); pieces written into boxes of
+/// the output (cat), and copies past the binding limit, run on the elements unpacked one per
+/// word, so no two threads write halves of one word.
+fn copy_halves(
+    w: &WgpuBackend,
+    dtype: DType,
+    len: usize,
+    put: bool,
+    copies: &[(&WgpuStorage, StridedCopy)],
+) -> Result<WgpuStorage> {
+    let fits = |n: usize| (n.div_ceil(2) * 4) as u64 <= w.max_binding;
+    if let [(x, copy)] = copies
+        && !put
+        && fits(x.len)
+        && fits(len)
+    {
+        let out = w.new_storage(len, dtype)?;
+        let n: usize = copy.extent.iter().product();
+        let mut p = vec![n as u32, copy.extent.len() as u32, copy.base as u32, 0];
+        p.extend(copy.extent.iter().chain(&copy.strides).map(|&d| d as u32));
+        w.run("strided16", n.div_ceil(2), &p, &[&x.buf, &out.buf])?;
+        return Ok(out);
+    }
+    let words = copies
+        .iter()
+        .map(|(x, _)| w.unpack16(x))
+        .collect::<Result<Vec<_>>>()?;
+    let copies: Vec<_> = words
+        .iter()
+        .zip(copies)
+        .map(|(x, (_, c))| (x, c.clone()))
+        .collect();
+    let out = copy_boxes(w, DType::I32, len, put, &copies)?;
+    w.pack16(&out, dtype)
 }
 
 impl WgpuBackend {

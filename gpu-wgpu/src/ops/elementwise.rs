@@ -58,10 +58,19 @@ pub(crate) fn compare(
     w.zip(code, [a, b], [a_shape, b_shape], out_shape, DType::Bool)
 }
 
-/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: f32 to any dtype it
-/// holds, in pieces that fit a binding.
+/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device, in pieces that fit a
+/// binding: F32, F16, BF16 and I32 to any dtype (casts from or to 16-bit and I32 by
+/// `convert.wgsl`, f32 to F64, I64 and Bool by `cast.wgsl`).
 pub(crate) fn cast(w: &WgpuBackend, x: &WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
-    w.need_f32(x, "cast")?;
+    if x.dtype == dtype {
+        return w.copy(x);
+    }
+    if x.dtype != DType::F32 || matches!(dtype, DType::F16 | DType::BF16 | DType::I32) {
+        if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I32) {
+            return Err(device_error(format!("cast: wgpu casts no {}", x.dtype)));
+        }
+        return w.convert(x, dtype);
+    }
     let to: u32 = match dtype {
         DType::F32 => 0,
         DType::F64 => 1,

@@ -1,6 +1,7 @@
 //! The kernels, one file per operator family; each kernel of core's list is the function of
 //! its name here (`kernel_table!(forward ops)` calls them).
 
+mod convert;
 mod copy;
 mod elementwise;
 mod matmul;

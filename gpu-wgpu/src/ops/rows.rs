@@ -14,6 +14,11 @@ pub(crate) fn gather_rows(
     row_len: usize,
     indices: &WgpuStorage,
 ) -> Result<WgpuStorage> {
+    if table.dtype.is_half() {
+        return w.on_words(&[table], |t| gather_rows(w, t[0], rows, row_len, indices));
+    }
+    let mut keep = None;
+    let indices = w.i64_indices(indices, &mut keep)?;
     w.check_indices(indices, rows, "gather_rows")?;
     let out = w.new_storage(indices.len * row_len, table.dtype)?;
     let rw = row_len * elem_bytes(table.dtype) / 4;
@@ -31,6 +36,13 @@ pub(crate) fn gather_rows_partial(
     idx: &WgpuStorage,
     start: usize,
 ) -> Result<WgpuStorage> {
+    if table.dtype.is_half() {
+        return w.on_words(&[table], |t| {
+            gather_rows_partial(w, t[0], rows, row_len, idx, start)
+        });
+    }
+    let mut keep = None;
+    let idx = w.i64_indices(idx, &mut keep)?;
     w.need_i64(idx)?;
     let out = w.new_storage(idx.len * row_len, table.dtype)?;
     w.zero(&out)?;
@@ -51,6 +63,11 @@ pub(crate) fn gather_dim(
     idx: &WgpuStorage,
     idx_shape: &[usize],
 ) -> Result<WgpuStorage> {
+    if x.dtype.is_half() {
+        return w.on_words(&[x], |x| gather_dim(w, x[0], x_shape, dim, idx, idx_shape));
+    }
+    let mut keep = None;
+    let idx = w.i64_indices(idx, &mut keep)?;
     w.need_i64(idx)?;
     let out = w.new_storage(idx.len, x.dtype)?;
     if idx.len == 0 {
@@ -117,6 +134,8 @@ pub(crate) fn scatter_add_rows(
     indices: &WgpuStorage,
 ) -> Result<WgpuStorage> {
     w.need_f32(src, "scatter_add_rows")?;
+    let mut keep = None;
+    let indices = w.i64_indices(indices, &mut keep)?;
     w.check_indices(indices, rows, "scatter_add_rows")?;
     let out = w.new_storage(rows * row_len, src.dtype)?;
     w.rows_blocks(true, src, (0, rows), row_len, indices, &out)?;

@@ -13,6 +13,16 @@ pub(crate) fn select(
     [c_shape, a_shape, b_shape]: [&[usize]; 3],
     out_shape: &[usize],
 ) -> Result<WgpuStorage> {
+    if a.dtype.is_half() {
+        return w.on_words(&[a, b], |ab| {
+            select(
+                w,
+                [cond, ab[0], ab[1]],
+                [c_shape, a_shape, b_shape],
+                out_shape,
+            )
+        });
+    }
     let out = w.new_storage(out_shape.iter().product(), a.dtype)?;
     let words = (elem_bytes(a.dtype) / 4) as u32;
     let inputs = [(cond, c_shape), (a, a_shape), (b, b_shape)];
@@ -30,6 +40,9 @@ pub(crate) fn triangle(
     upper: bool,
     origin: (usize, usize),
 ) -> Result<WgpuStorage> {
+    if x.dtype.is_half() {
+        return w.on_words(&[x], |x| triangle(w, x[0], shape, k, upper, origin));
+    }
     let words = elem_bytes(x.dtype) / 4;
     let out = w.new_storage(x.len, x.dtype)?;
     let n = shape.len();
