@@ -5,6 +5,11 @@
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
+//! The line also has `peak_rss_mb`, the largest peak resident set of the ranks' processes
+//! (meaningful per rank under `gflow-launch`: `--config m50 --layout dp|fsdp` compares the
+//! memory of data parallelism and fully sharded parameters), and `shm_arena`, whether large
+//! buffers were in the shared arena (`GFLOW_PORTABLE=1` turns it off; with it, a rank's
+//! resident set also counts the peers' pages it read).
 
 use std::time::Instant;
 
@@ -53,7 +58,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         })?;
     let cfg = model::Config::named(&f.config).ok_or_else(|| gflow::Error::InvalidArgument {
         op: "--config",
-        reason: format!("tiny, small or 50m expected, got {:?}", f.config),
+        reason: format!("tiny, small, 50m, m50 or m10 expected, got {:?}", f.config),
     })?;
     let text = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -66,10 +71,16 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let plan = layout::Plan::new(f.layout, env.world_size(), None)?;
         gflow::manual_seed(0);
         let p = &plan.placement;
-        let gpt = model::Gpt::new(&cfg)?
-            .to_global(p, plan.replicated())?
-            .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
+        let sbp = |name: &str, shape: &[usize]| plan.param_sbp(name, shape);
+        let gpt = model::Gpt::placed(
+            &cfg,
+            &model::Placer {
+                placement: p,
+                sbp: &sbp,
+            },
+        )?;
         let params = gpt.parameters();
+        let count: usize = params.iter().map(Tensor::numel).sum();
         let mut opt = optim::AdamW::new(params.clone(), cfg.lr)
             .betas((0.9, 0.95))
             .eps(1e-8)
@@ -89,6 +100,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             opt.zero_grad();
             Ok(())
         })?;
+        let peak_rss = peak_rss_mb(&plan.placement)?;
         if env.rank() != 0 {
             return Ok(None);
         }
@@ -108,9 +120,9 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             "gflow-inproc".to_string()
         };
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
-        let mfu = 6.0 * cfg.params() as f64 * tokens_per_s / (peak * 1e9);
+        let mfu = 6.0 * count as f64 * tokens_per_s / (peak * 1e9);
         Ok(Some(format!(
-            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}}}",
+            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, \"peak_rss_mb\": {peak_rss}, \"shm_arena\": {}}}",
             f.config,
             f.layout
                 .to_possible_value()
@@ -119,7 +131,8 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             env.world_size(),
             cfg.batch,
             cfg.seq,
-            cfg.params(),
+            count,
+            gflow_transport::arena::installed(),
         )))
     })?;
     lines
@@ -141,4 +154,29 @@ fn matmul_peak() -> Result<f64> {
     }
     let med = super::median(t[1..].to_vec());
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)
+}
+
+/// The largest peak resident set (`VmHWM`, MB) of the processes of `placement`'s ranks, after
+/// the timed steps: under `gflow-launch` each rank's own process (parameters, gradients,
+/// optimizer state, activations and transient gathered weights, plus, with the shared arena,
+/// the pages of peers' arenas this rank read in collectives); with ranks as threads, the one
+/// process of all of them. `null` where `/proc/self/status` does not exist (not Linux).
+/// Collective: every rank of the placement calls it.
+fn peak_rss_mb(placement: &Placement) -> Result<String> {
+    let kb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(f64::NAN);
+    let all = Tensor::from_vec(vec![kb], &[1], Device::Cpu)?
+        .to_global(placement, Sbp::split(0))?
+        .to_vec::<f64>()?;
+    Ok(if all.iter().any(|v| v.is_nan()) {
+        "null".to_string()
+    } else {
+        format!("{:.1}", all.iter().copied().fold(0.0, f64::max) / 1024.0)
+    })
 }
