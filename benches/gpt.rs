@@ -5,8 +5,8 @@
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
-//! The line also has `peak_rss_mb`, the largest peak resident set of the ranks' processes
-//! (meaningful per rank under `gflow-launch`: `--config m50 --layout dp|fsdp` compares the
+//! The line also has `rank_peak_rss_mb`, each rank's peak resident set, and `peak_rss_mb`, the
+//! largest (meaningful per rank under `gflow-launch`: `--config m50 --layout dp|fsdp` compares the
 //! memory of data parallelism and fully sharded parameters), and `shm_arena`, whether large
 //! buffers were in the shared arena (`GFLOW_PORTABLE=1` turns it off; with it, a rank's
 //! resident set also counts the peers' pages it read).
@@ -100,7 +100,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             opt.zero_grad();
             Ok(())
         })?;
-        let peak_rss = peak_rss_mb(&plan.placement)?;
+        let memory = peak_rss_fields(&plan.placement)?;
         if env.rank() != 0 {
             return Ok(None);
         }
@@ -122,7 +122,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
         let mfu = 6.0 * count as f64 * tokens_per_s / (peak * 1e9);
         Ok(Some(format!(
-            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, \"peak_rss_mb\": {peak_rss}, \"shm_arena\": {}}}",
+            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, {memory}, \"shm_arena\": {}}}",
             f.config,
             f.layout
                 .to_possible_value()
@@ -156,13 +156,13 @@ fn matmul_peak() -> Result<f64> {
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)
 }
 
-/// The largest peak resident set (`VmHWM`, MB) of the processes of `placement`'s ranks, after
-/// the timed steps: under `gflow-launch` each rank's own process (parameters, gradients,
-/// optimizer state, activations and transient gathered weights, plus, with the shared arena,
-/// the pages of peers' arenas this rank read in collectives); with ranks as threads, the one
-/// process of all of them. `null` where `/proc/self/status` does not exist (not Linux).
-/// Collective: every rank of the placement calls it.
-fn peak_rss_mb(placement: &Placement) -> Result<String> {
+/// The `peak_rss_mb` and `rank_peak_rss_mb` fields: the peak resident set (`VmHWM`, MB) of
+/// each rank's process after the timed steps, and their largest. Under `gflow-launch` that is
+/// each rank's own: parameters, gradients, optimizer state, activations and transient gathered
+/// weights, and, with the shared arena, also the pages of peers' arenas the rank read in
+/// collectives; with ranks as threads, every rank reports the one process. `null` where
+/// `/proc/self/status` does not exist (not Linux). Collective: every rank of `placement` calls it.
+fn peak_rss_fields(placement: &Placement) -> Result<String> {
     let kb = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -171,12 +171,16 @@ fn peak_rss_mb(placement: &Placement) -> Result<String> {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         })
         .unwrap_or(f64::NAN);
-    let all = Tensor::from_vec(vec![kb], &[1], Device::Cpu)?
+    let ranks = Tensor::from_vec(vec![kb / 1024.0], &[1], Device::Cpu)?
         .to_global(placement, Sbp::split(0))?
         .to_vec::<f64>()?;
-    Ok(if all.iter().any(|v| v.is_nan()) {
-        "null".to_string()
-    } else {
-        format!("{:.1}", all.iter().copied().fold(0.0, f64::max) / 1024.0)
-    })
+    if ranks.iter().any(|v| v.is_nan()) {
+        return Ok("\"peak_rss_mb\": null, \"rank_peak_rss_mb\": null".into());
+    }
+    let each: Vec<String> = ranks.iter().map(|v| format!("{v:.1}")).collect();
+    Ok(format!(
+        "\"peak_rss_mb\": {:.1}, \"rank_peak_rss_mb\": [{}]",
+        ranks.iter().copied().fold(0.0, f64::max),
+        each.join(", ")
+    ))
 }
