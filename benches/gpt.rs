@@ -156,7 +156,7 @@ fn matmul_peak() -> Result<f64> {
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)
 }
 
-/// The `peak_rss_mb` and `rank_peak_rss_mb` fields: the peak resident set (`VmHWM`, MB) of
+/// The `peak_rss_mb` and `rank_peak_rss_mb` fields: the peak resident set (`VmHWM`, MiB) of
 /// each rank's process after the timed steps, and their largest. Under `gflow-launch` that is
 /// each rank's own: parameters, gradients, optimizer state, activations and transient gathered
 /// weights, and, with the shared arena, also the pages of peers' arenas the rank read in

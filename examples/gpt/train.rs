@@ -109,17 +109,11 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
         let t0 = Instant::now();
         opt.set_lr(lr_at(s, a.steps, lr, warmup));
         let (x, y) = sampler.global(&plan, rank, corpus.train(), s)?;
-        mem(rank, "start");
         let loss = model.loss(&x, &y)?;
-        mem(rank, "fwd");
         loss.backward()?;
-        mem(rank, "bwd");
         clip_grad_norm(&params, MAX_NORM)?;
-        mem(rank, "clip");
         opt.step()?;
-        mem(rank, "step");
         opt.zero_grad();
-        mem(rank, "zero");
         let l = scalar(&loss)?;
         losses.push(l);
         if let Some(dir) = &a.ckpt_dir
@@ -305,36 +299,4 @@ fn write_losses(path: &Path, first: usize, losses: &[f64], val: Option<f64>) -> 
     std::fs::write(path, format!("{body}\n")).map_err(|e| gflow::Error::Environment {
         reason: format!("cannot write {}: {e}", path.display()),
     })
-}
-
-fn mem(rank: usize, what: &str) {
-    if rank > 0 {
-        return;
-    }
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let f: Vec<String> = s
-        .lines()
-        .filter(|l| {
-            ["VmHWM", "VmRSS", "RssAnon", "RssShmem"]
-                .iter()
-                .any(|k| l.starts_with(k))
-        })
-        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
-        .collect();
-    eprintln!("MEM r{rank} {what}: {}", f.join(" "));
-    if what == "zero" {
-        let sm = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
-        let mut cur = "";
-        for l in sm.lines() {
-            if !l.starts_with(|c: char| c.is_ascii_uppercase()) {
-                cur = l;
-            }
-            if let Some(v) = l.strip_prefix("Rss:") {
-                let kb: usize = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
-                if kb > 10000 {
-                    eprintln!("SMAPS r{rank} {} {kb}", &cur[..cur.len().min(40)]);
-                }
-            }
-        }
-    }
 }
