@@ -186,8 +186,8 @@ impl Gpt {
     }
 
     /// [`Gpt::new`]'s model (the same values) in `at`'s layout, each module converted as soon
-    /// as it is made: the most a rank holds at once is its share of the model and one module
-    /// whole.
+    /// as it is made: the most a rank holds at once is its share of the model and the module
+    /// being converted (whole, in its local and replicated copies).
     ///
     /// # Errors
     /// As [`Gpt::new`]; errors of the conversions.
