@@ -5,11 +5,11 @@
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
-//! The line also has `rank_peak_rss_mb`, each rank's peak resident set, and `peak_rss_mb`, the
-//! largest (meaningful per rank under `gflow-launch`: `--config m50 --layout dp|fsdp` compares the
-//! memory of data parallelism and fully sharded parameters), and `shm_arena`, whether large
-//! buffers were in the shared arena (`GFLOW_PORTABLE=1` turns it off; with it, a rank's
-//! resident set also counts the peers' pages it read).
+//! The line also has `rank_peak_rss_mb` (each rank's peak resident set; per process under
+//! `gflow-launch`), `peak_rss_mb` (the largest), `rank_peer_pages_mb` (the part of each that is
+//! pages of peers' shared arenas, read in collectives) and `shm_arena` (whether large buffers
+//! were in the shared arena; `GFLOW_PORTABLE=1` turns it off): `--config m50 --layout dp|fsdp`
+//! compares the memory of data parallelism and fully sharded parameters per rank.
 
 use std::time::Instant;
 
@@ -156,12 +156,14 @@ fn matmul_peak() -> Result<f64> {
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)
 }
 
-/// The `peak_rss_mb` and `rank_peak_rss_mb` fields: the peak resident set (`VmHWM`, MiB) of
-/// each rank's process after the timed steps, and their largest. Under `gflow-launch` that is
-/// each rank's own: parameters, gradients, optimizer state, activations and transient gathered
-/// weights, and, with the shared arena, also the pages of peers' arenas the rank read in
-/// collectives; with ranks as threads, every rank reports the one process. `null` where
-/// `/proc/self/status` does not exist (not Linux). Collective: every rank of `placement` calls it.
+/// The `peak_rss_mb`, `rank_peak_rss_mb` and `rank_peer_pages_mb` fields: the peak resident
+/// set (`VmHWM`, MiB) of each rank's process after the timed steps, their largest, and how much
+/// of each rank's resident set are pages of peers' shared arenas (mapped read-only to read their
+/// buffers in collectives: shared, no memory of the rank's own). Under `gflow-launch` a rank's
+/// peak is its own parameters, gradients, optimizer state, activations and transient gathered
+/// weights, plus those peers' pages; with ranks as threads every rank reports the one process.
+/// `null` where `/proc/self/status` does not exist (not Linux). Collective: every rank of
+/// `placement` calls it.
 fn peak_rss_fields(placement: &Placement) -> Result<String> {
     let kb = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -171,16 +173,54 @@ fn peak_rss_fields(placement: &Placement) -> Result<String> {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         })
         .unwrap_or(f64::NAN);
-    let ranks = Tensor::from_vec(vec![kb / 1024.0], &[1], Device::Cpu)?
+    let mine = [kb / 1024.0, peer_pages_kb() / 1024.0];
+    let all = Tensor::from_vec(mine.to_vec(), &[1, 2], Device::Cpu)?
         .to_global(placement, Sbp::split(0))?
         .to_vec::<f64>()?;
-    if ranks.iter().any(|v| v.is_nan()) {
-        return Ok("\"peak_rss_mb\": null, \"rank_peak_rss_mb\": null".into());
+    if all.iter().any(|v| v.is_nan()) {
+        return Ok(
+            "\"peak_rss_mb\": null, \"rank_peak_rss_mb\": null, \"rank_peer_pages_mb\": null"
+                .into(),
+        );
     }
-    let each: Vec<String> = ranks.iter().map(|v| format!("{v:.1}")).collect();
+    let list = |k: usize| {
+        let v: Vec<String> = all
+            .iter()
+            .skip(k)
+            .step_by(2)
+            .map(|v| format!("{v:.1}"))
+            .collect();
+        v.join(", ")
+    };
+    let peak = all.iter().step_by(2).copied().fold(0.0, f64::max);
     Ok(format!(
-        "\"peak_rss_mb\": {:.1}, \"rank_peak_rss_mb\": [{}]",
-        ranks.iter().copied().fold(0.0, f64::max),
-        each.join(", ")
+        "\"peak_rss_mb\": {peak:.1}, \"rank_peak_rss_mb\": [{}], \"rank_peer_pages_mb\": [{}]",
+        list(0),
+        list(1)
     ))
+}
+
+/// Resident kB of this process's read-only mappings of peers' shared arenas (`/proc/self/smaps`
+/// entries of a `gflow-arena` memfd not mapped writable); 0 without any, NaN without smaps.
+fn peer_pages_kb() -> f64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return f64::NAN;
+    };
+    let mut peer = false;
+    let mut kb = 0.0;
+    for line in smaps.lines() {
+        // A mapping's header: "start-end perms offset dev inode [path]".
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() >= 5 && fields[0].contains('-') && !fields[0].ends_with(':') {
+            peer = line.contains("gflow-arena") && fields[1].starts_with("r-");
+        } else if peer && let Some(v) = line.strip_prefix("Rss:") {
+            kb += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .unwrap_or(0.0);
+        }
+    }
+    kb
 }
