@@ -5,6 +5,11 @@
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
+//! The line also has `rank_peak_rss_mb` (each rank's peak resident set; per process under
+//! `gflow-launch`), `peak_rss_mb` (the largest), `rank_peer_pages_mb` (the part of each that is
+//! pages of peers' shared arenas, read in collectives) and `shm_arena` (whether large buffers
+//! were in the shared arena; `GFLOW_PORTABLE=1` turns it off): `--config m50 --layout dp|fsdp`
+//! compares the memory of data parallelism and fully sharded parameters per rank.
 
 use std::time::Instant;
 
@@ -56,7 +61,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         })?;
     let cfg = model::Config::named(&f.config).ok_or_else(|| gflow::Error::InvalidArgument {
         op: "--config",
-        reason: format!("tiny, small or 50m expected, got {:?}", f.config),
+        reason: format!("tiny, small, 50m, m50 or m10 expected, got {:?}", f.config),
     })?;
     let text = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -69,10 +74,16 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let plan = layout::Plan::new(f.layout, env.world_size(), None)?;
         gflow::manual_seed(0);
         let p = &plan.placement;
-        let gpt = model::Gpt::new(&cfg)?
-            .to_global(p, plan.replicated())?
-            .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
+        let sbp = |name: &str, shape: &[usize]| plan.param_sbp(name, shape);
+        let gpt = model::Gpt::placed(
+            &cfg,
+            &model::Placer {
+                placement: p,
+                sbp: &sbp,
+            },
+        )?;
         let params = gpt.parameters();
+        let count: usize = params.iter().map(Tensor::numel).sum();
         let mut opt = optim::AdamW::new(params.clone(), cfg.lr)
             .betas((0.9, 0.95))
             .eps(1e-8)
@@ -97,6 +108,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             Ok(())
         })?;
         let rows = gflow::profile::take();
+        let memory = peak_rss_fields(&plan.placement)?;
         if env.rank() != 0 {
             return Ok(None);
         }
@@ -119,9 +131,9 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             "gflow-inproc".to_string()
         };
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
-        let mfu = 6.0 * cfg.params() as f64 * tokens_per_s / (peak * 1e9);
+        let mfu = 6.0 * count as f64 * tokens_per_s / (peak * 1e9);
         Ok(Some(format!(
-            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}}}",
+            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, {memory}, \"shm_arena\": {}}}",
             f.config,
             f.layout
                 .to_possible_value()
@@ -130,7 +142,8 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             env.world_size(),
             cfg.batch,
             cfg.seq,
-            cfg.params(),
+            count,
+            gflow_transport::arena::installed(),
         )))
     })?;
     lines
@@ -175,4 +188,73 @@ fn matmul_peak() -> Result<f64> {
     }
     let med = super::median(t[1..].to_vec());
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)
+}
+
+/// The `peak_rss_mb`, `rank_peak_rss_mb` and `rank_peer_pages_mb` fields: the peak resident
+/// set (`VmHWM`, MiB) of each rank's process after the timed steps, their largest, and how much
+/// of each rank's resident set are pages of peers' shared arenas (mapped read-only to read their
+/// buffers in collectives: shared, no memory of the rank's own). Under `gflow-launch` a rank's
+/// peak is its own parameters, gradients, optimizer state, activations and transient gathered
+/// weights, plus those peers' pages; with ranks as threads every rank reports the one process.
+/// `null` where `/proc/self/status` does not exist (not Linux). Collective: every rank of
+/// `placement` calls it.
+fn peak_rss_fields(placement: &Placement) -> Result<String> {
+    let kb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(f64::NAN);
+    let mine = [kb / 1024.0, peer_pages_kb() / 1024.0];
+    let all = Tensor::from_vec(mine.to_vec(), &[1, 2], Device::Cpu)?
+        .to_global(placement, Sbp::split(0))?
+        .to_vec::<f64>()?;
+    if all.iter().any(|v| v.is_nan()) {
+        return Ok(
+            "\"peak_rss_mb\": null, \"rank_peak_rss_mb\": null, \"rank_peer_pages_mb\": null"
+                .into(),
+        );
+    }
+    let list = |k: usize| {
+        let v: Vec<String> = all
+            .iter()
+            .skip(k)
+            .step_by(2)
+            .map(|v| format!("{v:.1}"))
+            .collect();
+        v.join(", ")
+    };
+    let peak = all.iter().step_by(2).copied().fold(0.0, f64::max);
+    Ok(format!(
+        "\"peak_rss_mb\": {peak:.1}, \"rank_peak_rss_mb\": [{}], \"rank_peer_pages_mb\": [{}]",
+        list(0),
+        list(1)
+    ))
+}
+
+/// Resident kB of this process's read-only mappings of peers' shared arenas (`/proc/self/smaps`
+/// entries of a `gflow-arena` memfd not mapped writable); 0 without any, NaN without smaps.
+fn peer_pages_kb() -> f64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return f64::NAN;
+    };
+    let mut peer = false;
+    let mut kb = 0.0;
+    for line in smaps.lines() {
+        // A mapping's header: "start-end perms offset dev inode [path]".
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() >= 5 && fields[0].contains('-') && !fields[0].ends_with(':') {
+            peer = line.contains("gflow-arena") && fields[1].starts_with("r-");
+        } else if peer && let Some(v) = line.strip_prefix("Rss:") {
+            kb += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .unwrap_or(0.0);
+        }
+    }
+    kb
 }

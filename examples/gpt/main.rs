@@ -28,7 +28,7 @@ static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train a GPT on global tensors; --layout picks the parallelism")]
 pub struct Args {
-    /// Model size: tiny, small or 50m (as benches/peers/gpt_torch.py).
+    /// Model size: tiny, small or 50m (as benches/peers/gpt_torch.py), m50 or m10 (memory).
     #[arg(long, default_value = "small")]
     config: String,
     /// The parallel layout.

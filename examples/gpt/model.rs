@@ -29,7 +29,10 @@ pub struct Config {
 
 impl Config {
     /// The named configurations: `tiny` (0.13M parameters, the tests'), `small` (3.3M, the
-    /// default run) and `50m` (50.8M, the benchmark's), as gpt_torch.py defines them.
+    /// default run) and `50m` (50.8M, the benchmark's), as gpt_torch.py defines them; and two
+    /// for measuring memory, where a small batch (4 x 64 tokens) keeps the activations well
+    /// below the parameters and their optimizer state: `m50` (`50m`'s blocks, 50.7M) and
+    /// `m10` (10.7M, the CI test's).
     pub fn named(name: &str) -> Option<Config> {
         let c = |d, layers, heads, seq, batch, lr| Config {
             vocab: 256,
@@ -44,6 +47,8 @@ impl Config {
             "tiny" => Some(c(64, 2, 4, 32, 8, 1e-3)),
             "small" => Some(c(256, 4, 8, 128, 16, 6e-4)),
             "50m" => Some(c(512, 16, 8, 256, 8, 3e-4)),
+            "m50" => Some(c(512, 16, 8, 64, 4, 3e-4)),
+            "m10" => Some(c(384, 6, 6, 64, 4, 3e-4)),
             _ => None,
         }
     }
@@ -69,6 +74,28 @@ fn linear(inp: usize, out: usize, bias: bool, std: f64) -> Result<Linear> {
         .then(|| Tensor::zeros(&[out], Device::Cpu))
         .transpose()?;
     Linear::from_tensors(normal(&[out, inp], std)?, b)
+}
+
+/// Where the parameters of a model being built go: the placement and each parameter's SBP by
+/// name (the layout's, chosen outside the model). Each module is converted as soon as it is
+/// made, so that no rank ever holds the whole model in a sharded layout (FSDP's point: a rank
+/// of `fsdp` holds a quarter of the parameters on 4 ranks, also while building them).
+pub struct Placer<'a> {
+    /// The ranks of the job.
+    pub placement: &'a Placement,
+    /// The SBP of the parameter of a name (PyTorch's) and shape.
+    pub sbp: &'a dyn Fn(&str, &[usize]) -> NdSbp,
+}
+
+/// `m` (a fresh local module whose parameters are named under `prefix.`) in `at`'s layout:
+/// rank 0's values broadcast, then each parameter boxed to its SBP; `m` itself without `at`.
+fn put<M: Module>(at: Option<&Placer<'_>>, prefix: &str, m: M) -> Result<M> {
+    let Some(at) = at else { return Ok(m) };
+    let p = at.placement;
+    m.to_global(p, NdSbp::broadcast(p.hierarchy().len()))?
+        .to_global_with(p, |name, shape| {
+            (at.sbp)(&format!("{prefix}.{name}"), shape)
+        })
 }
 
 /// Names `m`'s parameters under `prefix.`.
@@ -155,6 +182,20 @@ impl Gpt {
     /// # Errors
     /// `InvalidArgument` when `d` is not a multiple of `heads`; tensor creation errors.
     pub fn new(c: &Config) -> Result<Gpt> {
+        Gpt::build(c, None)
+    }
+
+    /// [`Gpt::new`]'s model (the same values) in `at`'s layout, each module converted as soon
+    /// as it is made: the most a rank holds at once is its share of the model and the module
+    /// being converted (whole, in its local and replicated copies).
+    ///
+    /// # Errors
+    /// As [`Gpt::new`]; errors of the conversions.
+    pub fn placed(c: &Config, at: &Placer<'_>) -> Result<Gpt> {
+        Gpt::build(c, Some(at))
+    }
+
+    fn build(c: &Config, at: Option<&Placer<'_>>) -> Result<Gpt> {
         if c.heads == 0 || !c.d.is_multiple_of(c.heads) {
             return Err(gflow::Error::InvalidArgument {
                 op: "Gpt::new",
@@ -164,26 +205,29 @@ impl Gpt {
         let (d, std) = (c.d, 0.02);
         let deep = std / ((2 * c.layers) as f64).sqrt();
         let blocks = (0..c.layers)
-            .map(|_| {
+            .map(|i| {
+                let name = |n: &str| format!("blocks.{i}.{n}");
                 Ok(Block {
-                    ln1: LayerNorm::new(d)?,
+                    ln1: put(at, &name("ln1"), LayerNorm::new(d)?)?,
                     attn: Attention {
                         heads: c.heads,
-                        qkv: linear(d, 3 * d, true, std)?,
-                        proj: linear(d, d, true, deep)?,
+                        qkv: put(at, &name("attn.qkv"), linear(d, 3 * d, true, std)?)?,
+                        proj: put(at, &name("attn.proj"), linear(d, d, true, deep)?)?,
                     },
-                    ln2: LayerNorm::new(d)?,
-                    fc: linear(d, 4 * d, true, std)?,
-                    proj: linear(4 * d, d, true, deep)?,
+                    ln2: put(at, &name("ln2"), LayerNorm::new(d)?)?,
+                    fc: put(at, &name("mlp.fc"), linear(d, 4 * d, true, std)?)?,
+                    proj: put(at, &name("mlp.proj"), linear(4 * d, d, true, deep)?)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let embedding =
+            |rows, name| put(at, name, Embedding::from_tensor(normal(&[rows, d], std)?)?);
         Ok(Gpt {
-            tok_emb: Embedding::from_tensor(normal(&[c.vocab, d], std)?)?,
-            pos_emb: Embedding::from_tensor(normal(&[c.seq, d], std)?)?,
+            tok_emb: embedding(c.vocab, "tok_emb")?,
+            pos_emb: embedding(c.seq, "pos_emb")?,
             blocks,
-            ln_f: LayerNorm::new(d)?,
-            head: linear(d, c.vocab, false, std)?,
+            ln_f: put(at, "ln_f", LayerNorm::new(d)?)?,
+            head: put(at, "head", linear(d, c.vocab, false, std)?)?,
         })
     }
 

@@ -13,7 +13,7 @@ use gflow::prelude::*;
 use crate::Args;
 use crate::data::{Corpus, Sampler};
 use crate::layout::Plan;
-use crate::model::{Config, Gpt, from_torch_order};
+use crate::model::{Config, Gpt, Placer, from_torch_order};
 use crate::progress::Progress;
 
 /// Gradient clipping threshold (PyTorch's `clip_grad_norm_(params, 1.0)`).
@@ -162,9 +162,14 @@ fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
 fn build(a: &Args, cfg: &Config, dtype: DType, plan: &Plan) -> Result<Gpt> {
     gflow::manual_seed(a.seed);
     let p = &plan.placement;
-    let model = Gpt::new(cfg)?
-        .to_global(p, plan.replicated())?
-        .to_global_with(p, |name, shape| plan.param_sbp(name, shape))?;
+    let sbp = |name: &str, shape: &[usize]| plan.param_sbp(name, shape);
+    let model = Gpt::placed(
+        cfg,
+        &Placer {
+            placement: p,
+            sbp: &sbp,
+        },
+    )?;
     if let Some(init) = &a.init {
         // PyTorch's file, loaded whole, reordered to this model's rows, then into the layout
         let whole = Gpt::new(cfg)?;
