@@ -44,6 +44,9 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
             Err(e) => return Err(e),
         }
     }
+    // Each gradient is replaced by its scaled copy one at a time: holding them all here too
+    // would keep a second copy of every gradient alive (a model's size, at the step's peak).
+    drop(grads);
     let norm = total.sqrt();
     let coef = max_norm / (norm + 1e-6);
     if coef < 1.0 {
