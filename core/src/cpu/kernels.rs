@@ -138,12 +138,13 @@ type Slots<'a, T> = &'a mut [MaybeUninit<T>];
 /// A vector of `n` elements that `fill` writes in place, saving the zeroing pass (and its
 /// page faults) of a `vec![0; n]` that would be overwritten anyway. `fill` is handed exactly
 /// `n` uninitialised slots and must write every one: [`map`] and [`zip_map`] pair each slot
-/// with one input element of slices of length `n`.
+/// with one input element of slices of length `n`; [`matmul`] has gemm write every element.
 fn written<T: Float>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
     let mut out = Vec::with_capacity(n);
     fill(&mut out.spare_capacity_mut()[..n]);
-    // SAFETY: `fill` wrote all `n` slots (see above; both callers zip the `n` slots with `n`
-    // input elements, piece by piece of equal lengths), so the first `n` are initialised.
+    // SAFETY: `fill` wrote all `n` slots (see above: the callers zip the `n` slots with `n`
+    // input elements piece by piece, or gemm writes each m x n block whole), so the first `n`
+    // are initialised.
     unsafe { out.set_len(n) };
     out
 }
@@ -765,12 +766,11 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     } else {
         (n as isize, 1)
     };
-    let mut out = vec![T::zero(); batch * m * n];
-    if m == 0 || n == 0 {
-        return out;
+    if m == 0 || n == 0 || k == 0 {
+        return vec![T::zero(); batch * m * n];
     }
     let work = m * n * k;
-    let one = |i: usize, oi: &mut [T], par: gemm::Parallelism| {
+    let one = |i: usize, oi: &mut [MaybeUninit<T>], par: gemm::Parallelism| {
         let ai = &a[i * m * k..(i + 1) * m * k];
         let bi = if b_batched {
             &b[i * k * n..(i + 1) * k * n]
@@ -778,14 +778,14 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
             &b[..k * n]
         };
         // SAFETY: ai is m x k and bi is k x n under their strides, oi is m x n row-major, all
-        // in bounds; the output does not alias the inputs. gemm computes oi = 1 * ai * bi
-        // (read_dst = false).
+        // in bounds; the output does not alias the inputs. gemm writes every element of
+        // oi = 1 * ai * bi and reads none (read_dst = false), so oi may be uninitialised.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                oi.as_mut_ptr(),
+                oi.as_mut_ptr().cast::<T>(),
                 1,
                 n as isize,
                 false,
@@ -804,23 +804,25 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
             );
         }
     };
-    if batch > 1 && work < PARALLEL_ONE && batch * work >= PARALLEL {
-        // Many small products (attention's heads): one per thread at a time, each on one
-        // thread, rather than every small product split over all threads in turn.
-        out.par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, oi)| one(i, oi, gemm::Parallelism::None));
-        return out;
-    }
-    let par = if work >= PARALLEL {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
-    for (i, oi) in out.chunks_mut(m * n).enumerate() {
-        one(i, oi, par);
-    }
-    out
+    // The output is written whole by gemm: no zeroing pass first.
+    written(batch * m * n, |out| {
+        if batch > 1 && work < PARALLEL_ONE && batch * work >= PARALLEL {
+            // Many small products (attention's heads): one per thread at a time, each on one
+            // thread, rather than every small product split over all threads in turn.
+            out.par_chunks_mut(m * n)
+                .enumerate()
+                .for_each(|(i, oi)| one(i, oi, gemm::Parallelism::None));
+            return;
+        }
+        let par = if work >= PARALLEL {
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        for (i, oi) in out.chunks_mut(m * n).enumerate() {
+            one(i, oi, par);
+        }
+    })
 }
 
 /// Products of at least this many multiply-adds run on several threads. `gemm` threaded beats
