@@ -487,6 +487,8 @@ fn binary_with<T: Float>(
                         *o = f(x, y);
                     }
                 }
+                // Both repeated along the row (an expand, a scalar's gradient): one value.
+                (0, 0) => r.fill(f(a[oa], b[ob])),
                 _ => {
                     for (j, o) in r.iter_mut().enumerate() {
                         *o = f(a[oa + j * la], b[ob + j * lb]);
