@@ -228,6 +228,13 @@ impl HostData {
             (HostData::F64(v), DType::F16 | DType::BF16) => {
                 return HostData::F32(v.iter().map(|&x| x as f32).collect()).cast(dtype);
             }
+            // Integers to 16-bit floats also go through f32, as PyTorch casts them.
+            (HostData::I32(v), DType::F16 | DType::BF16) => {
+                return HostData::F32(v.iter().map(|&x| x as f32).collect()).cast(dtype);
+            }
+            (HostData::I64(v), DType::F16 | DType::BF16) => {
+                return HostData::F32(v.iter().map(|&x| x as f32).collect()).cast(dtype);
+            }
             (HostData::I64(v), DType::I32) => {
                 return HostData::I32(v.iter().map(|&x| x as i32).collect());
             }

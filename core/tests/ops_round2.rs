@@ -34,6 +34,20 @@ fn casts_and_promotion_follow_pytorch() -> Result<()> {
         t.to_dtype(DType::BF16)?.to_vec::<bf16>()?[0],
         bf16::from_f32(1.0)
     );
+    // Integers to BF16 round through f32, as PyTorch 2.x does (its bits for these values,
+    // recorded with torch.tensor(v, dtype=torch.int32).to(torch.bfloat16)).
+    let big = Tensor::from_vec(
+        vec![0x0080_8001i32, 0x0101_0001, 0x7fff_ffff, -0x0101_0001, 33_685_505],
+        &[5],
+        Device::Cpu,
+    )?;
+    let bits: Vec<u16> = big
+        .to_dtype(DType::BF16)?
+        .to_vec::<bf16>()?
+        .iter()
+        .map(|b| b.to_bits())
+        .collect();
+    assert_eq!(bits, vec![0x4b01, 0x4b80, 0x4f00, 0xcb80, 0x4c00]);
     let i = Tensor::from_vec(vec![1i32, 2], &[2], Device::Cpu)?;
     let f = Tensor::from_vec(
         vec![f16::from_f32(0.5), f16::from_f32(0.25)],

@@ -132,16 +132,11 @@ __device__ Unpacked load_value(const void *x, u64 i, int from) {
     }
 }
 
-// u converted as the host converts a `from` value to `to`. The host takes F64 to the 16-bit
-// floats through f32 (two roundings, PyTorch's CPU), and integers to BF16 through the `half`
-// crate's f64 conversion, which drops the f64's low 32 bits before rounding.
+// u converted as the host converts a `from` value to `to`. The host takes F64 and I32 to the
+// 16-bit floats through f32 (two roundings), as PyTorch's CPU casts.
 __device__ Unpacked host_route(Unpacked u, int from, int to) {
-    if (from == DTYPE_F64 && (to == DTYPE_F16 || to == DTYPE_BF16))
+    if ((from == DTYPE_F64 || from == DTYPE_I32) && (to == DTYPE_F16 || to == DTYPE_BF16))
         return unpack_float(pack_float(u, 23, 8), 23, 8);
-    if (from == DTYPE_I32 && to == DTYPE_BF16 && u.cls == CV_FINITE) {
-        int p = top_bit(u.m);
-        if (p > 20) u.m &= ~((1ULL << (p - 20)) - 1);
-    }
     return u;
 }
 

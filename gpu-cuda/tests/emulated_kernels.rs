@@ -174,7 +174,7 @@ fn edge_f64() -> Vec<f64> {
 }
 
 /// I32 inputs: limits, ties and inexact values of F32, F16 and BF16 (bits below the top 21
-/// included: the host's BF16 route drops them), random values of every magnitude.
+/// included: the route through f32 keeps them), random values of every magnitude.
 fn edge_i32() -> Vec<i32> {
     let mut v = vec![
         0,

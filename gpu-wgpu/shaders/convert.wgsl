@@ -192,12 +192,10 @@ fn load(i: u32) -> u32 {
 
 // Element i as a 16-bit float of dtype `to`.
 fn half_of(i: u32, to: u32) -> u32 {
-    let v = load(i);
+    var v = load(i);
     if params[1] == DTYPE_I32 {
-        if to == DTYPE_F16 {
-            return int_to_float(bitcast<i32>(v), 10u, 15u, 31u, 15u);
-        }
-        return int_to_float(bitcast<i32>(v), 7u, 127u, 255u, 15u);
+        // through f32 (two roundings), as PyTorch casts integers to 16-bit floats
+        v = int_to_float(bitcast<i32>(v), 23u, 127u, 255u, 31u);
     }
     if to == DTYPE_F16 {
         return f32_to_f16(v);

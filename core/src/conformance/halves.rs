@@ -81,6 +81,11 @@ fn edge_i32() -> Vec<i32> {
         0x0100_8000,
         0x0100_8001,
         0x0101_8000,
+        // integer -> BF16 rounds through f32 as PyTorch does: 0x4b01, 0x4b80 and their negatives
+        0x0080_8001,
+        0x0101_0001,
+        -0x0080_8001,
+        -0x0101_0001,
         i32::MAX,
         i32::MIN,
         -123_456_789,
