@@ -13,7 +13,7 @@
 //! Sockets are non-blocking after the handshake, so [`crate::NetComm`] runs its direct
 //! exchanges over these links; blocking calls wait in `poll(2)`.
 
-use std::io::{BufRead, ErrorKind, Read, Write};
+use std::io::{BufRead, ErrorKind, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -466,6 +466,39 @@ impl LinkTx for TlsTx {
 
     fn try_write(&mut self, bytes: &[u8]) -> usize {
         self.push(bytes)
+    }
+
+    /// Encrypts every part into records held by the connection (one pass over the payload,
+    /// which is then no longer needed), and moves what the socket takes now.
+    fn stage(&mut self, parts: &[&[u8]]) -> bool {
+        if self.failed.is_some() || self.staged != 0 {
+            return false;
+        }
+        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let mut rest: &mut [IoSlice<'_>] = &mut slices;
+        while !rest.is_empty() {
+            match self.conn.writer().write_vectored(rest) {
+                Ok(0) => {
+                    self.failed = Some(LinkError::Io("TLS: the connection took no bytes".into()));
+                    return true;
+                }
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) => {
+                    self.failed = Some(LinkError::Io(e.to_string()));
+                    return true;
+                }
+            }
+        }
+        self.flush();
+        true
+    }
+
+    fn write_staged(&mut self, deadline: Instant) -> Result<(), LinkError> {
+        while !self.flush() {
+            LinkTx::check(self, deadline)?;
+            wait_for(&self.sock, Ready::Write, deadline);
+        }
+        Ok(())
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
