@@ -55,6 +55,8 @@ pub struct NetComm {
     control: Option<Control>,
     /// What carries the links ([`LinkTx::kind`]), each kind once.
     kinds: Vec<&'static str>,
+    /// [`NetComm::flush`] ran.
+    flushed: std::sync::atomic::AtomicBool,
 }
 
 impl NetComm {
@@ -98,6 +100,7 @@ impl NetComm {
             hosts: vec![],
             control: None,
             kinds,
+            flushed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -196,8 +199,12 @@ impl NetComm {
     /// peers see an orderly end, waits for the peers to close theirs, and says `BYE` on the
     /// control channel (this rank ends in order; rank 0, when it has a link over the network,
     /// then stays until every rank has ended, at most the receive timeout, telling each of the
-    /// others' ends). Called at process exit.
+    /// others' ends). Called when the rank's program is done (`gflow::run`) or at process exit;
+    /// only the first call does anything.
     pub fn flush(&self, timeout: Duration) {
+        if self.flushed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         let deadline = Instant::now() + timeout;
         // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
         // link to a dead peer answers only at the idle timeout: writer threads are left behind
