@@ -118,6 +118,10 @@ where
 /// otherwise `n` ranks (or `GFLOW_SIM_RANKS`) run as threads ([`simulate`]). Returns (rank,
 /// result) for the ranks run in this process, so one program serves both ways.
 ///
+/// Under a launcher, once `f` returns this rank's links are flushed and closed before `run`
+/// returns (rank 0, over a network, first waits there until every rank has ended), so nothing
+/// networked is left for the exit-time destructors, which run after other libraries' (wgpu's).
+///
 /// # Errors
 /// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
@@ -126,7 +130,9 @@ pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec
     if launched() {
         let env = init()?;
         let rank = env.rank();
-        return Ok(vec![(rank, f(env)?)]);
+        let out = f(env);
+        finish_links();
+        return Ok(vec![(rank, out?)]);
     }
     let n = std::env::var("GFLOW_SIM_RANKS")
         .ok()
@@ -265,8 +271,14 @@ pub fn link_kinds() -> Vec<&'static str> {
         .unwrap_or_default()
 }
 
-extern "C" fn flush_at_exit() {
+/// Flushes and closes this process's links (queued sends reach their peers; rank 0 stays the
+/// control channel's hub until every rank has ended); later calls do nothing.
+fn finish_links() {
     if let Some(c) = NET.get() {
         c.flush(std::time::Duration::from_secs(10));
     }
+}
+
+extern "C" fn flush_at_exit() {
+    finish_links();
 }

@@ -371,3 +371,46 @@ fn with_tcp_blocked_tcp_links_fail_fast_naming_both_hosts() {
         }
     }
 }
+
+/// A launched program's `gflow::run` closes its links before it returns: rank 0, done after
+/// its first round, stays in `run` (the control channel's hub) until rank 1 has ended, so its
+/// program prints its result after rank 1's end and nothing networked is left for the
+/// exit-time destructors (which run after wgpu's and crashed there).
+#[test]
+fn run_returns_on_rank_0_only_after_every_rank_ended() {
+    use std::io::BufRead;
+    let prog = example("collectives_check");
+    let port = "29547";
+    let mut kids: Vec<std::process::Child> = (0..2)
+        .map(|r| {
+            rank(&prog, r, 2, port, "tcp-all")
+                .envs([
+                    ("GFLOW_TIMEOUT_SECS", "30"),
+                    ("GFLOW_CHECK_ROUNDS", "25"),
+                    ("GFLOW_CHECK_PAUSE_MS", "100"),
+                    ("GFLOW_CHECK_LEAVE", "0:0"),
+                ])
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let out0 = kids[0].stdout.take().expect("rank 0's stdout");
+    let printed = std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(out0).lines();
+        let line = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+        (line, Instant::now())
+    });
+    let mut k1 = kids.pop().expect("rank 1");
+    let st1 = k1.wait().expect("wait for rank 1");
+    let ended1 = Instant::now();
+    let st0 = kids[0].wait().expect("wait for rank 0");
+    let (line, at) = printed.join().unwrap();
+    assert!(st0.success() && st1.success(), "{st0:?} {st1:?}");
+    assert!(line.contains("collectives ok"), "rank 0 printed {line:?}");
+    // Rank 1 runs 25 rounds of 100 ms after rank 0 left: rank 0's print comes after.
+    assert!(
+        at + Duration::from_millis(300) >= ended1,
+        "rank 0 printed {:?} before rank 1 ended",
+        ended1.saturating_duration_since(at)
+    );
+}

@@ -4,9 +4,10 @@
 while [ "${1#-}" != "$1" ]; do shift; done
 host=$1
 shift
+net=${NETNS_SUBNET:-10.61.0} pre=${NETNS_PREFIX:-gfq}
 case $host in
-10.61.0.1) ns=gfq-a ;;
-10.61.0.2) ns=gfq-b ;;
+"$net.1") ns=$pre-a ;;
+"$net.2") ns=$pre-b ;;
 *) echo "netns_rsh.sh: no namespace for host $host" >&2; exit 1 ;;
 esac
 exec ip netns exec "$ns" sh -c "$*"

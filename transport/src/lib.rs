@@ -9,9 +9,13 @@ pub mod arena;
 pub mod comm;
 pub mod control;
 pub mod frame;
+#[cfg(feature = "tcp")]
+mod handshake;
 pub mod link;
 #[cfg(feature = "quic")]
 pub mod quic;
+#[cfg(feature = "tcp")]
+mod records;
 pub mod rendezvous;
 pub mod shm;
 #[cfg(feature = "quic")]

@@ -39,6 +39,19 @@ pub trait LinkTx: Send {
         self.write_all(&data, deadline)
     }
 
+    /// Takes all of `parts` now, without waiting, to be written by [`LinkTx::write_staged`]:
+    /// a link that encodes its bytes anyway (TLS encrypts them) does so here, so a queued send
+    /// need not copy its payload first. False (nothing taken) where the link cannot, or has
+    /// bytes of an unfinished write in progress.
+    fn stage(&mut self, _parts: &[&[u8]]) -> bool {
+        false
+    }
+
+    /// Writes what [`LinkTx::stage`] took before `deadline`.
+    fn write_staged(&mut self, _deadline: Instant) -> Result<(), LinkError> {
+        Ok(())
+    }
+
     /// Tells the peer no more bytes will come.
     fn close(&mut self);
 

@@ -133,9 +133,17 @@ impl<R: LinkRx> LinkRx for StripedRx<R> {
         while done < len {
             let (part, room) = place(self.at, self.parts.len(), self.block);
             let n = room.min(len - done);
-            self.parts[part].read_with(n, deadline, &mut |at, piece| f(done + at, piece))?;
-            done += n;
-            self.at += n as u64;
+            // A read that ends early (a caller's short deadline) has still taken what it
+            // handed over: the position moves by that, or the next read would look for the
+            // rest of this block on the next sub-link.
+            let mut got = 0;
+            let r = self.parts[part].read_with(n, deadline, &mut |at, piece| {
+                f(done + at, piece);
+                got = at + piece.len();
+            });
+            done += got;
+            self.at += got as u64;
+            r?;
         }
         Ok(())
     }
@@ -207,6 +215,35 @@ mod tests {
             counts.push(c);
         }
         (StripedTx::new(tx, block), StripedRx::new(rx, block), counts)
+    }
+
+    /// A read that times out part way through a block (`NetComm` reads in turns of 200 ms to
+    /// watch the control channel) and is then resumed for the rest gets every byte in order:
+    /// the bytes the timed-out read handed over count (they were lost to a position kept per
+    /// whole block, and the next frame header was looked for on the wrong sub-link).
+    #[test]
+    fn a_read_resumed_after_a_timeout_keeps_the_stripes_in_step() {
+        let block = 1000;
+        let (mut tx, mut rx, _) = striped(2, block);
+        let soon = || Instant::now() + Duration::from_secs(5);
+        let msg: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Half of the first block arrives, then the reader's turn ends.
+        tx.write_all(&msg[..500], soon()).unwrap();
+        let mut got = vec![0u8; msg.len()];
+        let mut done = 0;
+        let short = Instant::now() + Duration::from_millis(30);
+        let r = rx.read_with(msg.len(), short, &mut |at, piece| {
+            got[at..at + piece.len()].copy_from_slice(piece);
+            done = at + piece.len();
+        });
+        assert_eq!((r, done), (Err(LinkError::Timeout), 500));
+        tx.write_all(&msg[500..], soon()).unwrap();
+        let rest = msg.len() - done;
+        rx.read_with(rest, soon(), &mut |at, piece| {
+            got[done + at..done + at + piece.len()].copy_from_slice(piece);
+        })
+        .unwrap();
+        assert!(got == msg, "the resumed read got other bytes");
     }
 
     /// Messages of every awkward size (empty, 1 byte, a header, not a multiple of the block or

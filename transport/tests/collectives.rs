@@ -284,3 +284,47 @@ fn tcp_collectives() {
         }
     }
 }
+
+/// Sends over TLS-over-TCP, large ones encrypted at once into the link (no queue copy) and
+/// small or crowded ones queued: both ranks send 2 x 24 MiB before receiving (so a send that
+/// waited for its receiver would hang), then a mix, received, then at once an all_reduce (a
+/// direct exchange, which must wait for the last staged records), then a last send; every
+/// byte arrives in order.
+#[test]
+fn tcp_sends_large_and_small_arrive_in_order_and_never_wait() {
+    let comms = tcp_mesh(2);
+    let msg = |r: usize, k: usize, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| ((i as u64).wrapping_mul(2_654_435_761) >> 7) as u8 ^ (r * 16 + k) as u8)
+            .collect()
+    };
+    let rounds: [&[usize]; 3] = [
+        &[24 << 20, 24 << 20],
+        &[100, 24 << 20, 70_000, 9 << 20],
+        &[3],
+    ];
+    std::thread::scope(|s| {
+        for (r, c) in comms.into_iter().enumerate() {
+            s.spawn(move || {
+                let peer = 1 - r;
+                let p2p = Tag::from(CommOp::P2p);
+                for (round, sizes) in rounds.iter().enumerate() {
+                    let started = Instant::now();
+                    for (k, &len) in sizes.iter().enumerate() {
+                        c.send(peer, p2p, &msg(r, 4 * round + k, len)).unwrap();
+                    }
+                    assert!(started.elapsed() < Duration::from_secs(10), "sends waited");
+                    for (k, &len) in sizes.iter().enumerate() {
+                        let mut got = vec![0u8; len];
+                        c.recv_into(peer, p2p, &mut got).unwrap();
+                        assert!(got == msg(peer, 4 * round + k, len), "{round}.{k} on {r}");
+                    }
+                    let mut x = bytes(&[r as f64 + 1.0; 20_000]);
+                    c.all_reduce(&[0, 1], &mut x, DType::F64, ReduceOp::Sum)
+                        .unwrap();
+                    assert_eq!(floats(&x), vec![3.0; 20_000], "all_reduce on rank {r}");
+                }
+            });
+        }
+    });
+}

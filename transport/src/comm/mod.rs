@@ -55,6 +55,8 @@ pub struct NetComm {
     control: Option<Control>,
     /// What carries the links ([`LinkTx::kind`]), each kind once.
     kinds: Vec<&'static str>,
+    /// [`NetComm::flush`] ran.
+    flushed: std::sync::atomic::AtomicBool,
 }
 
 impl NetComm {
@@ -98,6 +100,7 @@ impl NetComm {
             hosts: vec![],
             control: None,
             kinds,
+            flushed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -167,12 +170,41 @@ impl NetComm {
         Ok(())
     }
 
+    /// Sends `data` through [`TxSide::try_stage`] (no copy for the queue) where the link allows;
+    /// false where it did not take it.
+    fn stage(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<bool, CommError> {
+        let side = self.tx_side(peer)?;
+        if !side.direct {
+            return Ok(false);
+        }
+        if let Some(e) = side.failed() {
+            return Err(self.link_error(peer, e));
+        }
+        let mut seq = side.seq.lock().map_err(|_| self.gone(peer))?;
+        let header = Header {
+            tag,
+            seq: *seq,
+            len: data.len() as u64,
+            by_ref: false,
+        }
+        .encode();
+        let staged = side.try_stage(header, data);
+        if staged {
+            *seq += 1;
+        }
+        Ok(staged)
+    }
+
     /// Waits (up to `timeout`) until every queued message has been written, closes the links so
     /// peers see an orderly end, waits for the peers to close theirs, and says `BYE` on the
     /// control channel (this rank ends in order; rank 0, when it has a link over the network,
     /// then stays until every rank has ended, at most the receive timeout, telling each of the
-    /// others' ends). Called at process exit.
+    /// others' ends). Called when the rank's program is done (`gflow::run`) or at process exit;
+    /// only the first call does anything.
     pub fn flush(&self, timeout: Duration) {
+        if self.flushed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         let deadline = Instant::now() + timeout;
         // Once a rank of the job died nothing is owed to anyone (the job has failed), and a
         // link to a dead peer answers only at the idle timeout: writer threads are left behind
@@ -371,6 +403,9 @@ impl Communicator for NetComm {
     }
 
     fn send(&self, peer: usize, tag: Tag, data: &[u8]) -> Result<(), CommError> {
+        if data.len() >= STAGE_MIN_BYTES && self.stage(peer, tag, data)? {
+            return Ok(());
+        }
         self.enqueue(peer, tag, Arc::from(data))
     }
 
@@ -402,6 +437,10 @@ impl Mailbox for NetComm {
         self.recv_with(peer, tag, len, sink)
     }
 }
+
+/// Sends from this size up try [`NetComm::stage`] (below, the queue's copy costs less than a
+/// link's records).
+const STAGE_MIN_BYTES: usize = 64 << 10;
 
 /// No rank twice.
 fn distinct(peers: &[usize]) -> bool {

@@ -11,10 +11,15 @@ use std::time::{Duration, Instant};
 use crate::frame::HEADER_LEN;
 use crate::link::{Backoff, LinkError, LinkTx};
 
-/// A framed message waiting for the writer thread.
-struct Outgoing {
-    header: [u8; HEADER_LEN],
-    data: Arc<[u8]>,
+/// What waits for the writer thread.
+enum Outgoing {
+    /// A framed message.
+    Bytes {
+        header: [u8; HEADER_LEN],
+        data: Arc<[u8]>,
+    },
+    /// A framed message the link took already ([`LinkTx::stage`]), to be written out.
+    Staged,
 }
 
 /// The sending half of a link to one peer.
@@ -53,11 +58,12 @@ impl TxSide {
             .spawn(move || {
                 for m in inbox {
                     let deadline = Instant::now() + timeout;
-                    let r = match l2.lock() {
-                        Ok(mut t) => t
-                            .write_all(&m.header, deadline)
-                            .and_then(|_| t.write_shared(m.data, deadline)),
-                        Err(_) => Err(LinkError::Io("link lock poisoned".into())),
+                    let r = match (l2.lock(), m) {
+                        (Ok(mut t), Outgoing::Bytes { header, data }) => t
+                            .write_all(&header, deadline)
+                            .and_then(|_| t.write_shared(data, deadline)),
+                        (Ok(mut t), Outgoing::Staged) => t.write_staged(deadline),
+                        (Err(_), _) => Err(LinkError::Io("link lock poisoned".into())),
                     };
                     p2.fetch_sub(1, Ordering::AcqRel);
                     if let Err(e) = r {
@@ -93,7 +99,35 @@ impl TxSide {
     pub(super) fn queue(&self, header: [u8; HEADER_LEN], data: Arc<[u8]>) -> Option<()> {
         self.pending.fetch_add(1, Ordering::AcqRel);
         let queue = self.queue.lock().ok()?;
-        queue.as_ref()?.send(Outgoing { header, data }).ok()
+        queue.as_ref()?.send(Outgoing::Bytes { header, data }).ok()
+    }
+
+    /// Hands `data` framed by `header` to the link at once when nothing is queued ahead of it
+    /// and the link is free and takes it ([`LinkTx::stage`]: TLS encrypts it, instead of a copy
+    /// for the queue), leaving the writing to the writer thread. False: nothing was taken. The
+    /// caller holds the sequence lock, which orders every queueing.
+    pub(super) fn try_stage(&self, header: [u8; HEADER_LEN], data: &[u8]) -> bool {
+        if self.pending.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let Ok(mut link) = self.link.try_lock() else {
+            return false;
+        };
+        if !link.stage(&[&header, data]) {
+            return false;
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let sent = self
+            .queue
+            .lock()
+            .ok()
+            .and_then(|q| q.as_ref()?.send(Outgoing::Staged).ok());
+        if sent.is_none() {
+            // No writer thread: the records go out here, or the link reports why not.
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            let _ = link.write_staged(Instant::now());
+        }
+        true
     }
 
     /// Waits until every queued message has been written (earlier messages go first), a
