@@ -282,7 +282,10 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
             out: &t.detach(),
             needs: node.inputs.iter().map(Tensor::requires_grad).collect(),
         };
-        let gs = crate::profile::scope(|| format!("backward {}", node.name), || (node.backward)(&ctx, &g))?;
+        let gs = crate::profile::scope(
+            || format!("backward {}", node.name),
+            || (node.backward)(&ctx, &g),
+        )?;
         for (input, gi) in node.inputs.iter().zip(gs) {
             let Some(gi) = gi.filter(|_| input.requires_grad()) else {
                 continue;

@@ -37,7 +37,13 @@ fn casts_and_promotion_follow_pytorch() -> Result<()> {
     // Integers to BF16 round through f32, as PyTorch 2.x does (its bits for these values,
     // recorded with torch.tensor(v, dtype=torch.int32).to(torch.bfloat16)).
     let big = Tensor::from_vec(
-        vec![0x0080_8001i32, 0x0101_0001, 0x7fff_ffff, -0x0101_0001, 33_685_505],
+        vec![
+            0x0080_8001i32,
+            0x0101_0001,
+            0x7fff_ffff,
+            -0x0101_0001,
+            33_685_505,
+        ],
         &[5],
         Device::Cpu,
     )?;
