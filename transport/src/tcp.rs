@@ -12,7 +12,7 @@
 //!
 //! Sockets are non-blocking after the handshake, so [`crate::NetComm`] runs its direct
 //! exchanges over these links; blocking calls wait in `poll(2)`. After the handshake (rustls,
-//! unbuffered) the records are sealed and opened by [`crate::records`] with rustls' keys: 16
+//! unbuffered) the records are sealed and opened by `records` with rustls' keys: 16
 //! records per `write(2)`, sealed from the caller's bytes, and opened in place in the buffer a
 //! `read(2)` filled (p2p between two simulated hosts 1.24 -> 1.42 GB/s, user CPU per byte 0.7x
 //! on both sides; see `benches/MEASURED.md`).
