@@ -4,10 +4,10 @@
 //! scope costs one relaxed atomic load.
 //!
 //! ```
-//! use gflow_core::{profile, Tensor};
+//! use gflow_core::{profile, Device, Tensor};
 //! profile::enable(true);
 //! profile::reset();
-//! let x = Tensor::ones(&[64, 64])?;
+//! let x = Tensor::ones(&[64, 64], Device::Cpu)?;
 //! let _ = x.matmul(&x)?;
 //! let rows = profile::take();
 //! assert!(rows.iter().any(|r| r.scope == "kernel matmul" && r.calls == 1));
