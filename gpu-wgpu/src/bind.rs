@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 17] = [
+const KERNELS: [(&str, &str); 16] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -22,7 +22,6 @@ const KERNELS: [(&str, &str); 17] = [
     ("triangle", include_str!("../shaders/triangle.wgsl")),
     ("arg_reduce", include_str!("../shaders/arg_reduce.wgsl")),
     ("where", include_str!("../shaders/where.wgsl")),
-    ("cast", include_str!("../shaders/cast.wgsl")),
     ("gather_dim", include_str!("../shaders/gather_dim.wgsl")),
     ("convert", include_str!("../shaders/convert.wgsl")),
     ("convert_f16", include_str!("../shaders/convert_f16.wgsl")),

@@ -58,38 +58,16 @@ pub(crate) fn compare(
     w.zip(code, [a, b], [a_shape, b_shape], out_shape, DType::Bool)
 }
 
-/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device, in pieces that fit a
-/// binding: F32, F16, BF16 and I32 to any dtype (casts from or to 16-bit and I32 by
-/// `convert.wgsl`, f32 to F64, I64 and Bool by `cast.wgsl`).
+/// [`Backend::cast`](gflow_core::backend::Backend::cast) on this device: F32, F16, BF16 and I32
+/// to any dtype, by `convert.wgsl`.
 pub(crate) fn cast(w: &WgpuBackend, x: &WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
     if x.dtype == dtype {
         return w.copy(x);
     }
-    if x.dtype != DType::F32 || matches!(dtype, DType::F16 | DType::BF16 | DType::I32) {
-        if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I32) {
-            return Err(device_error(format!("cast: wgpu casts no {}", x.dtype)));
-        }
-        return w.convert(x, dtype);
+    if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::I32) {
+        return Err(device_error(format!("cast: wgpu casts no {}", x.dtype)));
     }
-    let to: u32 = match dtype {
-        DType::F32 => 0,
-        DType::F64 => 1,
-        DType::I64 => 2,
-        DType::Bool => 3,
-        other => return Err(device_error(format!("cast: wgpu holds no {other}"))),
-    };
-    let out = w.new_storage(x.len, dtype)?;
-    let piece = ((w.max_binding - w.align) / 8) as usize;
-    let mut first = 0;
-    while first < x.len {
-        let n = piece.min(x.len - first);
-        let (xb, x_base) = w.window(&x.buf, first, n, 4)?;
-        let (ob, out_base) = w.window(&out.buf, first, n, elem_bytes(dtype))?;
-        let p = [n as u32, to, x_base, out_base];
-        w.dispatch("cast", n, &p, &[xb, ob])?;
-        first += n;
-    }
-    Ok(out)
+    w.convert(x, dtype)
 }
 
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
