@@ -47,6 +47,27 @@ pub struct MatmulDims {
     pub b_trans: bool,
 }
 
+/// Shapes of a fused attention: `heads` (batch x heads) independent problems of `seq_q`
+/// queries against `seq_k` keys, `head_dim` wide for q and k, `v_dim` wide for v and the output;
+/// scores scaled by `scale`, and query `i` sees keys `0..=i` when `causal`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionDims {
+    /// Independent (batch, head) problems.
+    pub heads: usize,
+    /// Queries per head.
+    pub seq_q: usize,
+    /// Keys (and values) per head.
+    pub seq_k: usize,
+    /// Width of q and k.
+    pub head_dim: usize,
+    /// Width of v and of the output.
+    pub v_dim: usize,
+    /// The scores' factor (`1 / sqrt(head_dim)` by default).
+    pub scale: f64,
+    /// Whether query `i` sees only keys `0..=i`.
+    pub causal: bool,
+}
+
 /// A kernel parameter's type on one face, by its kind in [`kernel_table!`]: `storage` (a
 /// [`Backend`]'s buffers) or `buffer` ([`Kernels`]' [`Buffer`]s).
 #[doc(hidden)]
@@ -620,6 +641,23 @@ kernel_table!(faces {
         log: bool,
     ) -> Result<Buffer> {
         crate::cpu::softmax_grad(y.host()?, g.host()?, shape, dim, log).map(Buffer::from)
+    }
+    /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq, dim) `q`, `k`, `v` (one float
+    /// dtype): one fused pass per block of queries, the scores never stored whole.
+    fn attention(&self, q: &Buffer, k: &Buffer, v: &Buffer, dims: AttentionDims) -> Result<Buffer> {
+        crate::cpu::attention(q.host()?, k.host()?, v.host()?, &dims).map(Buffer::from)
+    }
+    /// The gradients of [`Kernels::attention`] for the output gradient `g`, packed per head:
+    /// `dq` (seq_q, head_dim), `dk` (seq_k, head_dim), `dv` (seq_k, v_dim).
+    fn attention_grad(
+        &self,
+        qkv: [&Buffer; 3],
+        g: &Buffer,
+        dims: AttentionDims,
+    ) -> Result<Buffer> {
+        let [q, k, v] = qkv;
+        crate::cpu::attention_grad([q.host()?, k.host()?, v.host()?], g.host()?, &dims)
+            .map(Buffer::from)
     }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {

@@ -69,7 +69,7 @@ const PAR_PIECE: usize = 1 << 13;
 /// (nothing is contracted into FMA), so results are bit-identical on every x86-64 CPU. `f` must
 /// be `#[inline(always)]` for its body to be compiled so.
 #[inline(always)]
-fn wide<R>(f: impl FnOnce() -> R) -> R {
+pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
@@ -186,7 +186,7 @@ fn rows_mut<T: Float>(
 /// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
 /// vectorizes), then those in order: `init` for an empty row.
 #[inline(always)]
-fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
     let mut lanes = [init; 8];
     let chunks = row.chunks_exact(8);
     let rest = chunks.remainder();

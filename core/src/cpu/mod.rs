@@ -2,11 +2,12 @@
 //! products go through the `gemm` crate (multithreaded); elementwise loops are simple slices
 //! the compiler vectorises.
 
+mod attention;
 mod fast;
 mod kernels;
 pub(crate) mod select;
 
-use crate::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use crate::backend::{AttentionDims, Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::shape::{StridedCopy, copy_region, numel, strides};
@@ -251,6 +252,90 @@ pub(crate) fn softmax_grad(
     log: bool,
 ) -> Result<HostData> {
     float_pair!(y, g, a, b, T => kernels::softmax_grad::<T>(a, b, shape, dim, log))
+}
+
+/// Runs `f32` (or `f64`) on float inputs of one dtype, 16-bit ones computed in f32 and rounded
+/// once (as [`via_f32`]).
+fn floats(
+    xs: &[&HostData],
+    f32: impl FnOnce(&[&[f32]]) -> Result<Vec<f32>>,
+    f64: impl FnOnce(&[&[f64]]) -> Result<Vec<f64>>,
+) -> Result<HostData> {
+    let dtype = xs.first().map_or(DType::F32, |x| x.dtype());
+    if let Some(x) = xs.iter().find(|x| x.dtype() != dtype) {
+        return Err(Error::DTypeMismatch {
+            expected: dtype,
+            got: x.dtype(),
+        });
+    }
+    let up: Vec<std::borrow::Cow<'_, HostData>> = xs
+        .iter()
+        .map(|&x| {
+            if dtype.is_half() {
+                std::borrow::Cow::Owned(x.cast(DType::F32))
+            } else {
+                std::borrow::Cow::Borrowed(x)
+            }
+        })
+        .collect();
+    let of32: Option<Vec<&[f32]>> = up
+        .iter()
+        .map(|x| match &**x {
+            HostData::F32(v) => Some(v.as_slice()),
+            _ => None,
+        })
+        .collect();
+    if let Some(a) = of32 {
+        let out = HostData::F32(f32(&a)?);
+        return Ok(if dtype.is_half() {
+            out.cast(dtype)
+        } else {
+            out
+        });
+    }
+    let of64: Option<Vec<&[f64]>> = up
+        .iter()
+        .map(|x| match &**x {
+            HostData::F64(v) => Some(v.as_slice()),
+            _ => None,
+        })
+        .collect();
+    match of64 {
+        Some(a) => Ok(HostData::F64(f64(&a)?)),
+        None => Err(Error::DTypeMismatch {
+            expected: DType::F32,
+            got: dtype,
+        }),
+    }
+}
+
+/// Fused attention of `q`, `k`, `v` (one float dtype): the host kernel of
+/// [`crate::backend::Kernels::attention`].
+pub(crate) fn attention(
+    q: &HostData,
+    k: &HostData,
+    v: &HostData,
+    d: &AttentionDims,
+) -> Result<HostData> {
+    floats(
+        &[q, k, v],
+        |x| attention::attention(x[0], x[1], x[2], d),
+        |x| attention::attention(x[0], x[1], x[2], d),
+    )
+}
+
+/// The gradients of [`attention`] for the output gradient `g`, packed per head: the host
+/// kernel of [`crate::backend::Kernels::attention_grad`].
+pub(crate) fn attention_grad(
+    [q, k, v]: [&HostData; 3],
+    g: &HostData,
+    d: &AttentionDims,
+) -> Result<HostData> {
+    floats(
+        &[q, k, v, g],
+        |x| attention::attention_grad(x[0], x[1], x[2], x[3], d),
+        |x| attention::attention_grad(x[0], x[1], x[2], x[3], d),
+    )
 }
 
 impl Backend for CpuBackend {

@@ -130,9 +130,15 @@ pub fn scaled_dot_product_attention(
         });
     }
     let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
+    let scale = 1.0 / (d as f64).sqrt();
+    if mask.is_none() {
+        if let Some(fused) = q.fused_attention(k, v, scale, is_causal) {
+            return fused;
+        }
+    }
     // q is scaled before the product (seq_k / head_dim times fewer elements than the scores),
     // and k is read transposed in place.
-    let mut scores = q.mul_scalar(1.0 / (d as f64).sqrt())?.matmul_nt(k)?;
+    let mut scores = q.mul_scalar(scale)?.matmul_nt(k)?;
     // Masks are added to the scores as 0 / -inf of their own (small) shape: a broadcast add
     // forward and an identity backward, where a fill would select over every score both ways.
     if is_causal {

@@ -8,6 +8,7 @@
 //!    boxing and wins at once; other ties go to the first declared), box the inputs, run the
 //!    kernel on the local components, and wrap the output with the candidate's SBP.
 
+mod attention;
 mod binary;
 mod gather;
 mod index;

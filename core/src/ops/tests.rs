@@ -280,3 +280,15 @@ fn shape_ops() {
         false,
     );
 }
+
+#[test]
+fn attention_ops() {
+    let shapes = [vec![2, 3, 5, 4], vec![2, 3, 6, 4], vec![2, 3, 6, 3]];
+    for causal in [false, true] {
+        let op = attention::Attention { scale: 0.5, causal };
+        check(&op, &shapes, false);
+        let mut with_grad = shapes.to_vec();
+        with_grad.push(vec![2, 3, 5, 3]);
+        check(&attention::AttentionGrad(op), &with_grad, false);
+    }
+}

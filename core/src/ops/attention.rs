@@ -1,0 +1,162 @@
+//! Fused scaled dot-product attention (no mask but the causal one): one kernel forward and one
+//! backward on the CPU, instead of a scale, two products, a mask add and a softmax that each
+//! write the whole (batch, heads, seq_q, seq_k) score tensor. Batch or heads split keep their
+//! split (no communication); with q, k and v broadcast and v a partial sum, the output is a
+//! partial sum (attention is linear in v), and the backward is linear in the output gradient.
+
+use super::{Kernel, Op, Signature};
+use crate::autograd::record;
+use crate::backend::AttentionDims;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::reduce::ReduceOp;
+use crate::sbp::Sbp;
+use crate::storage::Buffer;
+use crate::tensor::{Device, Tensor};
+
+/// Attention of (batch, heads, seq, dim) inputs q, k, v.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Attention {
+    pub(super) scale: f64,
+    pub(super) causal: bool,
+}
+
+impl Attention {
+    /// The kernel's dims for local (batch, heads, seq, dim) `q` and `v` shapes and `k`'s length.
+    fn dims(&self, q: &[usize], v: &[usize]) -> AttentionDims {
+        AttentionDims {
+            heads: q[0] * q[1],
+            seq_q: q[2],
+            seq_k: v[2],
+            head_dim: q[3],
+            v_dim: v[3],
+            scale: self.scale,
+            causal: self.causal,
+        }
+    }
+
+    /// Every operand split alike on batch or heads, or all broadcast; `linear` more operands
+    /// after them make a partial sum a partial sum when the rest are broadcast.
+    fn signatures(inputs: usize, linear: usize) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..2)
+            .map(|d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
+            .collect();
+        v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
+        let sum = Sbp::Partial(ReduceOp::Sum);
+        let mut partial = vec![Sbp::Broadcast; inputs];
+        partial[linear] = sum;
+        v.push(Signature::new(partial, sum));
+        v
+    }
+}
+
+impl Op for Attention {
+    fn name(&self) -> &'static str {
+        "scaled_dot_product_attention"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let [q, k, v] = [shapes[0], shapes[1], shapes[2]];
+        let fits = [q, k, v].iter().all(|s| s.len() == 4)
+            && q[..2] == k[..2]
+            && k[..3] == v[..3]
+            && q[3] == k[3];
+        if !fits {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                shapes: vec![q.to_vec(), k.to_vec(), v.to_vec()],
+                reason: "q, k, v must be (batch, heads, seq, head_dim) with one batch and head \
+                         count, matching head_dim and key/value lengths"
+                    .into(),
+            });
+        }
+        Ok(vec![q[0], q[1], q[2], v[3]])
+    }
+    fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        Attention::signatures(3, 2)
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let dims = self.dims(&k.shapes[0], &k.shapes[2]);
+        k.backend
+            .attention(k.inputs[0], k.inputs[1], k.inputs[2], dims)
+    }
+}
+
+/// The gradients of [`Attention`]: inputs (q, k, v, the output's gradient), output (batch,
+/// heads, packed) holding per head `dq`, then `dk`, then `dv`, flattened.
+pub(super) struct AttentionGrad(pub(super) Attention);
+
+impl Op for AttentionGrad {
+    fn name(&self) -> &'static str {
+        "scaled_dot_product_attention_grad"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let out = self.0.infer(&shapes[..3])?;
+        if shapes[3] != out.as_slice() {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                shapes: vec![out, shapes[3].to_vec()],
+                reason: "the output gradient must have the output's shape".into(),
+            });
+        }
+        let [q, k, v] = [shapes[0], shapes[1], shapes[2]];
+        Ok(vec![q[0], q[1], q[2] * q[3] + k[2] * k[3] + v[2] * v[3]])
+    }
+    fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        Attention::signatures(4, 3)
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let dims = self.0.dims(&k.shapes[0], &k.shapes[2]);
+        k.backend
+            .attention_grad([k.inputs[0], k.inputs[1], k.inputs[2]], k.inputs[3], dims)
+    }
+}
+
+impl Tensor {
+    /// Attention by the fused kernels where they apply (on the CPU, f32 or f64, no dim but
+    /// batch and heads split, keys present); `None` where the caller composes it.
+    ///
+    /// # Errors
+    /// Operator errors and communication failures of boxing.
+    pub(crate) fn fused_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        scale: f64,
+        causal: bool,
+    ) -> Option<Result<Tensor>> {
+        let ins = [self, k, v];
+        let applies = ins.iter().all(|t| {
+            t.device() == Device::Cpu
+                && matches!(t.dtype(), DType::F32 | DType::F64)
+                && t.dtype() == self.dtype()
+                && t.ndim() == 4
+                && !t.sbp().is_some_and(|s| {
+                    s.as_slice()
+                        .iter()
+                        .any(|x| x.split_dim().is_some_and(|d| d >= 2))
+                })
+        }) && k.shape()[2] > 0;
+        if !applies {
+            return None;
+        }
+        let op = Attention { scale, causal };
+        Some(record(
+            super::dispatch(&op, &ins),
+            "scaled_dot_product_attention",
+            &ins,
+            move |c, g| {
+                let [q, k, v] = [&c.inputs[0], &c.inputs[1], &c.inputs[2]];
+                let packed = super::dispatch(&AttentionGrad(op), &[q, k, v, g])?;
+                let mut at = 0;
+                let mut part = |t: &Tensor| -> Result<Option<Tensor>> {
+                    let s = t.shape();
+                    let n = s[2] * s[3];
+                    let grad = packed.narrow(2, at, n)?.reshape(s)?;
+                    at += n;
+                    Ok(Some(grad))
+                };
+                Ok(vec![part(q)?, part(k)?, part(v)?])
+            },
+        ))
+    }
+}
