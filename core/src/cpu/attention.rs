@@ -8,53 +8,20 @@
 use rayon::prelude::*;
 
 use super::kernels::{Float, fold_row, wide};
+use super::sgemm::View;
 use crate::backend::AttentionDims;
 use crate::error::{Error, Result};
 
 /// Query rows per block: a (64, seq_k) block of scores stays in L2 for keys in the thousands.
 const BLOCK: usize = 64;
 
-/// A strided matrix operand of [`gemm_into`]: its data from the first element, its row and
-/// column strides.
-#[derive(Clone, Copy)]
-struct Mat<'a, T> {
-    data: &'a [T],
-    rs: usize,
-    cs: usize,
-}
-
-impl<'a, T> Mat<'a, T> {
-    /// Row-major rows of `cols` elements starting at row `row`.
-    fn rows(data: &'a [T], row: usize, cols: usize) -> Self {
-        Mat {
-            data: data.get(row * cols..).unwrap_or(&[]),
-            rs: cols,
-            cs: 1,
-        }
-    }
-
-    /// The transpose of row-major data with rows of `cols` elements.
-    fn transposed(data: &'a [T], cols: usize) -> Self {
-        Mat {
-            data,
-            rs: 1,
-            cs: cols,
-        }
-    }
-
-    /// Whether an `r x c` matrix under these strides lies inside the data.
-    fn holds(&self, r: usize, c: usize) -> bool {
-        r == 0 || c == 0 || (r - 1) * self.rs + (c - 1) * self.cs < self.data.len()
-    }
-}
-
 /// `dst = [dst +] beta * lhs * rhs` for an (m, k) `lhs`, a (k, n) `rhs` and a row-major (m, n)
 /// `dst` (accumulating when `acc`), on the calling thread.
 fn gemm_into<T: Float>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
-    lhs: Mat<'_, T>,
-    rhs: Mat<'_, T>,
+    lhs: View<'_, T>,
+    rhs: View<'_, T>,
     acc: bool,
     beta: T,
 ) -> Result<()> {
@@ -119,8 +86,8 @@ fn probabilities<T: Float>(
     gemm_into(
         s,
         (rb, keys, hd),
-        Mat::rows(q, r0, hd),
-        Mat::transposed(k, hd),
+        View::rows(q, r0, hd),
+        View::transposed(k, hd),
         false,
         scale,
     )?;
@@ -200,8 +167,8 @@ pub(super) fn attention<T: Float>(q: &[T], k: &[T], v: &[T], d: &AttentionDims) 
                 gemm_into(
                     &mut o[r0 * dv..(r0 + rb) * dv],
                     (rb, dv, keys),
-                    Mat::rows(&s, 0, keys),
-                    Mat::rows(vh, 0, dv),
+                    View::rows(&s, 0, keys),
+                    View::rows(vh, 0, dv),
                     false,
                     T::one(),
                 )?;
@@ -247,8 +214,8 @@ pub(super) fn attention_grad<T: Float>(
             gemm_into(
                 &mut ds,
                 (rb, keys, dvw),
-                Mat::rows(gh, r0, dvw),
-                Mat::transposed(vh, dvw),
+                View::rows(gh, r0, dvw),
+                View::transposed(vh, dvw),
                 false,
                 T::one(),
             )?;
@@ -273,24 +240,24 @@ pub(super) fn attention_grad<T: Float>(
             gemm_into(
                 dv,
                 (keys, dvw, rb),
-                Mat::transposed(&p, keys),
-                Mat::rows(gh, r0, dvw),
+                View::transposed(&p, keys),
+                View::rows(gh, r0, dvw),
                 true,
                 T::one(),
             )?;
             gemm_into(
                 &mut dq[r0 * hd..(r0 + rb) * hd],
                 (rb, hd, keys),
-                Mat::rows(&ds, 0, keys),
-                Mat::rows(kh, 0, hd),
+                View::rows(&ds, 0, keys),
+                View::rows(kh, 0, hd),
                 false,
                 scale,
             )?;
             gemm_into(
                 dk,
                 (keys, hd, rb),
-                Mat::transposed(&ds, keys),
-                Mat::rows(qh, r0, hd),
+                View::transposed(&ds, keys),
+                View::rows(qh, r0, hd),
                 true,
                 scale,
             )?;

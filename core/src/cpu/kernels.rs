@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 use num_traits::Float as NumFloat;
 use rayon::prelude::*;
 
+use super::sgemm::{View, product};
 use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::Element;
 use crate::shape::{broadcast_strides, strides};
@@ -779,6 +780,23 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
         } else {
             &b[..k * n]
         };
+        let views = (
+            View {
+                data: ai,
+                rs: sa.0 as usize,
+                cs: sa.1 as usize,
+            },
+            View {
+                data: bi,
+                rs: sb.0 as usize,
+                cs: sb.1 as usize,
+            },
+        );
+        let threads = matches!(par, gemm::Parallelism::Rayon(_));
+        // Small products (attention's heads) stay with gemm, whose packing costs less there.
+        if work >= WIDE_MIN && product(oi, n, (m, n, k), views, (false, T::one()), threads) {
+            return;
+        }
         // SAFETY: ai is m x k and bi is k x n under their strides, oi is m x n row-major, all
         // in bounds; the output does not alias the inputs. gemm writes every element of
         // oi = 1 * ai * bi and reads none (read_dst = false), so oi may be uninitialised.
@@ -827,6 +845,9 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     })
 }
 
+/// Products of at least this many multiply-adds take the AVX-512 kernel where the CPU has it
+/// (`sgemm`); below, packing its panels costs more than its wider multiply-adds save.
+const WIDE_MIN: usize = 128 * 128 * 128;
 /// Products of at least this many multiply-adds run on several threads. `gemm` threaded beats
 /// `matrixmultiply` at every size from 128^3 on (2-core AVX2, quiet: 180-190 against 150-170
 /// GFLOP/s at 1024^3 and at a GPT's (2048, 256) x (256, 768)), so it takes them all.

@@ -6,6 +6,7 @@ mod attention;
 mod fast;
 mod kernels;
 pub(crate) mod select;
+mod sgemm;
 
 use crate::backend::{AttentionDims, Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
