@@ -131,10 +131,10 @@ pub fn scaled_dot_product_attention(
     }
     let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
     let scale = 1.0 / (d as f64).sqrt();
-    if mask.is_none() {
-        if let Some(fused) = q.fused_attention(k, v, scale, is_causal) {
-            return fused;
-        }
+    if mask.is_none()
+        && let Some(fused) = q.fused_attention(k, v, scale, is_causal)
+    {
+        return fused;
     }
     // q is scaled before the product (seq_k / head_dim times fewer elements than the scores),
     // and k is read transposed in place.
