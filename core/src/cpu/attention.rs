@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 
 use super::kernels::{Float, fold_row, wide};
-use super::sgemm::View;
+use super::sgemm::{View, product};
 use crate::backend::AttentionDims;
 use crate::error::{Error, Result};
 
@@ -31,6 +31,11 @@ fn gemm_into<T: Float>(
         )));
     }
     if m == 0 || n == 0 {
+        return Ok(());
+    }
+    // SAFETY: MaybeUninit<T> has T's layout, and the product writes only initialised values.
+    let slots = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [std::mem::MaybeUninit<T>]) };
+    if product(slots, n, (m, n, k), (lhs, rhs), (acc, beta), false) {
         return Ok(());
     }
     if k == 0 {
@@ -68,16 +73,37 @@ fn gemm_into<T: Float>(
     Ok(())
 }
 
+/// Row-major `x` with rows of `cols` elements, transposed (so the products read both operands
+/// along rows, which packs fastest).
+fn transpose<T: Float>(x: &[T], cols: usize) -> Vec<T> {
+    /// Side of the square blocks moved at a time (both sides' lines stay in L1).
+    const TILE: usize = 16;
+    let rows = x.len() / cols.max(1);
+    let mut out = vec![T::zero(); x.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                let src = &x[r * cols..(r + 1) * cols];
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = src[c];
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Keys visible to query row `row` of `keys` (all, or `0..=row` when causal).
 fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
     if d.causal { (row + 1).min(keys) } else { keys }
 }
 
-/// One block's probabilities: the scores of rows `r0..r0 + rb` against keys `0..keys`
-/// (`keys` wide rows in `s`), softmaxed in place over the visible keys, zero past them.
+/// One block's probabilities: the scores of rows `r0..r0 + rb` of `q` against keys `0..keys`
+/// (`kt` the head's keys transposed; `keys` wide rows in `s`), softmaxed in place over the
+/// visible keys, zero past them.
 fn probabilities<T: Float>(
     d: &AttentionDims,
-    (q, k): (&[T], &[T]),
+    (q, kt): (&[T], &[T]),
     s: &mut [T],
     (r0, rb, keys): (usize, usize, usize),
 ) -> Result<()> {
@@ -87,7 +113,7 @@ fn probabilities<T: Float>(
         s,
         (rb, keys, hd),
         View::rows(q, r0, hd),
-        View::transposed(k, hd),
+        View::rows(kt, 0, d.seq_k),
         false,
         scale,
     )?;
@@ -160,10 +186,11 @@ pub(super) fn attention<T: Float>(q: &[T], k: &[T], v: &[T], d: &AttentionDims) 
     out.par_chunks_mut(tq * dv)
         .enumerate()
         .try_for_each(|(h, o)| {
-            let (qh, kh, vh) = (head(q, h, tq, hd), head(k, h, tk, hd), head(v, h, tk, dv));
+            let (qh, vh) = (head(q, h, tq, hd), head(v, h, tk, dv));
+            let kt = transpose(head(k, h, tk, hd), hd);
             let mut s = vec![T::zero(); BLOCK.min(tq) * tk];
             for (r0, rb, keys) in blocks(d) {
-                probabilities(d, (qh, kh), &mut s, (r0, rb, keys))?;
+                probabilities(d, (qh, &kt), &mut s, (r0, rb, keys))?;
                 gemm_into(
                     &mut o[r0 * dv..(r0 + rb) * dv],
                     (rb, dv, keys),
@@ -203,19 +230,20 @@ pub(super) fn attention_grad<T: Float>(
     let scale = T::from(d.scale).unwrap_or_else(T::one);
     out.par_chunks_mut(per).enumerate().try_for_each(|(h, o)| {
         let (qh, kh, vh) = (head(q, h, tq, hd), head(k, h, tk, hd), head(v, h, tk, dvw));
+        let (kt, vt) = (transpose(kh, hd), transpose(vh, dvw));
         let gh = head(g, h, tq, dvw);
         let (dq, rest) = o.split_at_mut(tq * hd);
         let (dk, dv) = rest.split_at_mut(tk * hd);
         let mut p = vec![T::zero(); BLOCK.min(tq) * tk];
         let mut ds = p.clone();
         for (r0, rb, keys) in blocks(d) {
-            probabilities(d, (qh, kh), &mut p, (r0, rb, keys))?;
+            probabilities(d, (qh, &kt), &mut p, (r0, rb, keys))?;
             // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
             gemm_into(
                 &mut ds,
                 (rb, keys, dvw),
                 View::rows(gh, r0, dvw),
-                View::transposed(vh, dvw),
+                View::rows(&vt, 0, tk),
                 false,
                 T::one(),
             )?;

@@ -10,11 +10,12 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
-    _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+    __m512, _MM_HINT_T0, _mm_prefetch, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
 };
 
 use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
@@ -29,6 +30,8 @@ const KC: usize = 256;
 const MC: usize = MR * 12;
 /// Columns of a packed block of `b`.
 const NC: usize = NR * 64;
+/// Products at most this wide read row-major `a` in place rather than packing it.
+const DIRECT_N: usize = NR * 4;
 
 /// A strided matrix operand: its data from the first element, row and column strides.
 #[derive(Debug)]
@@ -184,55 +187,107 @@ fn gemm(
         ptr: dst.as_mut_ptr().cast::<f32>(),
         ld,
     };
-    let mut bp = vec![0.0f32; KC.min(k) * NC.min(n).next_multiple_of(NR)];
-    // Tiles of whole row blocks where there are enough of them for the threads, else row
-    // blocks cut into column chunks (each tile packs its rows of `a` once).
-    let want = if threads {
-        2 * rayon::current_num_threads()
-    } else {
-        1
-    };
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        let cuts = (want / m.div_ceil(MC)).clamp(1, nc.div_ceil(NR));
-        let chunk = nc.div_ceil(cuts).next_multiple_of(NR);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            pack_b(&mut bp, b, (pc, kc), (jc, nc));
-            // the first block of the depth writes (or accumulates into) dst, the rest add
-            let load = acc || pc > 0;
-            let tiles: Vec<(usize, usize)> = (0..m)
-                .step_by(MC)
-                .flat_map(|ic| (0..nc).step_by(chunk).map(move |jr| (ic, jr)))
-                .collect();
-            let tile = |&(ic, jr): &(usize, usize)| {
-                let mc = MC.min(m - ic);
-                let mut ap = vec![0.0f32; kc * mc.next_multiple_of(MR)];
-                pack_a(&mut ap, a, (ic, mc), (pc, kc));
-                let cols = chunk.min(nc - jr);
-                for j in (jr..jr + cols).step_by(NR) {
-                    let w = NR.min(nc - j);
-                    let panel = &bp[(j / NR) * kc * NR..(j / NR + 1) * kc * NR];
-                    for i in (0..mc).step_by(MR) {
-                        let h = MR.min(mc - i);
-                        let apanel = &ap[(i / MR) * kc * MR..(i / MR + 1) * kc * MR];
-                        // SAFETY: `available` said the CPU has AVX-512F; the tile of h x w
-                        // outputs at (ic + i, jc + j) lies inside dst (checked above), and
-                        // the panels hold kc x MR and kc x NR packed elements.
-                        unsafe {
-                            let c = out.at(ic + i, jc + j);
-                            kernel(kc, apanel, panel, (c, ld), (load, beta), (h, w));
+    // `a` read in place where its rows or columns are contiguous and it serves few column
+    // panels (packing it would cost about what its products do: attention's (64, 256) x (256,
+    // 64) and their transposes).
+    let direct = (a.cs == 1 || a.rs == 1) && n <= DIRECT_N;
+    with_scratch(
+        &B_SCRATCH,
+        KC.min(k) * NC.min(n).next_multiple_of(NR),
+        |bp| {
+            // Tiles of whole row blocks where there are enough of them for the threads, else row
+            // blocks cut into column chunks (each tile packs its rows of `a` once).
+            let want = if threads {
+                2 * rayon::current_num_threads()
+            } else {
+                1
+            };
+            for jc in (0..n).step_by(NC) {
+                let nc = NC.min(n - jc);
+                let cuts = (want / m.div_ceil(MC)).clamp(1, nc.div_ceil(NR));
+                let chunk = nc.div_ceil(cuts).next_multiple_of(NR);
+                for pc in (0..k).step_by(KC) {
+                    let kc = KC.min(k - pc);
+                    pack_b(bp, b, (pc, kc), (jc, nc));
+                    // the first block of the depth writes (or accumulates into) dst, the rest add
+                    let load = acc || pc > 0;
+                    let tiles: Vec<(usize, usize)> = (0..m)
+                        .step_by(MC)
+                        .flat_map(|ic| (0..nc).step_by(chunk).map(move |jr| (ic, jr)))
+                        .collect();
+                    let tile = |&(ic, jr): &(usize, usize)| {
+                        let mc = MC.min(m - ic);
+                        let cols = chunk.min(nc - jr);
+                        let run = |ap: &[f32]| {
+                            for j in (jr..jr + cols).step_by(NR) {
+                                let w = NR.min(nc - j);
+                                let panel = &bp[(j / NR) * kc * NR..(j / NR + 1) * kc * NR];
+                                for i in (0..mc).step_by(MR) {
+                                    let h = MR.min(mc - i);
+                                    // SAFETY: `available` said the CPU has AVX-512F; the tile of
+                                    // h x w outputs at (ic + i, jc + j) lies inside dst (checked
+                                    // above); the B panel holds kc x NR packed elements; A's
+                                    // rows are MR-tall packed panels of ap, or (direct) rows
+                                    // ic + i .. ic + i + h, columns pc.. of a, inside a.
+                                    unsafe {
+                                        let c = out.at(ic + i, jc + j);
+                                        let tile = (c, ld, h, w);
+                                        if direct {
+                                            let at =
+                                                a.data.as_ptr().add((ic + i) * a.rs + pc * a.cs);
+                                            let a = (at, a.rs, a.cs);
+                                            kernel::<true>(kc, a, panel, tile, (load, beta));
+                                        } else {
+                                            let a = (ap.as_ptr().add(i * kc), 1, MR);
+                                            kernel::<false>(kc, a, panel, tile, (load, beta));
+                                        }
+                                    }
+                                }
+                            }
+                        };
+                        if direct {
+                            run(&[]);
+                        } else {
+                            with_scratch(&A_SCRATCH, kc * mc.next_multiple_of(MR), |ap| {
+                                pack_a(ap, a, (ic, mc), (pc, kc));
+                                run(ap);
+                            });
                         }
+                    };
+                    if threads && tiles.len() > 1 {
+                        tiles.par_iter().for_each(tile);
+                    } else {
+                        tiles.iter().for_each(tile);
                     }
                 }
-            };
-            if threads && tiles.len() > 1 {
-                tiles.par_iter().for_each(tile);
-            } else {
-                tiles.iter().for_each(tile);
             }
+        },
+    );
+}
+
+thread_local! {
+    /// Each thread's packed block of `b` (the calling thread's) and of `a` (a tile's).
+    static B_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static A_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` on `len` elements of this thread's `scratch` (grown, never shrunk: packing writes every
+/// element it reads, so its old contents do not matter), or on a new buffer where it is in use
+/// (rayon ran another product on this thread while it waited).
+fn with_scratch<R>(
+    scratch: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    scratch.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+            f(&mut v[..len])
         }
-    }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
 }
 
 /// Packs rows `pc..pc + kc` and columns `jc..jc + nc` of `b` into NR-wide panels, each `kc`
@@ -272,36 +327,51 @@ fn pack_a(ap: &mut [f32], a: View<'_, f32>, (ic, mc): (usize, usize), (pc, kc): 
     }
 }
 
-/// The register tile: `c = [c +] beta * ap bp` over `kc` packed columns of `ap` (MR rows) and
-/// rows of `bp` (NR columns), storing the top-left `h x w` of the tile.
+/// The register tile: `c = [c +] beta * a bp` over `kc` columns of `a` (MR rows) and rows
+/// of `bp` (NR columns), storing the top-left `h x w` of the tile. `a` is `(first element, row
+/// stride, column stride)`: a packed panel (1, MR) or, when `DIRECT`, `a` in place under any
+/// strides (element (i, p) at `i * rs + p * cs`; rows past `h` read row `h - 1`).
 ///
 /// # Safety
-/// The CPU has AVX-512F; `ap` and `bp` hold `kc * MR` and `kc * NR` elements; `c` points at an
-/// `h x w` tile (row stride `ld`) inside one allocation, aliasing neither panel.
+/// The CPU has AVX-512F; `a` holds `kc` columns of its MR (packed) or `h` (direct) rows, `bp`
+/// `kc * NR` elements; `c` points at an `h x w` tile (row stride `ld`) of one allocation,
+/// aliasing neither.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel(
+unsafe fn kernel<const DIRECT: bool>(
     kc: usize,
-    ap: &[f32],
+    (a, rs, cs): (*const f32, usize, usize),
     bp: &[f32],
-    (c, ld): (*mut f32, usize),
+    (c, ld, h, w): (*mut f32, usize, usize, usize),
     (load, beta): (bool, f32),
-    (h, w): (usize, usize),
 ) {
+    // the tile's rows of c, fetched while the products run
+    for i in 0..h {
+        let row = c.wrapping_add(i * ld);
+        _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(16).cast::<i8>());
+    }
+    let rows: [*const f32; MR] = std::array::from_fn(|i| {
+        if DIRECT {
+            a.wrapping_add(i.min(h.max(1) - 1) * rs)
+        } else {
+            a.wrapping_add(i)
+        }
+    });
+    let step = if DIRECT { cs } else { MR };
     let mut t: [[__m512; 2]; MR] = [[_mm512_setzero_ps(); 2]; MR];
-    let (ap, bp) = (ap.as_ptr(), bp.as_ptr());
+    let bp = bp.as_ptr();
     for p in 0..kc {
-        // SAFETY: p < kc, so both loads lie inside the panels.
-        let (b0, b1, a) = unsafe {
+        // SAFETY: p < kc, so both loads lie inside the panel.
+        let (b0, b1) = unsafe {
             (
                 _mm512_loadu_ps(bp.add(p * NR)),
                 _mm512_loadu_ps(bp.add(p * NR + 16)),
-                ap.add(p * MR),
             )
         };
-        for (i, ti) in t.iter_mut().enumerate() {
-            // SAFETY: i < MR.
-            let ai = _mm512_set1_ps(unsafe { *a.add(i) });
+        for (ti, row) in t.iter_mut().zip(&rows) {
+            // SAFETY: column p < kc of a row `a` holds.
+            let ai = _mm512_set1_ps(unsafe { *row.add(p * step) });
             ti[0] = _mm512_fmadd_ps(ai, b0, ti[0]);
             ti[1] = _mm512_fmadd_ps(ai, b1, ti[1]);
         }
@@ -313,7 +383,7 @@ unsafe fn kernel(
     };
     let (m0, m1) = (lanes(0), lanes(16));
     for (i, ti) in t.iter().enumerate().take(h) {
-        // SAFETY: row i < h of the tile, its first w < = NR elements inside dst.
+        // SAFETY: row i < h of the tile, its first w <= NR elements inside dst.
         unsafe {
             let row = c.add(i * ld);
             if w == NR {
@@ -349,13 +419,12 @@ unsafe fn kernel(
 /// # Safety
 /// Never called.
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn kernel(
+unsafe fn kernel<const DIRECT: bool>(
     _: usize,
+    _: (*const f32, usize, usize),
     _: &[f32],
-    _: &[f32],
-    _: (*mut f32, usize),
+    _: (*mut f32, usize, usize, usize),
     _: (bool, f32),
-    _: (usize, usize),
 ) {
 }
 
@@ -414,6 +483,7 @@ mod tests {
             (15, 33, 257),
             (169, 257, 300),
             (30, 2051, 20),
+            (200, 100, 40),
             (3, 5, 0),
         ];
         for (m, n, k) in shapes {
