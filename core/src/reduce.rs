@@ -225,7 +225,12 @@ mod tests {
         let (a16, b16) = ([1i64, -2, 3], [10i64, 20, -30]);
         let mut raw = [0u8; 25];
         raw[1..].copy_from_slice(bytemuck::cast_slice(&a16));
-        combine_bytes(DType::I64, ReduceOp::Sum, &mut raw[1..], bytemuck::cast_slice(&b16));
+        combine_bytes(
+            DType::I64,
+            ReduceOp::Sum,
+            &mut raw[1..],
+            bytemuck::cast_slice(&b16),
+        );
         let out: Vec<i64> = bytemuck::pod_collect_to_vec(&raw[1..]);
         assert_eq!(out, vec![11, 18, -27]);
     }

@@ -46,6 +46,9 @@ const CHUNK: usize = 256 << 10;
 /// The longest one accepted connection may take to prove itself, so a silent stranger cannot
 /// hold up the acceptor.
 const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
+/// How long a staged send waits for the socket to take more before it stops pacing itself by
+/// the peer's reads and seals ahead ([`LinkTx::stage`] never waits on a receive).
+const STALL: Duration = Duration::from_millis(2);
 
 /// A peer to link to: its rank, the address its listener is on, its certificate's fingerprint.
 #[derive(Clone, Debug)]
@@ -441,6 +444,24 @@ impl TlsTx {
         std::mem::take(&mut self.staged)
     }
 
+    /// Moves sealed records to the socket, waiting while it takes some within [`STALL`] of
+    /// the last; true when none is left.
+    fn drain_while_read(&mut self) -> bool {
+        let mut since = (self.sent, Instant::now());
+        while !self.flush() {
+            if self.failed.is_some() {
+                return false;
+            }
+            if self.sent != since.0 {
+                since = (self.sent, Instant::now());
+            } else if since.1.elapsed() >= STALL {
+                return false;
+            }
+            wait_for(&self.sock, Ready::Write, since.1 + STALL);
+        }
+        true
+    }
+
     /// Moves sealed records to the socket; true when none is left.
     fn flush(&mut self) -> bool {
         while self.failed.is_none() && self.sent < self.out.len() {
@@ -499,24 +520,22 @@ impl LinkTx for TlsTx {
         self.push(bytes)
     }
 
-    /// Seals every part into records in one buffer (one pass over the payload, which is then
-    /// no longer needed), [`CHUNK`] bytes at a time, each followed by a write of what the socket
-    /// takes now: the peer receives and opens the first records while the rest are sealed,
-    /// instead of after the whole payload is (p2p between two simulated hosts: see
-    /// `benches/MEASURED.md`). The buffer is sized for the whole payload once, and starts over
-    /// whenever the socket took all of it.
+    /// Seals every part into records, [`CHUNK`] bytes at a time, each written as far as the
+    /// socket takes it. While the peer reads, each chunk waits for the socket to take it
+    /// before the next is sealed, so the sealed bytes are still in cache when the kernel copies
+    /// them, the buffer stays small, and the peer opens the first records while the rest are
+    /// sealed. Once the socket takes nothing for [`STALL`] (the peer is not reading now: it may
+    /// be sending to this rank itself) the next chunks are sealed into the buffer without
+    /// waiting, for the writer thread, until the socket takes bytes again: a send never waits
+    /// on a receive.
     fn stage(&mut self, parts: &[&[u8]]) -> bool {
         if self.failed.is_some() || self.staged != 0 || self.sent != self.out.len() {
             return false;
         }
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        self.out.clear();
-        self.sent = 0;
-        self.out
-            .reserve(total + total.div_ceil(MAX_PLAIN) * OVERHEAD + 2 * OVERHEAD + 8);
         let mut rest = parts.iter().copied().filter(|p| !p.is_empty());
         let mut part: &[u8] = rest.next().unwrap_or_default();
         let mut piece: Vec<&[u8]> = Vec::with_capacity(parts.len());
+        let mut paced = true;
         while !part.is_empty() && self.failed.is_none() {
             piece.clear();
             let mut want = CHUNK;
@@ -536,7 +555,9 @@ impl LinkTx for TlsTx {
             if let Err(e) = self.sealer.seal(APP_DATA, &piece, &mut self.out) {
                 self.failed = Some(e);
             }
-            self.flush();
+            // Paced again as soon as the socket takes bytes without waiting (the peer reads).
+            let before = self.sent;
+            paced = (self.flush() || paced || self.sent != before) && self.drain_while_read();
         }
         true
     }
@@ -857,7 +878,9 @@ mod tests {
 
     /// A staged send (sealed a chunk at a time, each written as far as the socket takes it) of
     /// parts whose sizes cross chunk and record boundaries anywhere, empty parts among them,
-    /// arrives intact and in order, twice in a row (the second after the buffer was reset).
+    /// arrives intact and in order: paced by a peer that reads meanwhile, and sealed ahead
+    /// (after a stall) for one that reads only later, which costs the sender no wait beyond
+    /// the stall.
     #[test]
     fn staged_parts_across_chunk_boundaries_arrive_intact() {
         let ((mut a_tx, _a_rx), (_b_tx, mut b_rx)) = linked();
@@ -868,18 +891,31 @@ mod tests {
         };
         let (head, body, tail) = (
             bytes(16, 1),
-            bytes(3 * CHUNK + MAX_PLAIN / 2 + 13, 2),
+            // Beyond what the socket buffers take, so the send waits or stalls.
+            bytes(96 * CHUNK + MAX_PLAIN / 2 + 13, 2),
             bytes(7, 3),
         );
         let parts: [&[u8]; 5] = [&head, &[], &body, &tail, &[]];
         let want: Vec<u8> = parts.concat();
+        let read = |rx: &mut Box<dyn LinkRx>| {
+            let mut got = vec![0u8; want.len()];
+            rx.read_exact(&mut got, soon()).unwrap();
+            assert!(got == want, "other bytes arrived");
+        };
         for _ in 0..2 {
+            // Read meanwhile: the send is paced by the reads.
+            std::thread::scope(|s| {
+                s.spawn(|| read(&mut b_rx));
+                assert!(a_tx.stage(&parts));
+                a_tx.write_staged(soon()).unwrap();
+            });
+            // Read later: the send stalls once, then seals the rest ahead and returns.
+            let t = Instant::now();
             assert!(a_tx.stage(&parts));
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
             std::thread::scope(|s| {
                 s.spawn(|| a_tx.write_staged(soon()).unwrap());
-                let mut got = vec![0u8; want.len()];
-                b_rx.read_exact(&mut got, soon()).unwrap();
-                assert!(got == want, "other bytes arrived");
+                read(&mut b_rx);
             });
         }
         assert!(a_tx.stage(&[&[]]));
