@@ -676,13 +676,15 @@ impl TlsRx {
                     .copy_from_slice(&self.buf[self.plain.start..self.plain.start + n]);
                 self.plain.start += n;
                 got += n;
-            } else if !matches!(
-                Opener::<ServerConnectionData>::record_len(&self.buf[self.start..self.end]),
-                Ok(Some(len)) if self.end - self.start >= len
-            ) {
-                break;
-            } else if !self.fetch() {
-                break;
+            } else {
+                let whole = matches!(
+                    Opener::<ServerConnectionData>::record_len(&self.buf[self.start..self.end]),
+                    Ok(Some(len)) if self.end - self.start >= len
+                );
+                // A whole record is opened in the buffer; else the socket is read below.
+                if !whole || !self.fetch() {
+                    break;
+                }
             }
         }
         if dst.len() - got < DIRECT_MIN || self.failed.is_some() {
