@@ -16,9 +16,9 @@
 //! records per `write(2)`, sealed from the caller's bytes, and opened in place in the buffer a
 //! `read(2)` filled (p2p between two simulated hosts 1.24 -> 1.42 GB/s, user CPU per byte 0.7x
 //! on both sides; see `benches/MEASURED.md`). A large send is sealed a chunk at a time, paced
-//! by the peer's reads (`TlsTx::stage`), and a receive into a buffer reads the socket straight
-//! into it and opens the records there (`TlsRx::read_into`): the kernel's copy is the only
-//! one on either side.
+//! by the peer's reads (`TlsTx::stage`), so what the kernel copies is still in cache; a
+//! receive into a buffer reads the socket straight into it and opens the records there
+//! (`TlsRx::read_into`), so the kernel's copy is the receiver's only one.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
