@@ -115,6 +115,19 @@ pub trait LinkRx: Send {
         0
     }
 
+    /// Fills `buf` from its start with what has arrived, without waiting: the bytes put there
+    /// (0 when nothing is there). Links that can put their bytes straight where they go (TLS
+    /// over TCP decrypts in the destination) skip the copy the default makes of
+    /// [`LinkRx::try_read_with`]'s pieces.
+    fn try_read_into(&mut self, buf: &mut [u8]) -> usize {
+        let mut got = 0;
+        self.try_read_with(buf.len(), &mut |piece| {
+            buf[got..got + piece.len()].copy_from_slice(piece);
+            got += piece.len();
+        });
+        got
+    }
+
     /// As [`LinkTx::check`], for the receiving side (bytes still unread count as progress).
     fn check(&self, _deadline: Instant) -> Result<(), LinkError> {
         Ok(())

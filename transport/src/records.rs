@@ -180,7 +180,7 @@ impl<D> Sealer<D> {
 /// What an opened record holds.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Opened {
-    /// Application data, at this range of the record's bytes.
+    /// Application data, at this range of the bytes opened.
     Data(Range<usize>),
     /// close_notify: the peer ended this direction in order.
     Closed,
@@ -225,20 +225,29 @@ impl<D> Opener<D> {
 
     /// Opens the whole record `record` (header included) in place.
     pub(crate) fn open(&mut self, record: &mut [u8]) -> Result<Opened, LinkError> {
+        self.open_within(record, HEADER)
+    }
+
+    /// Opens the record that ends `bytes` and starts `at` bytes in (header included), its
+    /// plaintext written from `bytes[0]` on (`at` = [`HEADER`]: in place): a receiver that
+    /// read several records into its destination packs their plaintexts together without a
+    /// copy of its own.
+    pub(crate) fn open_within(&mut self, bytes: &mut [u8], at: usize) -> Result<Opened, LinkError> {
+        let start = at - HEADER;
         let mut head = [0u8; HEADER];
-        head.copy_from_slice(&record[..HEADER]);
+        head.copy_from_slice(&bytes[start..at]);
         let nonce = self.keys.next_nonce();
         let plain = self
             .keys
             .key
-            .open_in_place(nonce, Aad::from(head), &mut record[HEADER..])
+            .open_within(nonce, Aad::from(head), bytes, at..)
             .map_err(|_| tls_failure("a record failed authentication"))?;
         let Some(end) = plain.iter().rposition(|&b| b != 0) else {
             return Err(tls_failure("a record without a content type"));
         };
         let (typ, body) = (plain[end], &plain[..end]);
         match typ {
-            APP_DATA => Ok(Opened::Data(HEADER..HEADER + end)),
+            APP_DATA => Ok(Opened::Data(0..end)),
             ALERT if body == CLOSE_NOTIFY => Ok(Opened::Closed),
             ALERT => Err(tls_failure(&format!("the peer sent alert {body:?}"))),
             HANDSHAKE if body.first() == Some(&KEY_UPDATE) => {

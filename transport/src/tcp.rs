@@ -15,7 +15,10 @@
 //! unbuffered) the records are sealed and opened by `records` with rustls' keys: 16
 //! records per `write(2)`, sealed from the caller's bytes, and opened in place in the buffer a
 //! `read(2)` filled (p2p between two simulated hosts 1.24 -> 1.42 GB/s, user CPU per byte 0.7x
-//! on both sides; see `benches/MEASURED.md`).
+//! on both sides; see `benches/MEASURED.md`). A large send is sealed a chunk at a time, paced
+//! by the peer's reads (`TlsTx::stage`), so what the kernel copies is still in cache; a
+//! receive into a buffer reads the socket straight into it and opens the records there
+//! (`TlsRx::read_into`), so the kernel's copy is the receiver's only one.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -46,6 +49,9 @@ const CHUNK: usize = 256 << 10;
 /// The longest one accepted connection may take to prove itself, so a silent stranger cannot
 /// hold up the acceptor.
 const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
+/// How long a staged send waits for the socket to take more before it stops pacing itself by
+/// the peer's reads and seals ahead ([`LinkTx::stage`] never waits on a receive).
+const STALL: Duration = Duration::from_millis(2);
 
 /// A peer to link to: its rank, the address its listener is on, its certificate's fingerprint.
 #[derive(Clone, Debug)]
@@ -441,6 +447,24 @@ impl TlsTx {
         std::mem::take(&mut self.staged)
     }
 
+    /// Moves sealed records to the socket, waiting while it takes some within [`STALL`] of
+    /// the last; true when none is left.
+    fn drain_while_read(&mut self) -> bool {
+        let mut since = (self.sent, Instant::now());
+        while !self.flush() {
+            if self.failed.is_some() {
+                return false;
+            }
+            if self.sent != since.0 {
+                since = (self.sent, Instant::now());
+            } else if since.1.elapsed() >= STALL {
+                return false;
+            }
+            wait_for(&self.sock, Ready::Write, since.1 + STALL);
+        }
+        true
+    }
+
     /// Moves sealed records to the socket; true when none is left.
     fn flush(&mut self) -> bool {
         while self.failed.is_none() && self.sent < self.out.len() {
@@ -499,14 +523,45 @@ impl LinkTx for TlsTx {
         self.push(bytes)
     }
 
-    /// Seals every part into records in one buffer (one pass over the payload, which is then
-    /// no longer needed), and moves what the socket takes now.
+    /// Seals every part into records, [`CHUNK`] bytes at a time, each written as far as the
+    /// socket takes it. While the peer reads, each chunk waits for the socket to take it
+    /// before the next is sealed, so the sealed bytes are still in cache when the kernel copies
+    /// them, the buffer stays small, and the peer opens the first records while the rest are
+    /// sealed. Once the socket takes nothing for [`STALL`] (the peer is not reading now: it may
+    /// be sending to this rank itself) the next chunks are sealed into the buffer without
+    /// waiting, for the writer thread, until the socket takes bytes again: a send never waits
+    /// on a receive.
     fn stage(&mut self, parts: &[&[u8]]) -> bool {
         if self.failed.is_some() || self.staged != 0 || self.sent != self.out.len() {
             return false;
         }
-        self.seal(APP_DATA, parts);
-        self.flush();
+        let mut rest = parts.iter().copied().filter(|p| !p.is_empty());
+        let mut part: &[u8] = rest.next().unwrap_or_default();
+        let mut piece: Vec<&[u8]> = Vec::with_capacity(parts.len());
+        let mut paced = true;
+        while !part.is_empty() && self.failed.is_none() {
+            piece.clear();
+            let mut want = CHUNK;
+            while want > 0 && !part.is_empty() {
+                let take = part.len().min(want);
+                piece.push(&part[..take]);
+                want -= take;
+                part = &part[take..];
+                if part.is_empty() {
+                    part = rest.next().unwrap_or_default();
+                }
+            }
+            if self.sent == self.out.len() {
+                self.out.clear();
+                self.sent = 0;
+            }
+            if let Err(e) = self.sealer.seal(APP_DATA, &piece, &mut self.out) {
+                self.failed = Some(e);
+            }
+            // Paced again as soon as the socket takes bytes without waiting (the peer reads).
+            let before = self.sent;
+            paced = (self.flush() || paced || self.sent != before) && self.drain_while_read();
+        }
         true
     }
 
@@ -545,6 +600,8 @@ struct TlsRx {
 
 /// Bytes a receive asks the socket for at once (more, up to a record, may be buffered).
 const INBOX: usize = 256 << 10;
+/// Room in a destination from which [`TlsRx::read_into`] reads the socket straight into it.
+const DIRECT_MIN: usize = 4 * MAX_RECORD;
 
 impl TlsRx {
     fn new(opener: Opener<ServerConnectionData>, sock: TcpStream) -> TlsRx {
@@ -607,6 +664,95 @@ impl TlsRx {
     }
 }
 
+impl TlsRx {
+    /// [`LinkRx::try_read_into`]: what the receive buffer holds goes first (copied); then,
+    /// while `dst` has room for a few records, the socket is read straight into `dst` and each
+    /// record opened there, its plaintext written right after the previous one's (the records'
+    /// headers and tags are overwritten as it goes), so the bytes are copied once, by the
+    /// kernel. Bytes of a record not all in yet go back to the receive buffer.
+    fn read_into(&mut self, dst: &mut [u8]) -> usize {
+        let mut got = 0;
+        while got < dst.len() && self.failed.is_none() {
+            if !self.plain.is_empty() {
+                let n = self.plain.len().min(dst.len() - got);
+                dst[got..got + n]
+                    .copy_from_slice(&self.buf[self.plain.start..self.plain.start + n]);
+                self.plain.start += n;
+                got += n;
+            } else {
+                let whole = matches!(
+                    Opener::<ServerConnectionData>::record_len(&self.buf[self.start..self.end]),
+                    Ok(Some(len)) if self.end - self.start >= len
+                );
+                // A whole record is opened in the buffer; else the socket is read below.
+                if !whole || !self.fetch() {
+                    break;
+                }
+            }
+        }
+        if dst.len() - got < DIRECT_MIN || self.failed.is_some() {
+            return got
+                + self.try_read_with(dst.len() - got, &mut |piece| {
+                    dst[got..got + piece.len()].copy_from_slice(piece);
+                    got += piece.len();
+                });
+        }
+        // The start of a record (no whole one) may wait in the buffer: it moves to `dst`.
+        let held = self.end - self.start;
+        dst[got..got + held].copy_from_slice(&self.buf[self.start..self.end]);
+        (self.start, self.end) = (0, 0);
+        // dst[got..]: plaintext; dst[rec..end]: records read, not opened yet.
+        let (mut rec, mut end) = (got, got + held);
+        while self.failed.is_none() {
+            let room = (dst.len() - end).min(INBOX);
+            if dst.len() - got < DIRECT_MIN || room < MAX_RECORD {
+                break;
+            }
+            let n = match self.sock.read(&mut dst[end..end + room]) {
+                Ok(0) => {
+                    self.failed = Some(LinkError::PeerDead);
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                    break;
+                }
+                Err(e) => {
+                    self.failed = Some(lost(&e));
+                    break;
+                }
+            };
+            end += n;
+            while self.failed.is_none() {
+                let len = match Opener::<ServerConnectionData>::record_len(&dst[rec..end]) {
+                    Ok(Some(len)) if end - rec >= len => len,
+                    Ok(_) => break,
+                    Err(e) => {
+                        self.failed = Some(e);
+                        break;
+                    }
+                };
+                let at = rec - got + crate::records::HEADER;
+                match self.opener.open_within(&mut dst[got..rec + len], at) {
+                    Ok(Opened::Data(r)) => got += r.len(),
+                    Ok(Opened::Nothing) => {}
+                    Ok(Opened::Closed) => self.failed = Some(LinkError::Closed),
+                    Err(e) => self.failed = Some(e),
+                }
+                rec += len;
+            }
+            // The start of the next record moves up behind the plaintext.
+            dst.copy_within(rec..end, got);
+            (rec, end) = (got, got + end - rec);
+        }
+        // Whatever is not opened goes back to the buffer (less than a record).
+        let left = end - rec;
+        self.buf[..left].copy_from_slice(&dst[rec..end]);
+        (self.start, self.end) = (0, left);
+        got
+    }
+}
+
 impl LinkRx for TlsRx {
     fn read_with(
         &mut self,
@@ -651,6 +797,10 @@ impl LinkRx for TlsRx {
             }
         }
         got
+    }
+
+    fn try_read_into(&mut self, buf: &mut [u8]) -> usize {
+        self.read_into(buf)
     }
 
     fn check(&self, deadline: Instant) -> Result<(), LinkError> {
@@ -772,6 +922,58 @@ mod tests {
         );
     }
 
+    /// Reads straight into the destination (`try_read_into`) give the bytes the copying path
+    /// gives: messages of odd sizes back to back (the records that end one hold the start of
+    /// the next), a message begun by a copying read, key updates every few records among
+    /// them, and a small message after them.
+    #[test]
+    fn reads_into_the_destination_match_the_stream() {
+        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        let server = b.server_config(std::slice::from_ref(&pa)).unwrap();
+        let (mut tx, mut rx) = std::thread::scope(|s| {
+            let accepting = s.spawn(|| {
+                let stop = AtomicBool::new(false);
+                b.accept_all(7, std::slice::from_ref(&pa), &server, soon(), &stop)
+            });
+            let tx = a.dial(0, 7, &pb, soon()).unwrap();
+            (tx, accepting.join().unwrap().unwrap().remove(0).1)
+        });
+        tx.sealer.rekey_after = 5;
+        let bytes = |n: usize, seed: u32| -> Vec<u8> {
+            (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed) as u8)
+                .collect()
+        };
+        let msgs = [
+            bytes((5 << 20) + 777, 1),
+            bytes((1 << 20) + 5, 2),
+            bytes(DIRECT_MIN + 3, 3),
+            bytes(10, 4),
+        ];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for m in &msgs {
+                    tx.write_all(m, soon()).unwrap();
+                }
+            });
+            let mut head = [0u8; 3];
+            rx.read_exact(&mut head, soon()).unwrap();
+            assert_eq!(head, msgs[0][..3]);
+            let deadline = soon();
+            for (k, m) in msgs.iter().enumerate() {
+                let mut got = vec![0u8; m.len()];
+                let mut done = if k == 0 { 3 } else { 0 };
+                got[..done].copy_from_slice(&m[..done]);
+                while done < m.len() {
+                    done += rx.try_read_into(&mut got[done..]);
+                    assert!(Instant::now() < deadline, "stuck at {done} of message {k}");
+                }
+                assert!(got == *m, "message {k}: other bytes arrived");
+            }
+        });
+    }
+
     /// A hello naming another job, or another rank than the certificate's, is dropped unanswered.
     #[test]
     fn a_wrong_job_or_rank_is_not_answered() {
@@ -822,6 +1024,52 @@ mod tests {
             assert!(got == mb, "a received other bytes");
             assert!(at_b.join().unwrap() == ma, "b received other bytes");
         });
+    }
+
+    /// A staged send (sealed a chunk at a time, each written as far as the socket takes it) of
+    /// parts whose sizes cross chunk and record boundaries anywhere, empty parts among them,
+    /// arrives intact and in order: paced by a peer that reads meanwhile, and sealed ahead
+    /// (after a stall) for one that reads only later, which costs the sender no wait beyond
+    /// the stall.
+    #[test]
+    fn staged_parts_across_chunk_boundaries_arrive_intact() {
+        let ((mut a_tx, _a_rx), (_b_tx, mut b_rx)) = linked();
+        let bytes = |n: usize, seed: u32| -> Vec<u8> {
+            (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_246_822_519) ^ seed) as u8)
+                .collect()
+        };
+        let (head, body, tail) = (
+            bytes(16, 1),
+            // Beyond what the socket buffers take, so the send waits or stalls.
+            bytes(96 * CHUNK + MAX_PLAIN / 2 + 13, 2),
+            bytes(7, 3),
+        );
+        let parts: [&[u8]; 5] = [&head, &[], &body, &tail, &[]];
+        let want: Vec<u8> = parts.concat();
+        let read = |rx: &mut Box<dyn LinkRx>| {
+            let mut got = vec![0u8; want.len()];
+            rx.read_exact(&mut got, soon()).unwrap();
+            assert!(got == want, "other bytes arrived");
+        };
+        for _ in 0..2 {
+            // Read meanwhile: the send is paced by the reads.
+            std::thread::scope(|s| {
+                s.spawn(|| read(&mut b_rx));
+                assert!(a_tx.stage(&parts));
+                a_tx.write_staged(soon()).unwrap();
+            });
+            // Read later: the send stalls once, then seals the rest ahead and returns.
+            let t = Instant::now();
+            assert!(a_tx.stage(&parts));
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            std::thread::scope(|s| {
+                s.spawn(|| a_tx.write_staged(soon()).unwrap());
+                read(&mut b_rx);
+            });
+        }
+        assert!(a_tx.stage(&[&[]]));
+        a_tx.write_staged(soon()).unwrap();
     }
 
     /// A peer that goes away (its sockets closed without TLS close_notify, as when its process

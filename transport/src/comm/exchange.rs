@@ -96,6 +96,15 @@ impl<'a> Out<'a> {
     }
 }
 
+/// Where a receive's payload goes.
+enum Sink<'s> {
+    /// Into this buffer (the whole message), which a link may fill without a copy of its own
+    /// ([`LinkRx::try_read_into`]).
+    Into(&'s mut [u8]),
+    /// Handed over piece by piece, as (offset, bytes).
+    Pieces(&'s mut dyn FnMut(usize, &[u8])),
+}
+
 /// A receive in progress: the message from `peer` must carry `tag`, sequence `*seq` and `len`
 /// bytes.
 pub(super) struct In<'a> {
@@ -144,12 +153,7 @@ impl<'a> In<'a> {
     }
 
     /// Moves what has arrived (header, then payload to `sink`); true if any byte moved.
-    fn pull(
-        &mut self,
-        rank: usize,
-        max_frame: u64,
-        sink: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<bool, Failure> {
+    fn pull(&mut self, rank: usize, max_frame: u64, sink: Sink<'_>) -> Result<bool, Failure> {
         if self.finished() {
             return Ok(false);
         }
@@ -169,17 +173,32 @@ impl<'a> In<'a> {
             if self.ref_got < REF_LEN {
                 return Ok(moved);
             }
-            read_by_ref(&mut *self.link, &self.reference, self.len, sink)
-                .map_err(|e| Failure::Link(self.peer, e))?;
+            let r = match sink {
+                Sink::Into(out) => read_by_ref(
+                    &mut *self.link,
+                    &self.reference,
+                    self.len,
+                    &mut |at, piece| out[at..at + piece.len()].copy_from_slice(piece),
+                ),
+                Sink::Pieces(f) => read_by_ref(&mut *self.link, &self.reference, self.len, f),
+            };
+            r.map_err(|e| Failure::Link(self.peer, e))?;
             self.done = self.len;
             *self.seq += 1;
             return Ok(true);
         }
         let (len, done) = (self.len, &mut self.done);
-        let n = self.link.try_read_with(len - *done, &mut |piece| {
-            sink(*done, piece);
-            *done += piece.len();
-        });
+        let n = match sink {
+            Sink::Into(out) => {
+                let n = self.link.try_read_into(&mut out[*done..len]);
+                *done += n;
+                n
+            }
+            Sink::Pieces(f) => self.link.try_read_with(len - *done, &mut |piece| {
+                f(*done, piece);
+                *done += piece.len();
+            }),
+        };
         if self.finished() {
             *self.seq += 1;
         }
@@ -297,15 +316,17 @@ impl<'a> Engine<'a> {
                 moved = true;
             }
             let (inc, out) = &mut self.ins[i];
-            moved |= inc.pull(rank, max_frame, &mut |at, piece| {
-                out[at..at + piece.len()].copy_from_slice(piece);
-            })?;
+            moved |= inc.pull(rank, max_frame, Sink::Into(out))?;
         }
         if let (Some((acc, dtype, op)), Some(t)) = (&mut self.acc, self.turns.get_mut(self.turn)) {
             let carry = &mut self.carry;
-            moved |= t.pull(rank, max_frame, &mut |at, piece| {
-                combine_piece(acc, *dtype, *op, carry, at, piece);
-            })?;
+            moved |= t.pull(
+                rank,
+                max_frame,
+                Sink::Pieces(&mut |at, piece| {
+                    combine_piece(acc, *dtype, *op, carry, at, piece);
+                }),
+            )?;
             if t.finished() {
                 self.turn += 1;
             }
