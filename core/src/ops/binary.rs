@@ -2,7 +2,7 @@
 
 use super::{Kernel, Op, Signature};
 use crate::DType;
-use crate::autograd::{Ctx, record, sum_to};
+use crate::autograd::{Ctx, record_broadcasting, sum_to};
 use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -223,7 +223,8 @@ impl Tensor {
         }
         let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
         let k = Binary(op);
-        record(
+        // the backward is made of broadcasting ops: it takes a broadcasting gradient as is
+        record_broadcasting(
             super::dispatch(&k, &[&a, &b]),
             k.name(),
             &[&a, &b],
