@@ -64,20 +64,31 @@ const PAR_MIN: usize = 1 << 15;
 /// The smallest piece of elementwise work one thread takes.
 const PAR_PIECE: usize = 1 << 13;
 
-/// Runs `f` compiled for AVX2 where the CPU has it, so the kernels' loops take 8 `f32` lanes
-/// instead of SSE2's 4. The arithmetic is the same IEEE operations in the same order either way
-/// (nothing is contracted into FMA), so results are bit-identical on every x86-64 CPU. `f` must
-/// be `#[inline(always)]` for its body to be compiled so.
+/// Runs `f` compiled for AVX-512 or AVX2 where the CPU has it, so the kernels' loops take 16
+/// or 8 `f32` lanes instead of SSE2's 4. The arithmetic is the same IEEE operations in the
+/// same order either way (nothing is contracted into FMA, reductions keep their explicit
+/// partial sums), so results are bit-identical on every x86-64 CPU. `f` must be
+/// `#[inline(always)]` for its body to be compiled so.
 #[inline(always)]
 fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            #[target_feature(enable = "avx512f")]
+            fn avx512<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // SAFETY: the CPU has the one feature `avx512` is compiled for.
+            return unsafe { avx512(f) };
         }
-        // SAFETY: the CPU has the one feature `avx2` is compiled for.
-        return unsafe { avx2(f) };
+        if std::arch::is_x86_feature_detected!("avx2") {
+            #[target_feature(enable = "avx2")]
+            fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // SAFETY: the CPU has the one feature `avx2` is compiled for.
+            return unsafe { avx2(f) };
+        }
     }
     f()
 }
@@ -666,27 +677,8 @@ pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &
     cur.unwrap_or_else(|| x.to_vec())
 }
 
-/// `sum(g(v))` over a contiguous row, in 8 interleaved partial sums (as [`fold_row`]), so
-/// `g`'s values need not be stored.
-#[inline(always)]
-fn sum_map<T: Float>(row: &[T], g: impl Fn(T) -> T) -> T {
-    let mut lanes = [T::zero(); 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for k in 0..8 {
-            lanes[k] = lanes[k] + g(c[k]);
-        }
-    }
-    let mut acc = lanes.into_iter().fold(T::zero(), |a, v| a + v);
-    for &v in rest {
-        acc = acc + g(v);
-    }
-    acc
-}
-
-/// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the softmax stores its exps in the
-/// output row and scales them; the log-softmax only sums them, then writes `x - max - ln sum`.
+/// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the exps are stored in the output
+/// row and summed, then scaled (softmax) or replaced by `x - max - ln sum` (log-softmax).
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
@@ -700,15 +692,16 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
             |o, slots| {
                 let row = &x[o * len..(o + 1) * len];
                 let m = fold_row(row, T::neg_infinity(), max);
+                // the exps in the output row (a plain loop, so it vectorizes), then their sum
+                let r = init_map(slots, row, |v| (v - m).exp_v());
+                let sum = fold_row(r, T::zero(), |a, v| a + v);
                 if log {
-                    let sum = sum_map(row, |v| (v - m).exp_v());
                     let shift = m + sum.ln();
-                    for (e, &v) in slots.iter_mut().zip(row) {
-                        e.write(v - shift);
+                    for (e, &v) in r.iter_mut().zip(row) {
+                        *e = v - shift;
                     }
                 } else {
-                    let r = init_map(slots, row, |v| (v - m).exp_v());
-                    let inv = T::one() / fold_row(r, T::zero(), |a, v| a + v);
+                    let inv = T::one() / sum;
                     for e in r.iter_mut() {
                         *e = *e * inv;
                     }
