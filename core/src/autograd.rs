@@ -190,22 +190,36 @@ pub(crate) fn partial_to_broadcast(sbp: &NdSbp) -> NdSbp {
 }
 
 /// Sums `g` (of a broadcast result's shape) down to `shape`, the shape of an input that was
-/// broadcast: leading extra dims and dims where `shape` has size 1 are summed. Where `g`
-/// itself only broadcasts to the result (size 1 in a dim of `shape` larger than 1), that dim
-/// stays size 1: the gradient then broadcasts to `shape` (see [`record`]).
+/// broadcast: leading extra dims and dims where `shape` has size 1 are summed.
 pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    sum_broadcast_to(g, g.shape(), shape)
+}
+
+/// [`sum_to`] for a gradient `g` of a result of shape `out` that `g` may only broadcast to
+/// (see [`record`]): a dim summed where `g` has size 1 multiplies by `out`'s size there (the
+/// sum of that many equal values), and a dim of `shape` larger than 1 where `g` has size 1
+/// stays size 1, so the result broadcasts to `shape`.
+pub(crate) fn sum_broadcast_to(g: &Tensor, out: &[usize], shape: &[usize]) -> Result<Tensor> {
     if g.shape() == shape {
         return Ok(g.clone());
     }
     let pad = g.ndim().saturating_sub(shape.len());
-    let dims: Vec<usize> = (0..g.ndim())
-        .filter(|&d| d < pad || (shape[d - pad] == 1 && g.shape()[d] != 1))
-        .collect();
-    let reduced = if dims.is_empty() {
+    let summed = |d: usize| d < pad || (shape[d - pad] == 1 && g.shape()[d] != 1);
+    let dims: Vec<usize> = (0..g.ndim()).filter(|&d| summed(d)).collect();
+    // dims summed over where g holds one value for out's many (g and out right-aligned)
+    let off = out.len().saturating_sub(g.ndim());
+    let repeats: usize = (0..g.ndim())
+        .filter(|&d| (d < pad || shape[d - pad] == 1) && g.shape()[d] == 1)
+        .map(|d| out.get(d + off).copied().unwrap_or(1))
+        .product();
+    let mut reduced = if dims.is_empty() {
         g.clone()
     } else {
         g.sum(dims, true)?
     };
+    if repeats != 1 {
+        reduced = reduced.mul_scalar(repeats as f64)?;
+    }
     // g's dims aligned to shape's, right to left; those g lacks are 1
     let lead = shape.len() - (g.ndim() - pad);
     let kept: Vec<usize> = (0..shape.len())

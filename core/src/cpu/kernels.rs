@@ -1323,6 +1323,179 @@ mod tests {
         }
     }
 
+    /// Deterministic values in [-3, 3), `n` of them.
+    fn sample(n: usize, seed: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 6007) as f64 / 6007.0 * 6.0 - 3.0)
+            .collect()
+    }
+
+    /// Rows of `cols` as naive f64 loops: softmax, log-softmax.
+    fn softmax_naive(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
+        x.chunks(cols)
+            .flat_map(|r| {
+                let m = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = r.iter().map(|v| (v - m).exp()).sum();
+                r.iter()
+                    .map(move |v| {
+                        if log {
+                            v - m - s.ln()
+                        } else {
+                            (v - m).exp() / s
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn close(got: &[f32], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= tol * (1.0 + w.abs()),
+                "at {i}: {g} against {w}"
+            );
+        }
+    }
+
+    /// Enough rows for the threaded path, rows of odd length (vector remainders).
+    const ROWS: usize = 301;
+    const COLS: usize = 131;
+
+    #[test]
+    fn softmax_rows_and_their_gradients_match_naive_loops() {
+        let x = sample(ROWS * COLS, 1);
+        let g = sample(ROWS * COLS, 2);
+        let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let gf: Vec<f32> = g.iter().map(|&v| v as f32).collect();
+        for log in [false, true] {
+            let y = softmax_naive(&x, COLS, log);
+            let got = softmax(&xf, &[ROWS, COLS], 1, log);
+            close(&got, &y, 1e-5);
+            // dx = y (g - sum(g y)), log: g - e^y sum(g)
+            let want: Vec<f64> = y
+                .chunks(COLS)
+                .zip(g.chunks(COLS))
+                .flat_map(|(y, g)| {
+                    let s: f64 = if log {
+                        g.iter().sum()
+                    } else {
+                        g.iter().zip(y).map(|(a, b)| a * b).sum()
+                    };
+                    y.iter()
+                        .zip(g)
+                        .map(move |(&y, &g)| if log { g - y.exp() * s } else { y * (g - s) })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let yf: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+            close(&softmax_grad(&yf, &gf, &[ROWS, COLS], 1, log), &want, 1e-4);
+            // over the middle dim of (ROWS, COLS, 1) and of (1, ROWS, COLS) transposed
+            let t: Vec<f64> = (0..ROWS * COLS)
+                .map(|i| x[(i % ROWS) * COLS + i / ROWS])
+                .collect();
+            let tf: Vec<f32> = t.iter().map(|&v| v as f32).collect();
+            let got = softmax(&tf, &[COLS, ROWS], 0, log);
+            let back: Vec<f32> = (0..ROWS * COLS)
+                .map(|i| got[(i % COLS) * ROWS + i / COLS])
+                .collect();
+            close(&back, &y, 1e-5);
+        }
+    }
+
+    #[test]
+    fn norms_and_their_gradients_match_naive_loops() {
+        let x = sample(ROWS * COLS, 3);
+        let g = sample(ROWS * COLS, 4);
+        let w: Vec<f64> = sample(COLS, 5).iter().map(|v| v + 3.5).collect();
+        let b = sample(COLS, 6);
+        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let (xf, gf, wf, bf) = (f(&x), f(&g), f(&w), f(&b));
+        let n = COLS as f64;
+        for center in [false, true] {
+            for (weight, bias) in [(false, false), (true, false), (true, true), (false, true)] {
+                let mut y = vec![];
+                let mut dx = vec![];
+                for (r, gr) in x.chunks(COLS).zip(g.chunks(COLS)) {
+                    let mean = if center {
+                        r.iter().sum::<f64>() / n
+                    } else {
+                        0.0
+                    };
+                    let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+                    let rstd = 1.0 / (var + 1e-5).sqrt();
+                    let yn: Vec<f64> = r.iter().map(|v| (v - mean) * rstd).collect();
+                    let h: Vec<f64> = (0..COLS)
+                        .map(|j| gr[j] * if weight { w[j] } else { 1.0 })
+                        .collect();
+                    let hm = if center {
+                        h.iter().sum::<f64>() / n
+                    } else {
+                        0.0
+                    };
+                    let hy = h.iter().zip(&yn).map(|(a, b)| a * b).sum::<f64>() / n;
+                    for j in 0..COLS {
+                        let wj = if weight { w[j] } else { 1.0 };
+                        let bj = if bias { b[j] } else { 0.0 };
+                        y.push(yn[j] * wj + bj);
+                        dx.push(rstd * (h[j] - hm - yn[j] * hy));
+                    }
+                }
+                let affine = Affine {
+                    weight: weight.then_some(&wf[..]),
+                    bias: bias.then_some(&bf[..]),
+                };
+                close(&norm(&xf, affine, COLS, 1e-5, center), &y, 1e-5);
+                let wt = weight.then_some(&wf[..]);
+                close(&norm_grad(&xf, &gf, wt, COLS, 1e-5, center), &dx, 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn unary_mul_is_g_times_the_derivative() {
+        let n = PAR_MIN * 3 + 5;
+        let x: Vec<f32> = sample(n, 7).iter().map(|&v| v as f32 * 2.0).collect();
+        let g: Vec<f32> = sample(n, 8).iter().map(|&v| v as f32).collect();
+        for op in [UnaryOp::GeluGrad, UnaryOp::GeluErfGrad, UnaryOp::SiluGrad] {
+            let want: Vec<f32> = unary(op, &x).iter().zip(&g).map(|(d, g)| g * d).collect();
+            assert_eq!(unary_mul(op, &x, &g), Some(want), "{op:?}");
+        }
+        assert_eq!(unary_mul(UnaryOp::Exp, &x, &g), None);
+    }
+
+    #[test]
+    fn reductions_over_inner_and_outer_dims_match_naive_loops() {
+        let x: Vec<f64> = sample(5 * 7 * 1031, 9);
+        let at = |i: usize, j: usize, k: usize| x[(i * 7 + j) * 1031 + k];
+        let sum1 = reduce(ReduceKind::Sum, &x, &[5, 7, 1031], &[1]);
+        let max0 = reduce(ReduceKind::Max, &x, &[5, 7, 1031], &[0]);
+        let sum2 = reduce(ReduceKind::Sum, &x, &[5, 7, 1031], &[2]);
+        for i in 0..5 {
+            for k in 0..1031 {
+                let want: f64 = (0..7).map(|j| at(i, j, k)).sum();
+                assert!((sum1[i * 1031 + k] - want).abs() < 1e-12);
+            }
+            for j in 0..7 {
+                let want: f64 = (0..1031).map(|k| at(i, j, k)).sum();
+                assert!((sum2[i * 7 + j] - want).abs() < 1e-9);
+            }
+        }
+        for j in 0..7 {
+            for k in 0..1031 {
+                let want = (0..5)
+                    .map(|i| at(i, j, k))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                assert_eq!(max0[j * 1031 + k], want);
+            }
+        }
+        assert_eq!(
+            reduce(ReduceKind::Sum, &x[..0], &[2, 0, 3], &[1]),
+            vec![0.0; 6]
+        );
+    }
+
     #[test]
     fn broadcasting_reduce_softmax_permute() {
         // (2,3) + (3,) and (2,1)
@@ -1341,6 +1514,11 @@ mod tests {
         assert_eq!(
             binary(BinaryOp::Mul, &a, &[2, 3], &[2.0, 0.0], &[2, 1], &[2, 3]),
             vec![2.0, 4.0, 6.0, 0.0, 0.0, 0.0]
+        );
+        // both operands repeated along the row: one value per row
+        assert_eq!(
+            binary(BinaryOp::Sub, &[5.0, 7.0], &[2, 1], &[1.0], &[1], &[2, 3]),
+            vec![4.0, 4.0, 4.0, 6.0, 6.0, 6.0]
         );
         assert_eq!(reduce(ReduceKind::Sum, &a, &[2, 3], &[1]), vec![6.0, 15.0]);
         assert_eq!(reduce(ReduceKind::Max, &a, &[2, 3], &[0, 1]), vec![6.0]);
