@@ -64,29 +64,31 @@ const PAR_MIN: usize = 1 << 15;
 /// The smallest piece of elementwise work one thread takes.
 const PAR_PIECE: usize = 1 << 13;
 
-/// Runs `f` compiled for AVX-512 or AVX2 where the CPU has it, so the kernels' loops take 16
-/// or 8 `f32` lanes instead of SSE2's 4. The arithmetic is the same IEEE operations in the
-/// same order either way (nothing is contracted into FMA, reductions keep their explicit
-/// partial sums), so results are bit-identical on every x86-64 CPU. `f` must be
-/// `#[inline(always)]` for its body to be compiled so.
+/// Runs `f` compiled for AVX-512 or AVX2 (with FMA) where the CPU has them, so the kernels'
+/// loops take 16 or 8 `f32` lanes instead of SSE2's 4. The arithmetic is the same IEEE
+/// operations in the same order either way (nothing is contracted into FMA implicitly;
+/// `cpu::fast`'s explicit `mul_add`s are one instruction here, a correctly rounded library
+/// call elsewhere; reductions keep their explicit partial sums), so results are bit-identical
+/// on every x86-64 CPU. `f` must be `#[inline(always)]` for its body to be compiled so.
 #[inline(always)]
 fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            #[target_feature(enable = "avx512f")]
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("fma") {
+            #[target_feature(enable = "avx512f,fma")]
             fn avx512<R>(f: impl FnOnce() -> R) -> R {
                 f()
             }
-            // SAFETY: the CPU has the one feature `avx512` is compiled for.
+            // SAFETY: the CPU has the features `avx512` is compiled for.
             return unsafe { avx512(f) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            #[target_feature(enable = "avx2")]
+        if has!("avx2") && has!("fma") {
+            #[target_feature(enable = "avx2,fma")]
             fn avx2<R>(f: impl FnOnce() -> R) -> R {
                 f()
             }
-            // SAFETY: the CPU has the one feature `avx2` is compiled for.
+            // SAFETY: the CPU has the features `avx2` is compiled for.
             return unsafe { avx2(f) };
         }
     }
