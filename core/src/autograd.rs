@@ -58,6 +58,9 @@ pub(crate) struct Node {
     name: &'static str,
     inputs: Vec<Tensor>,
     backward: Box<BackwardFn>,
+    /// Whether `backward` takes an output gradient that only broadcasts to the output's shape
+    /// (see [`record_broadcasting`]).
+    broadcast_grad: bool,
 }
 
 thread_local! {
@@ -117,12 +120,38 @@ pub fn is_grad_enabled() -> bool {
 }
 
 /// Records `out = name(inputs)` with `backward`, when recording is on and an input requires a
-/// gradient; returns `out` either way.
+/// gradient; returns `out` either way. `backward` is handed a gradient of `out`'s shape, and
+/// may answer an input's gradient with one that only broadcasts to the input's shape (size 1
+/// where the input's size is larger, as `sum`'s: a value repeated along those dims), which the
+/// engine expands only where a consumer needs the full shape.
 pub(crate) fn record(
     out: Result<Tensor>,
     name: &'static str,
     inputs: &[&Tensor],
     backward: impl Fn(&Ctx<'_>, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    record_node(out, name, inputs, Box::new(backward), false)
+}
+
+/// [`record`] for a `backward` written with broadcasting operators, which takes an output
+/// gradient that only broadcasts to the output's shape: a scalar loss's gradient reaches it
+/// unexpanded (PyTorch's stride-0 view), saving a pass that writes the repeated value.
+pub(crate) fn record_broadcasting(
+    out: Result<Tensor>,
+    name: &'static str,
+    inputs: &[&Tensor],
+    backward: impl Fn(&Ctx<'_>, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    record_node(out, name, inputs, Box::new(backward), true)
+}
+
+/// [`record`] and [`record_broadcasting`].
+fn record_node(
+    out: Result<Tensor>,
+    name: &'static str,
+    inputs: &[&Tensor],
+    backward: Box<BackwardFn>,
+    broadcast_grad: bool,
 ) -> Result<Tensor> {
     let out = out?;
     if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
@@ -132,7 +161,8 @@ pub(crate) fn record(
     *out.grad_fn_lock() = GradFn::Node(Arc::new(Node {
         name,
         inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-        backward: Box::new(backward),
+        backward,
+        broadcast_grad,
     }));
     Ok(out)
 }
@@ -162,19 +192,61 @@ pub(crate) fn partial_to_broadcast(sbp: &NdSbp) -> NdSbp {
 /// Sums `g` (of a broadcast result's shape) down to `shape`, the shape of an input that was
 /// broadcast: leading extra dims and dims where `shape` has size 1 are summed.
 pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    sum_broadcast_to(g, g.shape(), shape)
+}
+
+/// [`sum_to`] for a gradient `g` of a result of shape `out` that `g` may only broadcast to
+/// (see [`record`]): a dim summed where `g` has size 1 multiplies by `out`'s size there (the
+/// sum of that many equal values), and a dim of `shape` larger than 1 where `g` has size 1
+/// stays size 1, so the result broadcasts to `shape`.
+pub(crate) fn sum_broadcast_to(g: &Tensor, out: &[usize], shape: &[usize]) -> Result<Tensor> {
     if g.shape() == shape {
         return Ok(g.clone());
     }
-    let pad = g.ndim() - shape.len();
-    let dims: Vec<usize> = (0..g.ndim())
-        .filter(|&d| d < pad || (shape[d - pad] == 1 && g.shape()[d] != 1))
-        .collect();
-    let reduced = if dims.is_empty() {
+    let pad = g.ndim().saturating_sub(shape.len());
+    let summed = |d: usize| d < pad || (shape[d - pad] == 1 && g.shape()[d] != 1);
+    let dims: Vec<usize> = (0..g.ndim()).filter(|&d| summed(d)).collect();
+    // dims summed over where g holds one value for out's many (g and out right-aligned)
+    let off = out.len().saturating_sub(g.ndim());
+    let repeats: usize = (0..g.ndim())
+        .filter(|&d| (d < pad || shape[d - pad] == 1) && g.shape()[d] == 1)
+        .map(|d| out.get(d + off).copied().unwrap_or(1))
+        .product();
+    let mut reduced = if dims.is_empty() {
         g.clone()
     } else {
         g.sum(dims, true)?
     };
-    reduced.reshape(shape)
+    if repeats != 1 {
+        reduced = reduced.mul_scalar(repeats as f64)?;
+    }
+    // g's dims aligned to shape's, right to left; those g lacks are 1
+    let lead = shape.len() - (g.ndim() - pad);
+    let kept: Vec<usize> = (0..shape.len())
+        .map(|d| {
+            if d < lead || shape[d] == 1 {
+                1
+            } else {
+                g.shape()[d - lead + pad]
+            }
+        })
+        .collect();
+    reduced.reshape(&kept)
+}
+
+/// Whether a gradient of shape `g` broadcasts to a tensor of `shape` without being summed:
+/// as many dims, each equal or 1.
+fn expandable(g: &[usize], shape: &[usize]) -> bool {
+    g.len() == shape.len() && g.iter().zip(shape).all(|(&a, &b)| a == b || a == 1)
+}
+
+/// `g` expanded to `shape` where it only broadcasts to it (see [`record`]).
+fn full(g: Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        Ok(g)
+    } else {
+        g.expand(shape)
+    }
 }
 
 fn backward_error(reason: impl Into<String>) -> Error {
@@ -270,12 +342,17 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
             continue;
         };
         let Some(node) = node else {
-            accumulate(&t, g)?;
+            accumulate(&t, full(g, t.shape())?)?;
             continue;
         };
         *t.grad_fn_lock() = GradFn::Freed;
+        let g = if node.broadcast_grad {
+            g
+        } else {
+            full(g, t.shape())?
+        };
         if t.retains_grad() {
-            accumulate(&t, g.clone())?;
+            accumulate(&t, full(g.clone(), t.shape())?)?;
         }
         let ctx = Ctx {
             inputs: &node.inputs,
@@ -290,7 +367,7 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
             let Some(gi) = gi.filter(|_| input.requires_grad()) else {
                 continue;
             };
-            if gi.shape() != input.shape() {
+            if !expandable(gi.shape(), input.shape()) {
                 return Err(Error::Internal(format!(
                     "backward of {}: gradient shape {:?} for an input of shape {:?}",
                     node.name,

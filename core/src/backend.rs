@@ -659,6 +659,11 @@ kernel_table!(faces {
         crate::cpu::attention_grad([q.host()?, k.host()?, v.host()?], g.host()?, &dims)
             .map(Buffer::from)
     }
+    /// `g * op(x)` elementwise in one pass, for `op` a derivative with a fused kernel
+    /// (`GeluGrad`, `GeluErfGrad`, `SiluGrad`): an activation's input gradient.
+    fn unary_mul(&self, op: UnaryOp, x: &Buffer, g: &Buffer) -> Result<Buffer> {
+        crate::cpu::unary_mul(op, x.host()?, g.host()?).map(Buffer::from)
+    }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {
         Ok(select::pow_scalar(x.host()?, e).into())

@@ -131,6 +131,21 @@ fn cases() -> Vec<Case> {
                 )
             },
         ),
+        // sums and means hand their consumers a gradient that only broadcasts: into a
+        // non-broadcasting op, into broadcasting ones, two of them into one leaf
+        ("sum_of_exp", vec![vec![3, 4]], |x| x[0].exp()?.sum(1, true)),
+        ("sum_of_mul", vec![vec![3, 4], vec![4]], |x| {
+            x[0].mul(&x[1])?.sum(0, true)
+        }),
+        ("sum_plus_mean", vec![vec![3, 4]], |x| {
+            x[0].sum(1, true)?.add(&x[0].mean(1, true)?)
+        }),
+        ("mean_of_sub", vec![vec![3, 4], vec![3, 1]], |x| {
+            x[0].sub(&x[1])?.mean(Vec::new(), true)
+        }),
+        ("mean_of_broadcast_add", vec![vec![4], vec![2, 3, 4]], |x| {
+            x[0].add(&x[1])?.mean(Vec::new(), false)
+        }),
         ("chain", vec![vec![4, 3], vec![3, 3]], |x| {
             let h = x[0].matmul(&x[1])?.tanh()?;
             h.mul(&h.softmax(1)?)?

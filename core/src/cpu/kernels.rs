@@ -65,20 +65,33 @@ const PAR_MIN: usize = 1 << 15;
 /// The smallest piece of elementwise work one thread takes.
 const PAR_PIECE: usize = 1 << 13;
 
-/// Runs `f` compiled for AVX2 where the CPU has it, so the kernels' loops take 8 `f32` lanes
-/// instead of SSE2's 4. The arithmetic is the same IEEE operations in the same order either way
-/// (nothing is contracted into FMA), so results are bit-identical on every x86-64 CPU. `f` must
-/// be `#[inline(always)]` for its body to be compiled so.
+/// Runs `f` compiled for AVX-512 or AVX2 (with FMA) where the CPU has them, so the kernels'
+/// loops take 16 or 8 `f32` lanes instead of SSE2's 4. The arithmetic is the same IEEE
+/// operations in the same order either way (nothing is contracted into FMA implicitly;
+/// `cpu::fast`'s explicit `mul_add`s are one instruction here, a correctly rounded library
+/// call elsewhere; reductions keep their explicit partial sums), so results are bit-identical
+/// on every x86-64 CPU. `f` must be `#[inline(always)]` for its body to be compiled so.
 #[inline(always)]
 pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("fma") {
+            #[target_feature(enable = "avx512f,fma")]
+            fn avx512<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // SAFETY: the CPU has the features `avx512` is compiled for.
+            return unsafe { avx512(f) };
         }
-        // SAFETY: the CPU has the one feature `avx2` is compiled for.
-        return unsafe { avx2(f) };
+        if has!("avx2") && has!("fma") {
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // SAFETY: the CPU has the features `avx2` is compiled for.
+            return unsafe { avx2(f) };
+        }
     }
     f()
 }
@@ -139,49 +152,67 @@ type Slots<'a, T> = &'a mut [MaybeUninit<T>];
 /// A vector of `n` elements that `fill` writes in place, saving the zeroing pass (and its
 /// page faults) of a `vec![0; n]` that would be overwritten anyway. `fill` is handed exactly
 /// `n` uninitialised slots and must write every one: [`map`] and [`zip_map`] pair each slot
-/// with one input element of slices of length `n`; [`matmul`] has gemm write every element.
+/// with one input element of slices of length `n`; [`matmul`] has gemm write every element;
+/// [`rows_written`]'s kernels write each slot of their rows.
 fn written<T: Float>(n: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
     let mut out = Vec::with_capacity(n);
     fill(&mut out.spare_capacity_mut()[..n]);
     // SAFETY: `fill` wrote all `n` slots (see above: the callers zip the `n` slots with `n`
-    // input elements piece by piece, or gemm writes each m x n block whole), so the first `n`
-    // are initialised.
+    // input elements piece by piece, gemm writes each m x n block whole, the row kernels write
+    // whole rows), so the first `n` are initialised.
     unsafe { out.set_len(n) };
     out
 }
 
-/// Fills `out` in rows of `row` elements, `f(row index, row)`, on several threads when the
-/// rows' work (`work` elements read per row) is large; `f` should be `#[inline(always)]` (see
-/// [`wide`]).
-fn rows_mut<T: Float>(
-    out: &mut [T],
+/// A vector of `n` elements written in rows of `row` elements, `f(row index, row slots)`, on
+/// several threads when the rows' work (`work` elements read per row) is large; `f` must write
+/// every slot of its row (see [`written`]) and should be `#[inline(always)]` (see [`wide`]).
+/// `n` must be a multiple of `row` (every row whole). Writing straight into the new vector
+/// saves the zeroing pass a `vec![0; n]` would cost.
+fn rows_written<T: Float>(
+    n: usize,
     row: usize,
     work: usize,
-    f: impl Fn(usize, &mut [T]) + Sync + Send,
-) {
-    if row == 0 {
-        return;
+    f: impl Fn(usize, Slots<'_, T>) + Sync + Send,
+) -> Vec<T> {
+    written(n, |out| {
+        if row == 0 {
+            return;
+        }
+        let rows = out.len() / row;
+        // rows from `first` on, in one piece compiled as wide as the CPU allows
+        let run = |first: usize, piece: Slots<'_, T>| {
+            wide(
+                #[inline(always)]
+                || {
+                    for (i, r) in piece.chunks_mut(row).enumerate() {
+                        f(first + i, r);
+                    }
+                },
+            )
+        };
+        if rows * work < PAR_MIN || rows < 2 {
+            run(0, out);
+        } else {
+            let per_piece = PAR_PIECE.div_ceil(work.max(1));
+            out.par_chunks_mut(row * per_piece)
+                .enumerate()
+                .for_each(|(p, piece)| run(p * per_piece, piece));
+        }
+    })
+}
+
+/// Writes `g` of each element of `src` into `slots` (of `src`'s length) and returns them,
+/// initialised, for a kernel that goes on working on its output row in place.
+#[inline(always)]
+fn init_map<'a, T: Float>(slots: Slots<'a, T>, src: &[T], g: impl Fn(T) -> T) -> &'a mut [T] {
+    let n = slots.len().min(src.len());
+    let slots = &mut slots[..n];
+    for (o, &v) in slots.iter_mut().zip(src) {
+        o.write(g(v));
     }
-    let rows = out.len() / row;
-    // rows from `first` on, in one piece compiled as wide as the CPU allows
-    let run = |first: usize, piece: &mut [T]| {
-        wide(
-            #[inline(always)]
-            || {
-                for (i, r) in piece.chunks_mut(row).enumerate() {
-                    f(first + i, r);
-                }
-            },
-        )
-    };
-    if rows * work < PAR_MIN || rows < 2 {
-        run(0, out);
-    } else {
-        let per_piece = PAR_PIECE.div_ceil(work.max(1));
-        out.par_chunks_mut(row * per_piece)
-            .enumerate()
-            .for_each(|(p, piece)| run(p * per_piece, piece));
-    }
+    // SAFETY: the loop wrote all `n` slots, and `MaybeUninit<T>` has `T`'s layout.
+    unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<T>]>(slots) as *mut [T]) }
 }
 
 /// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
@@ -316,34 +347,63 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
                 }
             },
         ),
-        UnaryOp::SiluGrad => map(
-            x,
-            #[inline(always)]
-            |v| {
-                let s = one / (one + (-v).exp_v());
-                s * (one + v * (one - s))
-            },
-        ),
-        UnaryOp::GeluErfGrad => map(
-            x,
-            #[inline(always)]
-            |v| {
-                let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
-                half * (-v * inv_sqrt2).erfc_v() + v * pdf
-            },
-        ),
-        UnaryOp::GeluGrad => {
-            let three = T::from_f64(3.0);
-            map(
-                x,
-                #[inline(always)]
-                |v| {
-                    let t = (c * (v + k * v * v * v)).tanh_v();
-                    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
-                },
-            )
-        }
+        UnaryOp::SiluGrad => map(x, silu_grad),
+        UnaryOp::GeluErfGrad => map(x, gelu_erf_grad),
+        UnaryOp::GeluGrad => map(x, gelu_grad),
     }
+}
+
+/// The derivative of SiLU, `s (1 + x (1 - s))` with `s = sigmoid(x)`.
+#[inline(always)]
+fn silu_grad<T: Float>(v: T) -> T {
+    let one = T::one();
+    let s = one / (one + (-v).exp_v());
+    s * (one + v * (one - s))
+}
+
+/// The derivative of the exact GELU, `Phi(x) + x phi(x)`.
+#[inline(always)]
+fn gelu_erf_grad<T: Float>(v: T) -> T {
+    let half = T::from_f64(0.5);
+    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
+    let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
+    half * (-v * inv_sqrt2).erfc_v() + v * pdf
+}
+
+/// The derivative of the tanh GELU.
+#[inline(always)]
+fn gelu_grad<T: Float>(v: T) -> T {
+    let (half, one, three) = (T::from_f64(0.5), T::one(), T::from_f64(3.0));
+    let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
+    let t = (c * (v + k * v * v * v)).tanh_v();
+    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
+}
+
+/// `g * op(x)` elementwise in one pass, for `op` a derivative (`GeluGrad`, `GeluErfGrad`,
+/// `SiluGrad`): an activation's input gradient without storing the derivative first. `None`
+/// for other ops.
+pub(super) fn unary_mul<T: Float>(op: UnaryOp, x: &[T], g: &[T]) -> Option<Vec<T>> {
+    Some(match op {
+        UnaryOp::GeluGrad => zip_map(
+            x,
+            g,
+            #[inline(always)]
+            |v, g| g * gelu_grad(v),
+        ),
+        UnaryOp::GeluErfGrad => zip_map(
+            x,
+            g,
+            #[inline(always)]
+            |v, g| g * gelu_erf_grad(v),
+        ),
+        UnaryOp::SiluGrad => zip_map(
+            x,
+            g,
+            #[inline(always)]
+            |v, g| g * silu_grad(v),
+        ),
+        _ => return None,
+    })
 }
 
 /// Checks integer row indices against `rows`.
@@ -462,9 +522,8 @@ fn binary_with<T: Float>(
         }
         (oa, ob)
     };
-    let mut out = vec![T::zero(); n];
-    rows_mut(
-        &mut out,
+    rows_written(
+        n,
         row,
         row,
         #[inline(always)]
@@ -473,32 +532,36 @@ fn binary_with<T: Float>(
             match (la, lb) {
                 (1, 1) => {
                     for ((o, &x), &y) in r.iter_mut().zip(&a[oa..oa + row]).zip(&b[ob..ob + row]) {
-                        *o = f(x, y);
+                        o.write(f(x, y));
                     }
                 }
                 (1, 0) => {
                     let y = b[ob];
                     for (o, &x) in r.iter_mut().zip(&a[oa..oa + row]) {
-                        *o = f(x, y);
+                        o.write(f(x, y));
                     }
                 }
                 (0, 1) => {
                     let x = a[oa];
                     for (o, &y) in r.iter_mut().zip(&b[ob..ob + row]) {
-                        *o = f(x, y);
+                        o.write(f(x, y));
                     }
                 }
                 // Both repeated along the row (an expand, a scalar's gradient): one value.
-                (0, 0) => r.fill(f(a[oa], b[ob])),
+                (0, 0) => {
+                    let v = f(a[oa], b[ob]);
+                    for o in r.iter_mut() {
+                        o.write(v);
+                    }
+                }
                 _ => {
                     for (j, o) in r.iter_mut().enumerate() {
-                        *o = f(a[oa + j * la], b[ob + j * lb]);
+                        o.write(f(a[oa + j * la], b[ob + j * lb]));
                     }
                 }
             }
         },
-    );
-    out
+    )
 }
 
 /// Reduces one dimension of a (outer, len, inner) view.
@@ -541,7 +604,9 @@ fn reduce_dim_with<T: Float>(
     init: T,
     f: impl Fn(T, T) -> T + Sync + Send + Copy,
 ) -> Vec<T> {
-    let mut out = vec![init; outer * inner];
+    if len == 0 {
+        return vec![init; outer * inner];
+    }
     if inner == 1 {
         if outer == 1 && len >= 2 * ROW_PIECE {
             let parts: Vec<T> = x
@@ -553,34 +618,36 @@ fn reduce_dim_with<T: Float>(
                     )
                 })
                 .collect();
-            out[0] = parts.into_iter().fold(init, f);
-            return out;
+            return vec![parts.into_iter().fold(init, f)];
         }
         // each output reduces one contiguous row
-        rows_mut(
-            &mut out,
+        return rows_written(
+            outer,
             1,
             len,
             #[inline(always)]
-            |o, r| r[0] = fold_row(&x[o * len..(o + 1) * len], init, f),
+            |o, r| {
+                r[0].write(fold_row(&x[o * len..(o + 1) * len], init, f));
+            },
         );
-        return out;
     }
-    rows_mut(
-        &mut out,
+    rows_written(
+        outer * inner,
         inner,
         len * inner,
         #[inline(always)]
-        |o, acc| {
-            for l in 0..len {
+        |o, slots| {
+            let acc = init_map(slots, &x[o * len * inner..(o * len + 1) * inner], |v| {
+                f(init, v)
+            });
+            for l in 1..len {
                 let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
                 for (a, &v) in acc.iter_mut().zip(row) {
                     *a = f(*a, v);
                 }
             }
         },
-    );
-    out
+    )
 }
 
 /// Reduces `dims` of `x` (kept as size 1); each run of adjacent dims is reduced as one.
@@ -613,24 +680,23 @@ pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &
     cur.unwrap_or_else(|| x.to_vec())
 }
 
+/// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the exps are stored in the output
+/// row and summed, then scaled (softmax) or replaced by `x - max - ln sum` (log-softmax).
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
-    let mut out = vec![T::zero(); x.len()];
     let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
     if inner == 1 {
-        // contiguous rows: one exp per element, the sums in 8 partial results
-        rows_mut(
-            &mut out,
+        return rows_written(
+            x.len(),
             len,
             2 * len,
             #[inline(always)]
-            |o, r| {
+            |o, slots| {
                 let row = &x[o * len..(o + 1) * len];
                 let m = fold_row(row, T::neg_infinity(), max);
-                for (e, &v) in r.iter_mut().zip(row) {
-                    *e = (v - m).exp_v();
-                }
+                // the exps in the output row (a plain loop, so it vectorizes), then their sum
+                let r = init_map(slots, row, |v| (v - m).exp_v());
                 let sum = fold_row(r, T::zero(), |a, v| a + v);
                 if log {
                     let shift = m + sum.ln();
@@ -645,15 +711,15 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
                 }
             },
         );
-        return out;
     }
-    rows_mut(
-        &mut out,
+    rows_written(
+        x.len(),
         len * inner,
         2 * len * inner,
         #[inline(always)]
-        |o, block| {
+        |o, slots| {
             let xb = &x[o * len * inner..(o + 1) * len * inner];
+            let block = init_map(slots, xb, |v| v);
             for i in 0..inner {
                 let m = (0..len).fold(T::neg_infinity(), |a, l| max(a, xb[l * inner + i]));
                 let mut sum = T::zero();
@@ -669,8 +735,7 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
                 }
             }
         },
-    );
-    out
+    )
 }
 
 /// The gradient of [`softmax`] over `dim` from its output `y` and the output gradient `g`:
@@ -686,11 +751,10 @@ pub(super) fn softmax_grad<T: Float>(
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     let block = len * inner;
-    let mut out = vec![T::zero(); y.len()];
     if inner == 1 {
         // contiguous rows: the row sum in 8 partial results, then one pass
-        rows_mut(
-            &mut out,
+        return rows_written(
+            y.len(),
             len,
             3 * len,
             #[inline(always)]
@@ -699,28 +763,28 @@ pub(super) fn softmax_grad<T: Float>(
                 if log {
                     let s = fold_row(gr, T::zero(), |a, v| a + v);
                     for ((d, &yv), &gv) in dx.iter_mut().zip(yr).zip(gr) {
-                        *d = gv - yv.exp_v() * s;
+                        d.write(gv - yv.exp_v() * s);
                     }
                 } else {
                     let s = dot_row(gr, yr, T::zero());
                     for ((d, &yv), &gv) in dx.iter_mut().zip(yr).zip(gr) {
-                        *d = yv * (gv - s);
+                        d.write(yv * (gv - s));
                     }
                 }
             },
         );
-        return out;
     }
-    rows_mut(
-        &mut out,
+    rows_written(
+        y.len(),
         block,
         3 * block,
         #[inline(always)]
-        |o, dx| {
+        |o, slots| {
             let (yb, gb) = (
                 &y[o * block..(o + 1) * block],
                 &g[o * block..(o + 1) * block],
             );
+            let dx = init_map(slots, gb, |v| v);
             for i in 0..inner {
                 let at = |l: usize| l * inner + i;
                 let s = (0..len).fold(T::zero(), |a, l| {
@@ -740,8 +804,7 @@ pub(super) fn softmax_grad<T: Float>(
                 }
             }
         },
-    );
-    out
+    )
 }
 
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
@@ -1045,10 +1108,9 @@ pub(super) fn norm<T: Float>(
     eps: f64,
     center: bool,
 ) -> Vec<T> {
-    let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
-    rows_mut(
-        &mut out,
+    rows_written(
+        x.len(),
         cols,
         2 * cols,
         #[inline(always)]
@@ -1058,28 +1120,27 @@ pub(super) fn norm<T: Float>(
             match (affine.weight, affine.bias) {
                 (Some(w), Some(b)) => {
                     for (((o, &v), &w), &b) in r.iter_mut().zip(row).zip(w).zip(b) {
-                        *o = (v - mean) * rstd * w + b;
+                        o.write((v - mean) * rstd * w + b);
                     }
                 }
                 (Some(w), None) => {
                     for ((o, &v), &w) in r.iter_mut().zip(row).zip(w) {
-                        *o = (v - mean) * rstd * w;
+                        o.write((v - mean) * rstd * w);
                     }
                 }
                 (None, Some(b)) => {
                     for ((o, &v), &b) in r.iter_mut().zip(row).zip(b) {
-                        *o = (v - mean) * rstd + b;
+                        o.write((v - mean) * rstd + b);
                     }
                 }
                 (None, None) => {
                     for (o, &v) in r.iter_mut().zip(row) {
-                        *o = (v - mean) * rstd;
+                        o.write((v - mean) * rstd);
                     }
                 }
             }
         },
-    );
-    out
+    )
 }
 
 /// The input gradient of [`norm`] for the output gradient `g` and the affine's `weight`: with
@@ -1093,43 +1154,65 @@ pub(super) fn norm_grad<T: Float>(
     eps: f64,
     center: bool,
 ) -> Vec<T> {
-    let mut out = vec![T::zero(); x.len()];
     let eps = T::from_f64(eps);
     let n = T::from_f64(cols as f64);
-    rows_mut(
-        &mut out,
+    rows_written(
+        x.len(),
         cols,
         3 * cols,
         #[inline(always)]
         |i, r| {
             let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
-            // h = g * weight, held in the output row until the row's sums are known
-            let h: &[T] = match weight {
-                Some(w) => {
-                    for ((o, &gv), &w) in r.iter_mut().zip(grow).zip(w) {
-                        *o = gv * w;
-                    }
-                    r
-                }
-                None => grow,
-            };
             let (mean, rstd) = row_stats(row, eps, center);
-            let hs = fold_row(h, T::zero(), |a, v| a + v);
-            let hy = dot_row(h, row, mean) * rstd;
+            // the sums of h = g * weight and of h * (x - mean), h made on the fly
+            let (hs, hy) = match weight {
+                Some(w) => h_sums(grow, w, row, mean),
+                None => (
+                    fold_row(grow, T::zero(), |a, v| a + v),
+                    dot_row(grow, row, mean),
+                ),
+            };
             let h_mean = if center { hs / n } else { T::zero() };
-            let hy_mean = hy / n;
-            if weight.is_some() {
-                for (o, &v) in r.iter_mut().zip(row) {
-                    *o = rstd * (*o - h_mean - (v - mean) * rstd * hy_mean);
+            let hy_mean = hy * rstd / n;
+            match weight {
+                Some(w) => {
+                    for (((o, &v), &gv), &w) in r.iter_mut().zip(row).zip(grow).zip(w) {
+                        o.write(rstd * (gv * w - h_mean - (v - mean) * rstd * hy_mean));
+                    }
                 }
-            } else {
-                for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
-                    *o = rstd * (gv - h_mean - (v - mean) * rstd * hy_mean);
+                None => {
+                    for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
+                        o.write(rstd * (gv - h_mean - (v - mean) * rstd * hy_mean));
+                    }
                 }
             }
         },
-    );
-    out
+    )
+}
+
+/// `(sum(h), sum(h * (x - shift)))` for `h = g * w` over rows of equal length, in 8 interleaved
+/// partial sums each (as [`fold_row`] and [`dot_row`], so the same bits as those on a stored
+/// `h`).
+#[inline(always)]
+fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T) {
+    let (mut s, mut d) = ([T::zero(); 8], [T::zero(); 8]);
+    let (gc, wc, xc) = (g.chunks_exact(8), w.chunks_exact(8), x.chunks_exact(8));
+    let (gr, wr, xr) = (gc.remainder(), wc.remainder(), xc.remainder());
+    for ((g, w), x) in gc.zip(wc).zip(xc) {
+        for k in 0..8 {
+            let h = g[k] * w[k];
+            s[k] = s[k] + h;
+            d[k] = d[k] + h * (x[k] - shift);
+        }
+    }
+    let mut hs = s.into_iter().fold(T::zero(), |a, v| a + v);
+    let mut hy = d.into_iter().fold(T::zero(), |a, v| a + v);
+    for ((&g, &w), &x) in gr.iter().zip(wr).zip(xr) {
+        let h = g * w;
+        hs = hs + h;
+        hy = hy + h * (x - shift);
+    }
+    (hs, hy)
 }
 
 /// Rows per piece of [`norm_param_grad`]'s column sums.
@@ -1263,6 +1346,179 @@ mod tests {
         }
     }
 
+    /// Deterministic values in [-3, 3), `n` of them.
+    fn sample(n: usize, seed: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 6007) as f64 / 6007.0 * 6.0 - 3.0)
+            .collect()
+    }
+
+    /// Rows of `cols` as naive f64 loops: softmax, log-softmax.
+    fn softmax_naive(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
+        x.chunks(cols)
+            .flat_map(|r| {
+                let m = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = r.iter().map(|v| (v - m).exp()).sum();
+                r.iter()
+                    .map(move |v| {
+                        if log {
+                            v - m - s.ln()
+                        } else {
+                            (v - m).exp() / s
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn close(got: &[f32], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= tol * (1.0 + w.abs()),
+                "at {i}: {g} against {w}"
+            );
+        }
+    }
+
+    /// Enough rows for the threaded path, rows of odd length (vector remainders).
+    const ROWS: usize = 301;
+    const COLS: usize = 131;
+
+    #[test]
+    fn softmax_rows_and_their_gradients_match_naive_loops() {
+        let x = sample(ROWS * COLS, 1);
+        let g = sample(ROWS * COLS, 2);
+        let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let gf: Vec<f32> = g.iter().map(|&v| v as f32).collect();
+        for log in [false, true] {
+            let y = softmax_naive(&x, COLS, log);
+            let got = softmax(&xf, &[ROWS, COLS], 1, log);
+            close(&got, &y, 1e-5);
+            // dx = y (g - sum(g y)), log: g - e^y sum(g)
+            let want: Vec<f64> = y
+                .chunks(COLS)
+                .zip(g.chunks(COLS))
+                .flat_map(|(y, g)| {
+                    let s: f64 = if log {
+                        g.iter().sum()
+                    } else {
+                        g.iter().zip(y).map(|(a, b)| a * b).sum()
+                    };
+                    y.iter()
+                        .zip(g)
+                        .map(move |(&y, &g)| if log { g - y.exp() * s } else { y * (g - s) })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let yf: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+            close(&softmax_grad(&yf, &gf, &[ROWS, COLS], 1, log), &want, 1e-4);
+            // over the middle dim of (ROWS, COLS, 1) and of (1, ROWS, COLS) transposed
+            let t: Vec<f64> = (0..ROWS * COLS)
+                .map(|i| x[(i % ROWS) * COLS + i / ROWS])
+                .collect();
+            let tf: Vec<f32> = t.iter().map(|&v| v as f32).collect();
+            let got = softmax(&tf, &[COLS, ROWS], 0, log);
+            let back: Vec<f32> = (0..ROWS * COLS)
+                .map(|i| got[(i % COLS) * ROWS + i / COLS])
+                .collect();
+            close(&back, &y, 1e-5);
+        }
+    }
+
+    #[test]
+    fn norms_and_their_gradients_match_naive_loops() {
+        let x = sample(ROWS * COLS, 3);
+        let g = sample(ROWS * COLS, 4);
+        let w: Vec<f64> = sample(COLS, 5).iter().map(|v| v + 3.5).collect();
+        let b = sample(COLS, 6);
+        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let (xf, gf, wf, bf) = (f(&x), f(&g), f(&w), f(&b));
+        let n = COLS as f64;
+        for center in [false, true] {
+            for (weight, bias) in [(false, false), (true, false), (true, true), (false, true)] {
+                let mut y = vec![];
+                let mut dx = vec![];
+                for (r, gr) in x.chunks(COLS).zip(g.chunks(COLS)) {
+                    let mean = if center {
+                        r.iter().sum::<f64>() / n
+                    } else {
+                        0.0
+                    };
+                    let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+                    let rstd = 1.0 / (var + 1e-5).sqrt();
+                    let yn: Vec<f64> = r.iter().map(|v| (v - mean) * rstd).collect();
+                    let h: Vec<f64> = (0..COLS)
+                        .map(|j| gr[j] * if weight { w[j] } else { 1.0 })
+                        .collect();
+                    let hm = if center {
+                        h.iter().sum::<f64>() / n
+                    } else {
+                        0.0
+                    };
+                    let hy = h.iter().zip(&yn).map(|(a, b)| a * b).sum::<f64>() / n;
+                    for j in 0..COLS {
+                        let wj = if weight { w[j] } else { 1.0 };
+                        let bj = if bias { b[j] } else { 0.0 };
+                        y.push(yn[j] * wj + bj);
+                        dx.push(rstd * (h[j] - hm - yn[j] * hy));
+                    }
+                }
+                let affine = Affine {
+                    weight: weight.then_some(&wf[..]),
+                    bias: bias.then_some(&bf[..]),
+                };
+                close(&norm(&xf, affine, COLS, 1e-5, center), &y, 1e-5);
+                let wt = weight.then_some(&wf[..]);
+                close(&norm_grad(&xf, &gf, wt, COLS, 1e-5, center), &dx, 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn unary_mul_is_g_times_the_derivative() {
+        let n = PAR_MIN * 3 + 5;
+        let x: Vec<f32> = sample(n, 7).iter().map(|&v| v as f32 * 2.0).collect();
+        let g: Vec<f32> = sample(n, 8).iter().map(|&v| v as f32).collect();
+        for op in [UnaryOp::GeluGrad, UnaryOp::GeluErfGrad, UnaryOp::SiluGrad] {
+            let want: Vec<f32> = unary(op, &x).iter().zip(&g).map(|(d, g)| g * d).collect();
+            assert_eq!(unary_mul(op, &x, &g), Some(want), "{op:?}");
+        }
+        assert_eq!(unary_mul(UnaryOp::Exp, &x, &g), None);
+    }
+
+    #[test]
+    fn reductions_over_inner_and_outer_dims_match_naive_loops() {
+        let x: Vec<f64> = sample(5 * 7 * 1031, 9);
+        let at = |i: usize, j: usize, k: usize| x[(i * 7 + j) * 1031 + k];
+        let sum1 = reduce(ReduceKind::Sum, &x, &[5, 7, 1031], &[1]);
+        let max0 = reduce(ReduceKind::Max, &x, &[5, 7, 1031], &[0]);
+        let sum2 = reduce(ReduceKind::Sum, &x, &[5, 7, 1031], &[2]);
+        for i in 0..5 {
+            for k in 0..1031 {
+                let want: f64 = (0..7).map(|j| at(i, j, k)).sum();
+                assert!((sum1[i * 1031 + k] - want).abs() < 1e-12);
+            }
+            for j in 0..7 {
+                let want: f64 = (0..1031).map(|k| at(i, j, k)).sum();
+                assert!((sum2[i * 7 + j] - want).abs() < 1e-9);
+            }
+        }
+        for j in 0..7 {
+            for k in 0..1031 {
+                let want = (0..5)
+                    .map(|i| at(i, j, k))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                assert_eq!(max0[j * 1031 + k], want);
+            }
+        }
+        assert_eq!(
+            reduce(ReduceKind::Sum, &x[..0], &[2, 0, 3], &[1]),
+            vec![0.0; 6]
+        );
+    }
+
     #[test]
     fn broadcasting_reduce_softmax_permute() {
         // (2,3) + (3,) and (2,1)
@@ -1281,6 +1537,11 @@ mod tests {
         assert_eq!(
             binary(BinaryOp::Mul, &a, &[2, 3], &[2.0, 0.0], &[2, 1], &[2, 3]),
             vec![2.0, 4.0, 6.0, 0.0, 0.0, 0.0]
+        );
+        // both operands repeated along the row: one value per row
+        assert_eq!(
+            binary(BinaryOp::Sub, &[5.0, 7.0], &[2, 1], &[1.0], &[1], &[2, 3]),
+            vec![4.0, 4.0, 4.0, 6.0, 6.0, 6.0]
         );
         assert_eq!(reduce(ReduceKind::Sum, &a, &[2, 3], &[1]), vec![6.0, 15.0]);
         assert_eq!(reduce(ReduceKind::Max, &a, &[2, 3], &[0, 1]), vec![6.0]);

@@ -339,6 +339,23 @@ pub(crate) fn attention_grad(
     )
 }
 
+/// `g * op(x)` in one pass for `op` a derivative (see `kernels::unary_mul`), `g` of `x`'s
+/// dtype: the host kernel of [`crate::backend::Kernels::unary_mul`].
+pub(crate) fn unary_mul(op: UnaryOp, x: &HostData, g: &HostData) -> Result<HostData> {
+    let fused = |n| Error::InvalidArgument {
+        op: "unary_mul",
+        reason: format!("no fused kernel for {n:?}"),
+    };
+    if x.len() != g.len() {
+        return Err(Error::Internal(format!(
+            "unary_mul of {} and {} elements",
+            x.len(),
+            g.len()
+        )));
+    }
+    float_pair!(x, g, a, b, T => kernels::unary_mul::<T>(op, a, b).ok_or_else(|| fused(op))?)
+}
+
 impl Backend for CpuBackend {
     type Storage = HostData;
 

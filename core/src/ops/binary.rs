@@ -2,7 +2,7 @@
 
 use super::{Kernel, Op, Signature};
 use crate::DType;
-use crate::autograd::{Ctx, record, sum_to};
+use crate::autograd::{Ctx, record_broadcasting, sum_broadcast_to};
 use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -127,13 +127,18 @@ impl Op for Binary {
     }
 }
 
-/// The gradients of `out = op(a, b)`, summed back over broadcast dims.
+/// The gradients of `out = op(a, b)`, summed back over broadcast dims (`g` may only broadcast
+/// to `out`, see `record_broadcasting`).
 fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (&c.inputs[0], &c.inputs[1]);
     // Input i's gradient from f, when needed, summed back to the input's shape.
     let grad = |i: usize, f: &dyn Fn() -> Result<Tensor>| -> Result<Option<Tensor>> {
         if c.needs[i] {
-            Ok(Some(sum_to(&f()?, c.inputs[i].shape())?))
+            Ok(Some(sum_broadcast_to(
+                &f()?,
+                c.out.shape(),
+                c.inputs[i].shape(),
+            )?))
         } else {
             Ok(None)
         }
@@ -223,7 +228,8 @@ impl Tensor {
         }
         let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
         let k = Binary(op);
-        record(
+        // the backward is made of broadcasting ops: it takes a broadcasting gradient as is
+        record_broadcasting(
             super::dispatch(&k, &[&a, &b]),
             k.name(),
             &[&a, &b],

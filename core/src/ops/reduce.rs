@@ -171,7 +171,8 @@ fn reduce(t: &Tensor, kind: Kind, dims: impl Dims, keepdim: bool) -> Result<Tens
     }
 }
 
-/// Sum: the gradient spreads over the reduced dims; mean: divided by the count; max: it goes to
+/// Sum: the gradient spreads over the reduced dims (as a gradient that broadcasts to the
+/// input); mean: divided by the count; max: it goes to
 /// the maxima, shared equally between ties (as PyTorch's `amax`).
 fn reduce_backward(op: &Reduce, c: &Ctx<'_>, g: &Tensor) -> Result<Tensor> {
     let x = &c.inputs[0];
@@ -185,11 +186,13 @@ fn reduce_backward(op: &Reduce, c: &Ctx<'_>, g: &Tensor) -> Result<Tensor> {
         })
         .collect();
     let g = g.reshape(&keep)?;
+    // sum and mean: the gradient repeated over the reduced dims, left unexpanded (the engine
+    // expands it only for a consumer that needs the full shape, see `record`)
     match op.kind {
-        Kind::Sum => g.expand(x.shape()),
+        Kind::Sum => Ok(g),
         Kind::Mean => {
             let count: usize = op.dims.iter().map(|&d| x.shape()[d]).product();
-            g.mul_scalar(1.0 / count.max(1) as f64)?.expand(x.shape())
+            g.mul_scalar(1.0 / count.max(1) as f64)
         }
         Kind::Max | Kind::Min => {
             let m = c.out.reshape(&keep)?.expand(x.shape())?;

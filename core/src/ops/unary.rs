@@ -101,6 +101,55 @@ impl Op for AddScalar {
     }
 }
 
+/// `g * d(x)` for `d` the derivative of an activation (see [`Kernels::unary_mul`]): inputs
+/// (x, g), one fused kernel on the CPU.
+///
+/// [`Kernels::unary_mul`]: crate::backend::Kernels::unary_mul
+struct UnaryMul(UnaryOp);
+
+impl Op for UnaryMul {
+    fn name(&self) -> &'static str {
+        "unary_mul"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        if shapes[0] != shapes[1] {
+            return Err(crate::Error::ShapeMismatch {
+                op: "unary_mul",
+                shapes: vec![shapes[0].to_vec(), shapes[1].to_vec()],
+                reason: "the input and its gradient must have one shape".into(),
+            });
+        }
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .map(|d| Signature::new([Sbp::Split(d), Sbp::Split(d)], Sbp::Split(d)))
+            .collect();
+        v.push(Signature::new(
+            [Sbp::Broadcast, Sbp::Broadcast],
+            Sbp::Broadcast,
+        ));
+        // linear in g
+        v.push(Signature::new(
+            [Sbp::Broadcast, Sbp::Partial(ReduceOp::Sum)],
+            Sbp::Partial(ReduceOp::Sum),
+        ));
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend.unary_mul(self.0, k.inputs[0], k.inputs[1])
+    }
+}
+
+/// `g * d(x)` for `d` the derivative `deriv` of an activation: one fused pass on the CPU,
+/// else the derivative and then the product.
+fn activation_grad(deriv: UnaryOp, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+    if x.device() == crate::tensor::Device::Cpu && x.dtype() == g.dtype() {
+        return super::dispatch(&UnaryMul(deriv), &[x, g]);
+    }
+    g.mul(&x.unary(deriv)?)
+}
+
 /// The gradient of `y = op(x)` from `y`'s gradient `g`.
 fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(match op {
@@ -110,7 +159,7 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
         UnaryOp::Sqrt => g.div(y)?.mul_scalar(0.5)?,
         UnaryOp::Square => g.mul(x)?.mul_scalar(2.0)?,
         UnaryOp::Relu => g.mul(&x.unary(UnaryOp::Step)?)?,
-        UnaryOp::Gelu => g.mul(&x.unary(UnaryOp::GeluGrad)?)?,
+        UnaryOp::Gelu => activation_grad(UnaryOp::GeluGrad, x, g)?,
         UnaryOp::Sigmoid => g.mul(&y.sub(&y.square()?)?)?,
         UnaryOp::Tanh => g.sub(&g.mul(&y.square()?)?)?,
         UnaryOp::Abs => g.mul(&x.unary(UnaryOp::Sign)?)?,
@@ -118,12 +167,12 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
         UnaryOp::Rsqrt => g.mul(&y.mul(&y.square()?)?)?.mul_scalar(-0.5)?,
         UnaryOp::Sin => g.mul(&x.cos()?)?,
         UnaryOp::Cos => g.mul(&x.sin()?)?.neg()?,
-        UnaryOp::Silu => g.mul(&x.unary(UnaryOp::SiluGrad)?)?,
+        UnaryOp::Silu => activation_grad(UnaryOp::SiluGrad, x, g)?,
         // d erf = 2/sqrt(pi) e^{-x^2}.
         UnaryOp::Erf => g
             .mul(&x.square()?.neg()?.exp()?)?
             .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
-        UnaryOp::GeluErf => g.mul(&x.unary(UnaryOp::GeluErfGrad)?)?,
+        UnaryOp::GeluErf => activation_grad(UnaryOp::GeluErfGrad, x, g)?,
         // A step and a sign are flat almost everywhere. The derivatives' own derivatives are
         // only used inside backward passes, which record nothing, so they are never asked for.
         UnaryOp::Step
