@@ -8,23 +8,45 @@
 use rayon::prelude::*;
 
 use super::kernels::{Float, fold_row, wide};
-use super::sgemm::{View, product};
+use super::sgemm::{Packed, View, product, product_packed};
 use crate::backend::AttentionDims;
 use crate::error::{Error, Result};
 
 /// Query rows per block: a (64, seq_k) block of scores stays in L2 for keys in the thousands.
 const BLOCK: usize = 64;
 
-/// `dst = [dst +] beta * lhs * rhs` for an (m, k) `lhs`, a (k, n) `rhs` and a row-major (m, n)
-/// `dst` (accumulating when `acc`), on the calling thread.
+/// A right operand of [`gemm_into`]: its view, and its panels where it was packed once for all
+/// of a head's blocks (a head's keys and values; a block's own rows are not).
+struct Rhs<'a, T> {
+    view: View<'a, T>,
+    packed: Option<Packed>,
+}
+
+impl<'a, T: Float> Rhs<'a, T> {
+    /// `view` (k, n), packed now where the AVX-512 kernel takes it.
+    fn packed(view: View<'a, T>, (k, n): (usize, usize)) -> Self {
+        let packed = Packed::new(view, k, n);
+        Rhs { view, packed }
+    }
+
+    /// `view` as it is.
+    fn plain(view: View<'a, T>) -> Self {
+        Rhs { view, packed: None }
+    }
+}
+
+/// `dst = [dst +] beta * lhs * rhs` for an (m, k) `lhs`, a (k, n) `rhs` (or the leading (k, n)
+/// of a packed one) and a row-major (m, n) `dst` (accumulating when `acc`), on the calling
+/// thread.
 fn gemm_into<T: Float>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     lhs: View<'_, T>,
-    rhs: View<'_, T>,
+    rhs: &Rhs<'_, T>,
     acc: bool,
     beta: T,
 ) -> Result<()> {
+    let (rhs, packed) = (rhs.view, rhs.packed.as_ref());
     if dst.len() < m * n || !lhs.holds(m, k) || !rhs.holds(k, n) {
         return Err(Error::Internal(format!(
             "attention product ({m}, {k}) x ({k}, {n}) outside its buffers"
@@ -35,6 +57,11 @@ fn gemm_into<T: Float>(
     }
     // SAFETY: MaybeUninit<T> has T's layout, and the product writes only initialised values.
     let slots = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [std::mem::MaybeUninit<T>]) };
+    if let Some(p) = packed
+        && product_packed(slots, n, (m, n, k), (lhs, p), (acc, beta))
+    {
+        return Ok(());
+    }
     if product(slots, n, (m, n, k), (lhs, rhs), (acc, beta), false) {
         return Ok(());
     }
@@ -73,26 +100,6 @@ fn gemm_into<T: Float>(
     Ok(())
 }
 
-/// Row-major `x` with rows of `cols` elements, transposed (so the products read both operands
-/// along rows, which packs fastest).
-fn transpose<T: Float>(x: &[T], cols: usize) -> Vec<T> {
-    /// Side of the square blocks moved at a time (both sides' lines stay in L1).
-    const TILE: usize = 16;
-    let rows = x.len() / cols.max(1);
-    let mut out = vec![T::zero(); x.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                let src = &x[r * cols..(r + 1) * cols];
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = src[c];
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Keys visible to query row `row` of `keys` (all, or `0..=row` when causal).
 fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
     if d.causal { (row + 1).min(keys) } else { keys }
@@ -103,20 +110,13 @@ fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
 /// visible keys, zero past them.
 fn probabilities<T: Float>(
     d: &AttentionDims,
-    (q, kt): (&[T], &[T]),
+    (q, kt): (&[T], &Rhs<'_, T>),
     s: &mut [T],
     (r0, rb, keys): (usize, usize, usize),
 ) -> Result<()> {
     let scale = T::from(d.scale).unwrap_or_else(T::one);
     let hd = d.head_dim;
-    gemm_into(
-        s,
-        (rb, keys, hd),
-        View::rows(q, r0, hd),
-        View::rows(kt, 0, d.seq_k),
-        false,
-        scale,
-    )?;
+    gemm_into(s, (rb, keys, hd), View::rows(q, r0, hd), kt, false, scale)?;
     let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
     wide(
         #[inline(always)]
@@ -185,23 +185,27 @@ pub(super) fn attention<T: Float>(q: &[T], k: &[T], v: &[T], d: &AttentionDims) 
     }
     out.par_chunks_mut(tq * dv)
         .enumerate()
-        .try_for_each(|(h, o)| {
-            let (qh, vh) = (head(q, h, tq, hd), head(v, h, tk, dv));
-            let kt = transpose(head(k, h, tk, hd), hd);
-            let mut s = vec![T::zero(); BLOCK.min(tq) * tk];
-            for (r0, rb, keys) in blocks(d) {
-                probabilities(d, (qh, &kt), &mut s, (r0, rb, keys))?;
-                gemm_into(
-                    &mut o[r0 * dv..(r0 + rb) * dv],
-                    (rb, dv, keys),
-                    View::rows(&s, 0, keys),
-                    View::rows(vh, 0, dv),
-                    false,
-                    T::one(),
-                )?;
-            }
-            Ok::<(), Error>(())
-        })?;
+        // one scores block per task rather than per head
+        .try_for_each_init(
+            || vec![T::zero(); BLOCK.min(tq) * tk],
+            |s, (h, o)| {
+                let qh = head(q, h, tq, hd);
+                let kt = Rhs::packed(View::transposed(head(k, h, tk, hd), hd), (hd, tk));
+                let vr = Rhs::packed(View::rows(head(v, h, tk, dv), 0, dv), (tk, dv));
+                for (r0, rb, keys) in blocks(d) {
+                    probabilities(d, (qh, &kt), s, (r0, rb, keys))?;
+                    gemm_into(
+                        &mut o[r0 * dv..(r0 + rb) * dv],
+                        (rb, dv, keys),
+                        View::rows(s, 0, keys),
+                        &vr,
+                        false,
+                        T::one(),
+                    )?;
+                }
+                Ok::<(), Error>(())
+            },
+        )?;
     Ok(out)
 }
 
@@ -228,70 +232,74 @@ pub(super) fn attention_grad<T: Float>(
         return Ok(out);
     }
     let scale = T::from(d.scale).unwrap_or_else(T::one);
-    out.par_chunks_mut(per).enumerate().try_for_each(|(h, o)| {
-        let (qh, kh, vh) = (head(q, h, tq, hd), head(k, h, tk, hd), head(v, h, tk, dvw));
-        let (kt, vt) = (transpose(kh, hd), transpose(vh, dvw));
-        let gh = head(g, h, tq, dvw);
-        let (dq, rest) = o.split_at_mut(tq * hd);
-        let (dk, dv) = rest.split_at_mut(tk * hd);
-        let mut p = vec![T::zero(); BLOCK.min(tq) * tk];
-        let mut ds = p.clone();
-        for (r0, rb, keys) in blocks(d) {
-            probabilities(d, (qh, &kt), &mut p, (r0, rb, keys))?;
-            // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
-            gemm_into(
-                &mut ds,
-                (rb, keys, dvw),
-                View::rows(gh, r0, dvw),
-                View::rows(&vt, 0, tk),
-                false,
-                T::one(),
-            )?;
-            wide(
-                #[inline(always)]
-                || {
-                    for (pr, dr) in p[..rb * keys]
-                        .chunks(keys)
-                        .zip(ds[..rb * keys].chunks_mut(keys))
-                    {
-                        let dot = pr
-                            .iter()
-                            .zip(dr.iter())
-                            .fold(T::zero(), |a, (&x, &y)| a + x * y);
-                        for (e, &x) in dr.iter_mut().zip(pr) {
-                            *e = x * (*e - dot);
+    let block = BLOCK.min(tq) * tk;
+    let scratch = || (vec![T::zero(); block], vec![T::zero(); block]);
+    out.par_chunks_mut(per)
+        .enumerate()
+        .try_for_each_init(scratch, |(p, ds), (h, o)| {
+            let (qh, kh, vh) = (head(q, h, tq, hd), head(k, h, tk, hd), head(v, h, tk, dvw));
+            let kt = Rhs::packed(View::transposed(kh, hd), (hd, tk));
+            let vt = Rhs::packed(View::transposed(vh, dvw), (dvw, tk));
+            let kr = Rhs::packed(View::rows(kh, 0, hd), (tk, hd));
+            let gh = head(g, h, tq, dvw);
+            let (dq, rest) = o.split_at_mut(tq * hd);
+            let (dk, dv) = rest.split_at_mut(tk * hd);
+            for (r0, rb, keys) in blocks(d) {
+                probabilities(d, (qh, &kt), p, (r0, rb, keys))?;
+                // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
+                gemm_into(
+                    ds,
+                    (rb, keys, dvw),
+                    View::rows(gh, r0, dvw),
+                    &vt,
+                    false,
+                    T::one(),
+                )?;
+                wide(
+                    #[inline(always)]
+                    || {
+                        for (pr, dr) in p[..rb * keys]
+                            .chunks(keys)
+                            .zip(ds[..rb * keys].chunks_mut(keys))
+                        {
+                            let dot = pr
+                                .iter()
+                                .zip(dr.iter())
+                                .fold(T::zero(), |a, (&x, &y)| a + x * y);
+                            for (e, &x) in dr.iter_mut().zip(pr) {
+                                *e = x * (*e - dot);
+                            }
                         }
-                    }
-                },
-            );
-            // dv += Pᵀ dO; dq = scale dS k; dk += scale dSᵀ q
-            gemm_into(
-                dv,
-                (keys, dvw, rb),
-                View::transposed(&p, keys),
-                View::rows(gh, r0, dvw),
-                true,
-                T::one(),
-            )?;
-            gemm_into(
-                &mut dq[r0 * hd..(r0 + rb) * hd],
-                (rb, hd, keys),
-                View::rows(&ds, 0, keys),
-                View::rows(kh, 0, hd),
-                false,
-                scale,
-            )?;
-            gemm_into(
-                dk,
-                (keys, hd, rb),
-                View::transposed(&ds, keys),
-                View::rows(qh, r0, hd),
-                true,
-                scale,
-            )?;
-        }
-        Ok::<(), Error>(())
-    })?;
+                    },
+                );
+                // dv += Pᵀ dO; dq = scale dS k; dk += scale dSᵀ q
+                gemm_into(
+                    dv,
+                    (keys, dvw, rb),
+                    View::transposed(p, keys),
+                    &Rhs::plain(View::rows(gh, r0, dvw)),
+                    true,
+                    T::one(),
+                )?;
+                gemm_into(
+                    &mut dq[r0 * hd..(r0 + rb) * hd],
+                    (rb, hd, keys),
+                    View::rows(ds, 0, keys),
+                    &kr,
+                    false,
+                    scale,
+                )?;
+                gemm_into(
+                    dk,
+                    (keys, hd, rb),
+                    View::transposed(ds, keys),
+                    &Rhs::plain(View::rows(qh, r0, hd)),
+                    true,
+                    scale,
+                )?;
+            }
+            Ok::<(), Error>(())
+        })?;
     Ok(out)
 }
 
@@ -410,6 +418,40 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// f32 takes the AVX-512 products with a head's keys and values packed once, where the CPU
+    /// has it (f64 above takes `gemm`): both against the f64 definition.
+    #[test]
+    fn f32_forward_and_gradients_match_the_definition() -> Result<()> {
+        let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        for causal in [false, true] {
+            let (tq, tk) = (150, 130);
+            let d = dims(2, tq, tk, causal);
+            let ins = [
+                data(2 * tq * 5, 8),
+                data(2 * tk * 5, 9),
+                data(2 * tk * 3, 10),
+            ];
+            let g = data(2 * tq * 3, 11);
+            let (q, k, v) = (f32s(&ins[0]), f32s(&ins[1]), f32s(&ins[2]));
+            let out = attention(&q, &k, &v, &d)?;
+            for (a, b) in out.iter().zip(naive(&ins[0], &ins[1], &ins[2], &d)) {
+                assert!(
+                    (f64::from(*a) - b).abs() < 1e-5,
+                    "causal {causal}: {a} vs {b}"
+                );
+            }
+            let got = attention_grad(&q, &k, &v, &f32s(&g), &d)?;
+            let want = attention_grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()),
+                    "gradient element {i}, causal {causal}: {a} vs {b}"
+                );
             }
         }
         Ok(())

@@ -94,28 +94,130 @@ pub(crate) fn product<T: 'static + Copy>(
     (acc, beta): (bool, T),
     threads: bool,
 ) -> bool {
-    if TypeId::of::<T>() != TypeId::of::<f32>() || !available() {
+    let (Some(dst), Some(a), Some(b), Some(beta)) =
+        (f32_slots(dst), f32_view(a), f32_view(b), f32_of(beta))
+    else {
         return false;
-    }
-    let Some(&beta) = (&beta as &dyn Any).downcast_ref::<f32>() else {
-        return false;
-    };
-    // SAFETY: T is f32 (same TypeId), so each slice reinterprets as f32 elements of the same
-    // length and layout.
-    let (dst, a, b) = unsafe {
-        let f = |v: View<'_, T>| View {
-            data: std::slice::from_raw_parts(v.data.as_ptr().cast::<f32>(), v.data.len()),
-            rs: v.rs,
-            cs: v.cs,
-        };
-        (
-            std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<f32>>(), dst.len()),
-            f(a),
-            f(b),
-        )
     };
     gemm(dst, ld, dims, a, b, (acc, beta), threads);
     true
+}
+
+/// A (k, n) right operand packed once, whole, in NR-wide column panels of all its rows, for
+/// many products against it or its leading rows and columns ([`product_packed`]: attention's
+/// keys and values, a head at a time).
+pub(crate) struct Packed {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+}
+
+impl Packed {
+    /// `b` (k, n) packed; `None` where [`product_packed`] cannot run (`T` not `f32`, no
+    /// AVX-512F) or `b` does not hold its matrix.
+    pub(crate) fn new<T: 'static + Copy>(b: View<'_, T>, k: usize, n: usize) -> Option<Packed> {
+        let b = f32_view(b)?;
+        if !b.holds(k, n) {
+            return None;
+        }
+        // a buffer this thread used before: a fresh one per head costs its page faults again
+        let mut data = PACKED_POOL
+            .with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+            .unwrap_or_default();
+        data.clear();
+        data.resize(k * n.next_multiple_of(NR), 0.0);
+        pack_b(&mut data, b, (0, k), (0, n));
+        Some(Packed { data, k, n })
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let data = std::mem::take(&mut self.data);
+        PACKED_POOL.with(|pool| {
+            if let Ok(mut p) = pool.try_borrow_mut()
+                && p.len() < POOLED
+            {
+                p.push(data);
+            }
+        });
+    }
+}
+
+/// Buffers of dropped [`Packed`] operands a thread keeps for its next ones.
+const POOLED: usize = 4;
+
+/// `dst = [dst +] beta * a b` for an (m, k) `a` read in place and the leading (k, n) of the
+/// packed `b`, with `dst` as in [`gemm`], on this thread; false, touching nothing, where it
+/// cannot (`T` not `f32`, `a` with neither rows nor columns contiguous, or shapes that do not
+/// fit), and the caller must compute it.
+pub(crate) fn product_packed<T: 'static + Copy>(
+    dst: &mut [MaybeUninit<T>],
+    ld: usize,
+    (m, n, k): (usize, usize, usize),
+    (a, b): (View<'_, T>, &Packed),
+    (acc, beta): (bool, T),
+) -> bool {
+    let (Some(dst), Some(a), Some(beta)) = (f32_slots(dst), f32_view(a), f32_of(beta)) else {
+        return false;
+    };
+    let fits = m == 0 || n == 0 || ((m - 1) * ld + n <= dst.len() && n <= ld);
+    if !fits || !a.holds(m, k) || (a.cs != 1 && a.rs != 1) || k > b.k || n > b.n {
+        return false;
+    }
+    if m == 0 || n == 0 || k == 0 {
+        // k == 0: a product of nothing; gemm writes the zeros
+        gemm(dst, ld, (m, n, k), a, a, (acc, beta), false);
+        return true;
+    }
+    let out = Out {
+        ptr: dst.as_mut_ptr().cast::<f32>(),
+        ld,
+    };
+    for j in (0..n).step_by(NR) {
+        let w = NR.min(n - j);
+        let panel = &b.data[(j / NR) * b.k * NR..(j / NR + 1) * b.k * NR];
+        for i in (0..m).step_by(MR) {
+            let h = MR.min(m - i);
+            // SAFETY: `f32_view` said the CPU has AVX-512F; the h x w tile at (i, j) lies
+            // inside dst (checked above); rows i .. i + h, columns 0 .. k of a lie inside a
+            // (checked); the panel holds b.k >= k rows of NR elements.
+            unsafe {
+                let at = a.data.as_ptr().add(i * a.rs);
+                let tile = (out.at(i, j), ld, h, w);
+                kernel::<true>(k, (at, a.rs, a.cs), panel, tile, (acc, beta));
+            }
+        }
+    }
+    true
+}
+
+/// `v` as `f32`s where `T` is `f32` and the CPU runs [`gemm`].
+fn f32_view<T: 'static>(v: View<'_, T>) -> Option<View<'_, f32>> {
+    if TypeId::of::<T>() != TypeId::of::<f32>() || !available() {
+        return None;
+    }
+    // SAFETY: T is f32 (same TypeId): the same elements, length and layout.
+    let data = unsafe { std::slice::from_raw_parts(v.data.as_ptr().cast::<f32>(), v.data.len()) };
+    Some(View {
+        data,
+        rs: v.rs,
+        cs: v.cs,
+    })
+}
+
+/// `dst` as `f32` slots where `T` is `f32`.
+fn f32_slots<T: 'static>(dst: &mut [MaybeUninit<T>]) -> Option<&mut [MaybeUninit<f32>]> {
+    if TypeId::of::<T>() != TypeId::of::<f32>() {
+        return None;
+    }
+    // SAFETY: T is f32 (same TypeId): the same slots, length and layout.
+    Some(unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast(), dst.len()) })
+}
+
+/// `x` as an `f32` where `T` is `f32`.
+fn f32_of<T: 'static + Copy>(x: T) -> Option<f32> {
+    (&x as &dyn Any).downcast_ref::<f32>().copied()
 }
 
 /// Whether this CPU runs [`gemm`].
@@ -270,6 +372,8 @@ thread_local! {
     /// Each thread's packed block of `b` (the calling thread's) and of `a` (a tile's).
     static B_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static A_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Buffers for [`Packed`] operands (see [`POOLED`]).
+    static PACKED_POOL: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `f` on `len` elements of this thread's `scratch` (grown, never shrunk: packing writes every
@@ -297,6 +401,17 @@ fn pack_b(bp: &mut [f32], b: View<'_, f32>, (pc, kc): (usize, usize), (jc, nc): 
     for (p, panel) in bp.chunks_mut(kc * NR).take(nc.div_ceil(NR)).enumerate() {
         let j0 = jc + p * NR;
         let w = NR.min(jc + nc - j0);
+        if b.rs == 1 && b.cs != 1 {
+            // a transposed operand: each column is contiguous, read whole into its slots
+            panel.fill(0.0);
+            for j in 0..w {
+                let col = &b.data[(j0 + j) * b.cs + pc..][..kc];
+                for (slot, &x) in panel.iter_mut().skip(j).step_by(NR).zip(col) {
+                    *slot = x;
+                }
+            }
+            continue;
+        }
         for (kk, row) in panel.chunks_mut(NR).enumerate() {
             let r = pc + kk;
             if b.cs == 1 {
@@ -548,5 +663,94 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn packed_products_match_the_definition_on_leading_rows_and_columns() {
+        if !available() {
+            eprintln!("!!! no AVX-512F on this CPU: the packed f32 products are NOT tested !!!");
+            return;
+        }
+        // b packed whole (70 x 100), used on its leading (k, n): full, partial panels, one row
+        let (bk, bn) = (70, 100);
+        let bv = data(bk * bn, 4);
+        for tb in [false, true] {
+            let b = if tb {
+                View {
+                    data: &bv,
+                    rs: 1,
+                    cs: bk,
+                }
+            } else {
+                View {
+                    data: &bv,
+                    rs: bn,
+                    cs: 1,
+                }
+            };
+            let packed = Packed::new(b, bk, bn).expect("f32 with AVX-512F packs");
+            for (m, k, n) in [(15, 70, 100), (64, 33, 65), (1, 1, 1), (29, 0, 7)] {
+                for ta in [false, true] {
+                    let av = data(m * k, 5);
+                    let a = if ta {
+                        View {
+                            data: &av,
+                            rs: 1,
+                            cs: m,
+                        }
+                    } else {
+                        View {
+                            data: &av,
+                            rs: k,
+                            cs: 1,
+                        }
+                    };
+                    for (acc, beta) in [(false, 1.0), (true, 0.25)] {
+                        let init: Vec<MaybeUninit<f32>> =
+                            data(m * n, 6).into_iter().map(MaybeUninit::new).collect();
+                        let (mut got, mut want) = (init.clone(), init);
+                        let dims = (m, n, k);
+                        assert!(product_packed(&mut got, n, dims, (a, &packed), (acc, beta)));
+                        plain(&mut want, n, dims, a, b, (acc, beta));
+                        // SAFETY: both were initialised whole
+                        let [got, want] = [got, want].map(|v| unsafe {
+                            v.into_iter().map(|x| x.assume_init()).collect::<Vec<f32>>()
+                        });
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                (g - w).abs() <= 1e-5 * (k as f32 + 1.0),
+                                "({m}, {k}, {n}) ta {ta} tb {tb} acc {acc}: {i}: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+            // wider than packed: refused, untouched
+            let mut slots = vec![MaybeUninit::new(0.0f32); 4 * (bn + 1)];
+            let a = View {
+                data: &bv,
+                rs: bk,
+                cs: 1,
+            };
+            assert!(!product_packed(
+                &mut slots,
+                bn + 1,
+                (4, bn + 1, bk),
+                (a, &packed),
+                (false, 1.0)
+            ));
+        }
+        assert!(
+            Packed::new(
+                View {
+                    data: &[0.0f64; 4],
+                    rs: 2,
+                    cs: 1
+                },
+                2,
+                2
+            )
+            .is_none()
+        );
     }
 }
