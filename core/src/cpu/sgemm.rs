@@ -4,9 +4,12 @@
 //! against NumPy's and PyTorch's 290-310 GFLOP/s at 2048^3 on two cores).
 //!
 //! BLIS's blocking: `b` packed in (KC, NC) blocks of NR-wide column panels, `a` in (MC, KC)
-//! blocks of MR-tall row panels, and a register tile of MR x NR = 14 x 32 outputs (28 of the 32
-//! vector registers) updated by broadcast-multiply-adds, so each loaded element of `a` and `b`
-//! serves 32 and 14 outputs. Threads take (row block, column chunk) tiles of the output.
+//! blocks of MR-tall row panels (or read in place where it has contiguous rows or columns and
+//! the product is at most 1024 wide), and a register tile of MR x NR = 14 x 32 outputs (28 of
+//! the 32 vector registers) updated by broadcast-multiply-adds, so each loaded element of `a`
+//! and `b` serves 32 and 14 outputs. Threads take (row block, column chunk) tiles of the
+//! output. [`Packed`] holds a right operand packed once for many products (attention's keys
+//! and values).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
