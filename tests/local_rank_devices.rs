@@ -55,10 +55,16 @@ fn rank_reports_its_device() {
     );
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback, below Linux's ephemeral range (see `common::free_port`).
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    (0..64)
+        .map(|_| {
+            let mut b = [0u8; 2];
+            getrandom::fill(&mut b).unwrap();
+            20_000 + u16::from_le_bytes(b) % 12_000
+        })
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 /// Starts node `node` of a 2-node job of `per_node` ranks per node on this host.

@@ -149,13 +149,18 @@ pub fn on_wgpu<T>(test: &str, run: Result<T>) -> Option<T> {
     }
 }
 
-/// A TCP port free on loopback now (for a rendezvous started by hand).
+/// A TCP port free on loopback now (for a rendezvous started by hand), chosen below Linux's
+/// ephemeral range as `gflow-launch` chooses rank 0's: a port from `bind(0)` may be taken by
+/// another test's outgoing connection before the rendezvous binds it.
 pub fn free_port() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    (0..64)
+        .map(|_| {
+            let mut b = [0u8; 2];
+            getrandom::fill(&mut b).unwrap();
+            20_000 + u16::from_le_bytes(b) % 12_000
+        })
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below the ephemeral range")
         .to_string()
 }
 

@@ -75,7 +75,21 @@ fn token() -> Result<String, String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// A port for rank 0 to listen on: a free one below Linux's ephemeral range (32768-60999), so
+/// that no outgoing connection takes it between this check and rank 0's bind (a port from
+/// `bind(0)` comes from that range, and did get taken so under a busy test suite); the
+/// ephemeral range's where none of a few random tries is free.
 fn free_port() -> Result<u16, String> {
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    for _ in 0..32 {
+        let mut b = [0u8; 2];
+        getrandom::fill(&mut b).map_err(|e| format!("no random bytes for a port: {e}"))?;
+        let port = LOW + u16::from_le_bytes(b) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
