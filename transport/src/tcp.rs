@@ -856,6 +856,22 @@ mod tests {
         })
     }
 
+    /// Rank 0's sending half dialed to rank 1's receiving half over loopback (one direction,
+    /// for tests that reach into the record layer).
+    fn dialed() -> (TlsTx, TlsRx) {
+        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
+        let (pa, pb) = (peer(0, &a), peer(1, &b));
+        let server = b.server_config(std::slice::from_ref(&pa)).unwrap();
+        std::thread::scope(|s| {
+            let accepting = s.spawn(|| {
+                let stop = AtomicBool::new(false);
+                b.accept_all(7, std::slice::from_ref(&pa), &server, soon(), &stop)
+            });
+            let tx = a.dial(0, 7, &pb, soon()).unwrap();
+            (tx, accepting.join().unwrap().unwrap().remove(0).1)
+        })
+    }
+
     /// A process whose certificate is not in the job's table (it never passed the token check)
     /// fails the handshake and gets no byte; the genuine rank links and its bytes arrive.
     #[test]
@@ -890,17 +906,7 @@ mod tests {
     /// authentication instead of giving other bytes.
     #[test]
     fn key_updates_keep_the_stream_intact_and_a_bad_record_fails() {
-        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
-        let (pa, pb) = (peer(0, &a), peer(1, &b));
-        let server = b.server_config(std::slice::from_ref(&pa)).unwrap();
-        let (mut tx, mut rx) = std::thread::scope(|s| {
-            let accepting = s.spawn(|| {
-                let stop = AtomicBool::new(false);
-                b.accept_all(7, std::slice::from_ref(&pa), &server, soon(), &stop)
-            });
-            let tx = a.dial(0, 7, &pb, soon()).unwrap();
-            (tx, accepting.join().unwrap().unwrap().remove(0).1)
-        });
+        let (mut tx, mut rx) = dialed();
         tx.sealer.rekey_after = 3;
         let msg: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
         std::thread::scope(|s| {
@@ -928,17 +934,7 @@ mod tests {
     /// them, and a small message after them.
     #[test]
     fn reads_into_the_destination_match_the_stream() {
-        let (a, b) = (TcpNode::bind(lo()).unwrap(), TcpNode::bind(lo()).unwrap());
-        let (pa, pb) = (peer(0, &a), peer(1, &b));
-        let server = b.server_config(std::slice::from_ref(&pa)).unwrap();
-        let (mut tx, mut rx) = std::thread::scope(|s| {
-            let accepting = s.spawn(|| {
-                let stop = AtomicBool::new(false);
-                b.accept_all(7, std::slice::from_ref(&pa), &server, soon(), &stop)
-            });
-            let tx = a.dial(0, 7, &pb, soon()).unwrap();
-            (tx, accepting.join().unwrap().unwrap().remove(0).1)
-        });
+        let (mut tx, mut rx) = dialed();
         tx.sealer.rekey_after = 5;
         let bytes = |n: usize, seed: u32| -> Vec<u8> {
             (0..n as u32)
