@@ -14,6 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+mod common;
+
 use gflow::prelude::*;
 use gflow::{DeviceType, backend};
 
@@ -55,20 +57,8 @@ fn rank_reports_its_device() {
     );
 }
 
-/// A free TCP port on loopback, below Linux's ephemeral range (see `common::free_port`).
-fn free_port() -> u16 {
-    (0..64)
-        .map(|_| {
-            let mut b = [0u8; 2];
-            getrandom::fill(&mut b).unwrap();
-            20_000 + u16::from_le_bytes(b) % 12_000
-        })
-        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        .expect("a free port below the ephemeral range")
-}
-
 /// Starts node `node` of a 2-node job of `per_node` ranks per node on this host.
-fn node(node: usize, per_node: usize, port: u16, vk: &[(&str, String)]) -> Child {
+fn node(node: usize, per_node: usize, port: &str, vk: &[(&str, String)]) -> Child {
     let token = format!("local-rank-devices-{}-{port}", std::process::id());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gflow-launch"));
     for k in [
@@ -82,12 +72,7 @@ fn node(node: usize, per_node: usize, port: u16, vk: &[(&str, String)]) -> Child
     }
     cmd.args(["--nnodes", "2", "--node-rank", &node.to_string()])
         .args(["--nproc-per-node", &per_node.to_string()])
-        .args([
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            &port.to_string(),
-        ])
+        .args(["--master-addr", "127.0.0.1", "--master-port", port])
         .arg(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -111,8 +96,8 @@ type Report = (usize, usize, usize, String, String, f32);
 
 /// Runs the 2 x 3 job with the Vulkan variables `vk` and returns every rank's report.
 fn run_job(vk: &[(&str, String)]) -> Vec<Report> {
-    let (per_node, port) = (3, free_port());
-    let kids: Vec<Child> = (0..2).map(|n| node(n, per_node, port, vk)).collect();
+    let (per_node, port) = (3, common::free_port());
+    let kids: Vec<Child> = (0..2).map(|n| node(n, per_node, &port, vk)).collect();
     let mut reports = vec![];
     for k in kids {
         let out = k.wait_with_output().unwrap();
