@@ -589,6 +589,42 @@ mod tests {
             .collect()
     }
 
+    /// A (rows, cols) operand over `v`: row-major, or stored as its transpose.
+    fn operand(v: &[f32], (rows, cols): (usize, usize), transposed: bool) -> View<'_, f32> {
+        if transposed {
+            View::transposed(v, rows)
+        } else {
+            View::rows(v, 0, cols)
+        }
+    }
+
+    /// `run` (a product into an output of row stride `ld`) against [`plain`] on the same
+    /// initial output: within float tolerance, and nothing written past a row's `n` columns.
+    fn agrees(
+        (m, n, k): (usize, usize, usize),
+        ld: usize,
+        (a, b): (View<'_, f32>, View<'_, f32>),
+        (acc, beta): (bool, f32),
+        run: impl FnOnce(&mut [MaybeUninit<f32>]) -> bool,
+        what: &str,
+    ) {
+        let init: Vec<MaybeUninit<f32>> =
+            data(m * ld, 3).into_iter().map(MaybeUninit::new).collect();
+        let (mut got, mut want) = (init.clone(), init);
+        assert!(run(&mut got), "{what}: refused");
+        plain(&mut want, ld, (m, n, k), a, b, (acc, beta));
+        // SAFETY: both were initialised whole, and the products write only values
+        let [got, want] = [got, want]
+            .map(|v| unsafe { v.into_iter().map(|x| x.assume_init()).collect::<Vec<f32>>() });
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tol = 1e-5 * (k as f32 + 1.0);
+            assert!((g - w).abs() <= tol, "{what}: element {i}: {g} vs {w}");
+            if i % ld >= n {
+                assert_eq!(g, w, "{what}: wrote past a row");
+            }
+        }
+    }
+
     #[test]
     fn matches_the_definition_at_edges_strides_and_accumulation() {
         if !available() {
@@ -609,60 +645,18 @@ mod tests {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 for (acc, beta, threads) in [(false, 1.0, true), (true, 0.5, false)] {
                     let (av, bv) = (data(m * k, 1), data(k * n, 2));
-                    let a = if ta {
-                        View {
-                            data: &av,
-                            rs: 1,
-                            cs: m,
-                        }
-                    } else {
-                        View {
-                            data: &av,
-                            rs: k,
-                            cs: 1,
-                        }
-                    };
-                    let b = if tb {
-                        View {
-                            data: &bv,
-                            rs: 1,
-                            cs: k,
-                        }
-                    } else {
-                        View {
-                            data: &bv,
-                            rs: n,
-                            cs: 1,
-                        }
-                    };
+                    let ab = (operand(&av, (m, k), ta), operand(&bv, (k, n), tb));
                     // a wider row stride than n, with a sentinel past each row's n columns
                     let ld = n + 3;
-                    let init: Vec<MaybeUninit<f32>> =
-                        data(m * ld, 3).into_iter().map(MaybeUninit::new).collect();
-                    let (mut got, mut want) = (init.clone(), init);
-                    assert!(product(
-                        &mut got,
-                        ld,
+                    let what = format!("({m}, {n}, {k}) ta {ta} tb {tb} acc {acc}");
+                    agrees(
                         (m, n, k),
-                        (a, b),
+                        ld,
+                        ab,
                         (acc, beta),
-                        threads
-                    ));
-                    plain(&mut want, ld, (m, n, k), a, b, (acc, beta));
-                    // SAFETY: both were initialised whole, and gemm and plain write only values
-                    let [got, want] = [got, want].map(|v| unsafe {
-                        v.into_iter().map(|x| x.assume_init()).collect::<Vec<f32>>()
-                    });
-                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let tol = 1e-5 * (k as f32 + 1.0);
-                        assert!(
-                            (g - w).abs() <= tol,
-                            "({m}, {n}, {k}) ta {ta} tb {tb} acc {acc}: element {i}: {g} vs {w}"
-                        );
-                        if i % ld >= n {
-                            assert_eq!(g, w, "({m}, {n}, {k}): wrote past a row");
-                        }
-                    }
+                        |out| product(out, ld, (m, n, k), ab, (acc, beta), threads),
+                        &what,
+                    );
                 }
             }
         }
@@ -678,82 +672,39 @@ mod tests {
         let (bk, bn) = (70, 100);
         let bv = data(bk * bn, 4);
         for tb in [false, true] {
-            let b = if tb {
-                View {
-                    data: &bv,
-                    rs: 1,
-                    cs: bk,
-                }
-            } else {
-                View {
-                    data: &bv,
-                    rs: bn,
-                    cs: 1,
-                }
-            };
+            let b = operand(&bv, (bk, bn), tb);
             let packed = Packed::new(b, bk, bn).expect("f32 with AVX-512F packs");
             for (m, k, n) in [(15, 70, 100), (64, 33, 65), (1, 1, 1), (29, 0, 7)] {
                 for ta in [false, true] {
                     let av = data(m * k, 5);
-                    let a = if ta {
-                        View {
-                            data: &av,
-                            rs: 1,
-                            cs: m,
-                        }
-                    } else {
-                        View {
-                            data: &av,
-                            rs: k,
-                            cs: 1,
-                        }
-                    };
+                    let a = operand(&av, (m, k), ta);
                     for (acc, beta) in [(false, 1.0), (true, 0.25)] {
-                        let init: Vec<MaybeUninit<f32>> =
-                            data(m * n, 6).into_iter().map(MaybeUninit::new).collect();
-                        let (mut got, mut want) = (init.clone(), init);
-                        let dims = (m, n, k);
-                        assert!(product_packed(&mut got, n, dims, (a, &packed), (acc, beta)));
-                        plain(&mut want, n, dims, a, b, (acc, beta));
-                        // SAFETY: both were initialised whole
-                        let [got, want] = [got, want].map(|v| unsafe {
-                            v.into_iter().map(|x| x.assume_init()).collect::<Vec<f32>>()
-                        });
-                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                (g - w).abs() <= 1e-5 * (k as f32 + 1.0),
-                                "({m}, {k}, {n}) ta {ta} tb {tb} acc {acc}: {i}: {g} vs {w}"
-                            );
-                        }
+                        let what = format!("({m}, {n}, {k}) ta {ta} tb {tb} acc {acc}");
+                        agrees(
+                            (m, n, k),
+                            n + 1,
+                            (a, b),
+                            (acc, beta),
+                            |out| product_packed(out, n + 1, (m, n, k), (a, &packed), (acc, beta)),
+                            &what,
+                        );
                     }
                 }
             }
             // wider than packed: refused, untouched
             let mut slots = vec![MaybeUninit::new(0.0f32); 4 * (bn + 1)];
-            let a = View {
-                data: &bv,
-                rs: bk,
-                cs: 1,
-            };
+            let a = operand(&bv, (4, bk), false);
+            let wide = (4, bn + 1, bk);
             assert!(!product_packed(
                 &mut slots,
                 bn + 1,
-                (4, bn + 1, bk),
+                wide,
                 (a, &packed),
                 (false, 1.0)
             ));
+            // SAFETY: every slot was initialised to 0.0
+            assert!(slots.iter().all(|x| unsafe { x.assume_init() } == 0.0));
         }
-        assert!(
-            Packed::new(
-                View {
-                    data: &[0.0f64; 4],
-                    rs: 2,
-                    cs: 1
-                },
-                2,
-                2
-            )
-            .is_none()
-        );
+        assert!(Packed::new(View::rows(&[0.0f64; 4], 0, 2), 2, 2).is_none());
     }
 }
