@@ -8,6 +8,8 @@ mod kernels;
 pub(crate) mod select;
 mod sgemm;
 
+use std::borrow::Cow;
+
 use crate::backend::{AttentionDims, Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -269,24 +271,27 @@ fn floats(
             got: x.dtype(),
         });
     }
-    let up: Vec<std::borrow::Cow<'_, HostData>> = xs
+    let up: Vec<Cow<'_, HostData>> = xs
         .iter()
         .map(|&x| {
             if dtype.is_half() {
-                std::borrow::Cow::Owned(x.cast(DType::F32))
+                Cow::Owned(x.cast(DType::F32))
             } else {
-                std::borrow::Cow::Borrowed(x)
+                Cow::Borrowed(x)
             }
         })
         .collect();
-    let of32: Option<Vec<&[f32]>> = up
-        .iter()
-        .map(|x| match &**x {
-            HostData::F32(v) => Some(v.as_slice()),
-            _ => None,
-        })
-        .collect();
-    if let Some(a) = of32 {
+    /// Every input's elements, where `pick` finds them in all.
+    fn all<'a, T>(
+        up: &'a [Cow<'_, HostData>],
+        pick: fn(&HostData) -> Option<&[T]>,
+    ) -> Option<Vec<&'a [T]>> {
+        up.iter().map(|x| pick(x)).collect()
+    }
+    if let Some(a) = all(&up, |x| match x {
+        HostData::F32(v) => Some(v),
+        _ => None,
+    }) {
         let out = HostData::F32(f32(&a)?);
         return Ok(if dtype.is_half() {
             out.cast(dtype)
@@ -294,13 +299,10 @@ fn floats(
             out
         });
     }
-    let of64: Option<Vec<&[f64]>> = up
-        .iter()
-        .map(|x| match &**x {
-            HostData::F64(v) => Some(v.as_slice()),
-            _ => None,
-        })
-        .collect();
+    let of64 = all(&up, |x| match x {
+        HostData::F64(v) => Some(v),
+        _ => None,
+    });
     match of64 {
         Some(a) => Ok(HostData::F64(f64(&a)?)),
         None => Err(Error::DTypeMismatch {
