@@ -7,8 +7,9 @@
 //! blocks of MR-tall row panels (or read in place where it has contiguous rows or columns and
 //! the product is at most 1024 wide), and a register tile of MR x NR = 14 x 32 outputs (28 of
 //! the 32 vector registers) updated by broadcast-multiply-adds, so each loaded element of `a`
-//! and `b` serves 32 and 14 outputs. Threads take (row block, column chunk) tiles of the
-//! output. [`Packed`] holds a right operand packed once for many products (attention's keys
+//! and `b` serves 32 and 14 outputs. Each thread computes one region of the output whole,
+//! packing its own blocks (a grid of near-equal regions, cut where the threads pack least).
+//! [`Packed`] holds a right operand packed once for many products (attention's keys
 //! and values).
 
 #[cfg(target_arch = "x86_64")]
@@ -293,51 +294,117 @@ fn gemm(
         ptr: dst.as_mut_ptr().cast::<f32>(),
         ld,
     };
-    // `a` read in place where its rows or columns are contiguous and it serves few column
-    // panels (packing it costs about what its products do for attention's (64, 256) x (256,
-    // 64), and 8 % of a GPT step's products).
-    let direct = (a.cs == 1 || a.rs == 1) && n <= DIRECT_N;
+    // One region of the output per thread, each computed whole by its thread (packing its own
+    // operands' blocks): one fork and join per product, no thread idle while another packs,
+    // and regions equal to a register tile.
+    let (tr, tc) = if threads {
+        grid(rayon::current_num_threads(), m, n)
+    } else {
+        (1, 1)
+    };
+    let region = |t: usize| {
+        let (rows, cols) = (
+            share(m.div_ceil(MR), tr, t / tc, MR, m),
+            share(n.div_ceil(NR), tc, t % tc, NR, n),
+        );
+        let a = View {
+            data: &a.data[rows.start * a.rs..],
+            ..a
+        };
+        let b = View {
+            data: &b.data[cols.start * b.cs..],
+            ..b
+        };
+        // SAFETY: the region lies inside the output (rows < m, columns < n).
+        let out = Out {
+            ptr: unsafe { out.at(rows.start, cols.start) },
+            ld,
+        };
+        serial(
+            out,
+            (rows.len(), cols.len(), k),
+            (a, tc > 1),
+            b,
+            (acc, beta),
+        );
+    };
+    if tr * tc > 1 {
+        (0..tr * tc).into_par_iter().for_each(region);
+    } else {
+        region(0);
+    }
+}
+
+/// The (rows, columns) grid of regions that `threads` threads divide an (m, n) output into:
+/// the factorisation whose regions have the fewest rows plus columns (the elements each thread
+/// packs), with at least one register tile each; fewer threads where the output is smaller.
+fn grid(threads: usize, m: usize, n: usize) -> (usize, usize) {
+    let (pm, pn) = (m.div_ceil(MR), n.div_ceil(NR));
+    (1..=threads.min(pm * pn))
+        .rev()
+        .flat_map(|t| (1..=t).filter(move |r| t % r == 0).map(move |r| (r, t / r)))
+        .filter(|&(r, c)| r <= pm && c <= pn)
+        .min_by_key(|&(r, c)| (usize::MAX / (r * c), m.div_ceil(r) + n.div_ceil(c)))
+        .unwrap_or((1, 1))
+}
+
+/// Part `i` of `parts` near-equal shares of `panels` units of `unit` elements (the last one
+/// ending at `len`), as an element range.
+fn share(panels: usize, parts: usize, i: usize, unit: usize, len: usize) -> std::ops::Range<usize> {
+    let (q, r) = (panels / parts, panels % parts);
+    let start = i * q + i.min(r);
+    let end = start + q + usize::from(i < r);
+    (start * unit).min(len)..(end * unit).min(len)
+}
+
+/// [`gemm`] of one region on this thread: BLIS's loops over (NC column, KC depth) blocks of
+/// `b`, packed, and MC-row blocks of `a`, packed or read in place (`shared`: other threads
+/// read the same rows of `a`).
+fn serial(
+    out: Out,
+    (m, n, k): (usize, usize, usize),
+    (a, shared): (View<'_, f32>, bool),
+    b: View<'_, f32>,
+    (acc, beta): (bool, f32),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // `a` read in place where it serves few column panels and its rows are contiguous
+    // (packing it costs about what its products do for attention's (64, 256) x (256, 64), and
+    // 8 % of a GPT step's products), or its columns are and other threads would pack the same
+    // rows (a transposed `a` read in place touches twice the cache lines: packed, the GPT's
+    // (2048, 256) x (256, 256) ran at 265 GFLOP/s, in place 225; each of two threads packing
+    // all of (256, 2048), 215, in place 235).
+    let direct = n <= DIRECT_N && (a.cs == 1 || (a.rs == 1 && shared));
     with_scratch(
         &B_SCRATCH,
         KC.min(k) * NC.min(n).next_multiple_of(NR),
         |bp| {
-            // Tiles of whole row blocks where there are enough of them for the threads, else row
-            // blocks cut into column chunks (each tile packs its rows of `a` once).
-            let want = if threads {
-                2 * rayon::current_num_threads()
-            } else {
-                1
-            };
             for jc in (0..n).step_by(NC) {
                 let nc = NC.min(n - jc);
-                let cuts = (want / m.div_ceil(MC)).clamp(1, nc.div_ceil(NR));
-                let chunk = nc.div_ceil(cuts).next_multiple_of(NR);
                 for pc in (0..k).step_by(KC) {
                     let kc = KC.min(k - pc);
                     pack_b(bp, b, (pc, kc), (jc, nc));
                     // the first block of the depth writes (or accumulates into) dst, the rest add
                     let load = acc || pc > 0;
-                    let tiles: Vec<(usize, usize)> = (0..m)
-                        .step_by(MC)
-                        .flat_map(|ic| (0..nc).step_by(chunk).map(move |jr| (ic, jr)))
-                        .collect();
-                    let tile = |&(ic, jr): &(usize, usize)| {
+                    for ic in (0..m).step_by(MC) {
                         let mc = MC.min(m - ic);
-                        let cols = chunk.min(nc - jr);
                         let run = |ap: &[f32]| {
-                            for j in (jr..jr + cols).step_by(NR) {
+                            for j in (0..nc).step_by(NR) {
                                 let w = NR.min(nc - j);
                                 let panel = &bp[(j / NR) * kc * NR..(j / NR + 1) * kc * NR];
                                 for i in (0..mc).step_by(MR) {
                                     let h = MR.min(mc - i);
                                     // SAFETY: `available` said the CPU has AVX-512F; the tile of
-                                    // h x w outputs at (ic + i, jc + j) lies inside dst (checked
-                                    // above); the B panel holds kc x NR packed elements; A's
-                                    // rows are MR-tall packed panels of ap, or (direct) rows
-                                    // ic + i .. ic + i + h, columns pc.. of a, inside a.
+                                    // h x w outputs at (ic + i, jc + j) lies inside the region
+                                    // (checked by `gemm`); the B panel holds kc x NR packed
+                                    // elements; A's rows are MR-tall packed panels of ap, or
+                                    // (direct) rows ic + i .. ic + i + h, columns pc.. of a,
+                                    // inside a.
                                     unsafe {
                                         let c = out.at(ic + i, jc + j);
-                                        let tile = (c, ld, h, w);
+                                        let tile = (c, out.ld, h, w);
                                         if direct {
                                             let at =
                                                 a.data.as_ptr().add((ic + i) * a.rs + pc * a.cs);
@@ -359,11 +426,6 @@ fn gemm(
                                 run(ap);
                             });
                         }
-                    };
-                    if threads && tiles.len() > 1 {
-                        tiles.par_iter().for_each(tile);
-                    } else {
-                        tiles.iter().for_each(tile);
                     }
                 }
             }
@@ -402,31 +464,41 @@ fn with_scratch<R>(
 /// rows of NR contiguous elements, zero past the last column.
 fn pack_b(bp: &mut [f32], b: View<'_, f32>, (pc, kc): (usize, usize), (jc, nc): (usize, usize)) {
     for (p, panel) in bp.chunks_mut(kc * NR).take(nc.div_ceil(NR)).enumerate() {
-        let j0 = jc + p * NR;
-        let w = NR.min(jc + nc - j0);
-        if b.rs == 1 && b.cs != 1 {
-            // a transposed operand: each column is contiguous, read whole into its slots
-            panel.fill(0.0);
-            for j in 0..w {
-                let col = &b.data[(j0 + j) * b.cs + pc..][..kc];
-                for (slot, &x) in panel.iter_mut().skip(j).step_by(NR).zip(col) {
-                    *slot = x;
-                }
+        pack_panel(panel, b, (pc, kc), jc + p * NR, jc + nc);
+    }
+}
+
+/// One NR-wide panel of [`pack_b`]: rows `pc..pc + kc`, columns from `j0` (before `end`).
+fn pack_panel(
+    panel: &mut [f32],
+    b: View<'_, f32>,
+    (pc, kc): (usize, usize),
+    j0: usize,
+    end: usize,
+) {
+    let w = NR.min(end - j0);
+    if b.rs == 1 && b.cs != 1 {
+        // a transposed operand: each column is contiguous, read whole into its slots
+        panel.fill(0.0);
+        for j in 0..w {
+            let col = &b.data[(j0 + j) * b.cs + pc..][..kc];
+            for (slot, &x) in panel.iter_mut().skip(j).step_by(NR).zip(col) {
+                *slot = x;
             }
-            continue;
         }
-        for (kk, row) in panel.chunks_mut(NR).enumerate() {
-            let r = pc + kk;
-            if b.cs == 1 {
-                let at = r * b.rs + j0;
-                row[..w].copy_from_slice(&b.data[at..at + w]);
-            } else {
-                for (j, e) in row[..w].iter_mut().enumerate() {
-                    *e = b.at(r, j0 + j);
-                }
+        return;
+    }
+    for (kk, row) in panel.chunks_mut(NR).enumerate() {
+        let r = pc + kk;
+        if b.cs == 1 {
+            let at = r * b.rs + j0;
+            row[..w].copy_from_slice(&b.data[at..at + w]);
+        } else {
+            for (j, e) in row[..w].iter_mut().enumerate() {
+                *e = b.at(r, j0 + j);
             }
-            row[w..].fill(0.0);
         }
+        row[w..].fill(0.0);
     }
 }
 
@@ -438,8 +510,14 @@ fn pack_a(ap: &mut [f32], a: View<'_, f32>, (ic, mc): (usize, usize), (pc, kc): 
         let h = MR.min(ic + mc - i0);
         // column by column: MR reads (one per row's stream) to one contiguous write
         for (kk, col) in panel.chunks_mut(MR).enumerate() {
-            for (i, e) in col[..h].iter_mut().enumerate() {
-                *e = a.at(i0 + i, pc + kk);
+            if a.rs == 1 {
+                // a transposed operand: the column's h elements are contiguous
+                let at = i0 + (pc + kk) * a.cs;
+                col[..h].copy_from_slice(&a.data[at..at + h]);
+            } else {
+                for (i, e) in col[..h].iter_mut().enumerate() {
+                    *e = a.at(i0 + i, pc + kk);
+                }
             }
             col[h..].fill(0.0);
         }
@@ -643,7 +721,9 @@ mod tests {
         ];
         for (m, n, k) in shapes {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                for (acc, beta, threads) in [(false, 1.0, true), (true, 0.5, false)] {
+                for (acc, beta, threads) in
+                    [(false, 1.0, true), (true, 0.5, false), (true, 0.5, true)]
+                {
                     let (av, bv) = (data(m * k, 1), data(k * n, 2));
                     let ab = (operand(&av, (m, k), ta), operand(&bv, (k, n), tb));
                     // a wider row stride than n, with a sentinel past each row's n columns
@@ -659,6 +739,60 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn regions_of_three_and_four_threads_cover_the_output_once() {
+        if !available() {
+            eprintln!("!!! no AVX-512F on this CPU: the AVX-512 f32 gemm is NOT tested !!!");
+            return;
+        }
+        for threads in [3, 4] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            // regions of rows, of columns, and a 2 x 2 grid; a transposed a shared by threads
+            for (m, n, k) in [(300, 40, 70), (20, 500, 70), (200, 200, 300), (15, 33, 9)] {
+                for ta in [false, true] {
+                    let (av, bv) = (data(m * k, 3), data(k * n, 4));
+                    let ab = (operand(&av, (m, k), ta), operand(&bv, (k, n), false));
+                    let what = format!("({m}, {n}, {k}) ta {ta} on {threads} threads");
+                    agrees(
+                        (m, n, k),
+                        n,
+                        ab,
+                        (false, 1.0),
+                        |out| pool.install(|| product(out, n, (m, n, k), ab, (false, 1.0), true)),
+                        &what,
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grids_use_the_threads_on_whole_tiles_and_shares_partition() {
+        // as many regions as threads where the output has the tiles, the fewest rows + columns
+        assert_eq!(grid(2, 2048, 256), (2, 1));
+        assert_eq!(grid(2, 256, 2048), (1, 2));
+        assert_eq!(grid(4, 1024, 1024), (2, 2));
+        assert_eq!(grid(4, MR, 10 * NR), (1, 4));
+        assert_eq!(grid(8, MR, NR), (1, 1));
+        assert_eq!(grid(3, 2 * MR, NR), (2, 1));
+        for (panels, parts, unit, len) in [(19, 2, MR, 256), (8, 3, NR, 250), (5, 5, 1, 5)] {
+            let shares: Vec<_> = (0..parts)
+                .map(|i| share(panels, parts, i, unit, len))
+                .collect();
+            assert_eq!(shares[0].start, 0);
+            assert_eq!(shares[parts - 1].end, len);
+            for w in shares.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "{shares:?}");
+            }
+            let sizes: Vec<usize> = shares.iter().map(|r| r.len().div_ceil(unit)).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(hi - lo <= 1 && *lo > 0, "{shares:?}");
         }
     }
 
