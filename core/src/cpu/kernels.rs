@@ -96,6 +96,28 @@ pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// See [`super::squared_sum`].
+pub(super) fn squared_sum(v: &[f32]) -> f64 {
+    #[inline(always)]
+    fn lanes(v: &[f32]) -> f64 {
+        let mut acc = [0f64; 8];
+        let chunks = v.chunks_exact(8);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for (a, &x) in acc.iter_mut().zip(c) {
+                let x = f64::from(x);
+                *a += x * x;
+            }
+        }
+        for (a, &x) in acc.iter_mut().zip(tail) {
+            let x = f64::from(x);
+            *a += x * x;
+        }
+        acc.iter().sum()
+    }
+    wide(|| lanes(v))
+}
+
 /// `f` of every element, on several threads for large inputs (in pieces, each a plain loop
 /// with `f` inlined, so it vectorizes). The output is written once, never zeroed first.
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {

@@ -157,6 +157,12 @@ macro_rules! float_op {
     };
 }
 
+/// The sum of the squares of `v` in f64 (gradient clipping's norm): eight partial sums, one
+/// per vector lane, so that it vectorises; the same bits on every CPU.
+pub(crate) fn squared_sum(v: &[f32]) -> f64 {
+    kernels::squared_sum(v)
+}
+
 /// Rows of `cols` elements of `x` normalised, then `* weight + bias` where given (see
 /// `kernels::norm`): the host kernel of [`crate::backend::Kernels::norm`]. 16-bit floats
 /// compute in f32.

@@ -1,11 +1,16 @@
 //! Training utilities: gradient clipping.
 
+use crate::autograd::partial_to_broadcast;
+use crate::boxing::Dist;
 use crate::error::{Error, Result};
+use crate::placement::{Placement, Ranks};
+use crate::sbp::{NdSbp, Sbp};
+use crate::storage::HostData;
 use crate::tensor::Tensor;
 
 /// PyTorch's `clip_grad_norm_`: the global 2-norm of every parameter's gradient (over all
 /// parameters, whatever their SBP: each gradient's squared sum is reduced over its placement,
-/// so every rank gets the same norm), and, when `max_norm / (norm + 1e-6)` is below 1, every
+/// so every rank gets the same norm, also a rank outside some gradient's placement), and, when `max_norm / (norm + 1e-6)` is below 1, every
 /// gradient scaled by it in place. Parameters without a gradient are skipped. Returns the
 /// norm before clipping.
 ///
@@ -30,19 +35,73 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
         });
     }
     let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
-    let mut total = 0.0f64;
+    // Each gradient's squared sum over its local component, grouped by layout: a group whose
+    // layout has split axes sums its ranks' parts with one all-reduce (not one per gradient),
+    // and a fully broadcast one needs none. Partial gradients are reduced first.
+    let mut groups: Vec<(Option<Dist>, Vec<f64>)> = vec![];
     for g in &grads {
-        let sq = crate::no_grad(|| {
-            g.to_dtype(crate::DType::F64)?
-                .square()?
-                .sum(Vec::new(), false)
-        })?;
-        match sq.to_vec::<f64>() {
-            Ok(v) => total += v.first().copied().unwrap_or(0.0),
-            // A rank outside this gradient's placement holds none of it.
-            Err(Error::NotInPlacement { .. }) => {}
-            Err(e) => return Err(e),
+        let g = match g.dist() {
+            Some(d) if d.nd_sbp.has_partial() => {
+                g.to_global(&d.placement, partial_to_broadcast(&d.nd_sbp))?
+            }
+            _ => g.clone(),
+        };
+        let sum = local_squared_sum(&g)?;
+        let key = g
+            .dist()
+            .map(|d| Dist::new(d.placement.clone(), summands(&d.nd_sbp)));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, sums)) => sums.push(sum),
+            None => groups.push((key, vec![sum])),
         }
+    }
+    // Each group's total, on every rank of its placement; ranks outside a placement learn its
+    // total from one more all-reduce over the world (from the placement's first rank), so
+    // that every rank scales by the same factor.
+    let env = crate::env::current();
+    let (mut total, mut elsewhere) = (0.0f64, 0.0f64);
+    let mut partial = false;
+    for (key, sums) in groups {
+        let Some(d) = key else {
+            total += sums.iter().sum::<f64>();
+            continue;
+        };
+        let p = Placement::new(
+            "cpu",
+            Ranks::nd(d.placement.hierarchy(), d.placement.ranks())?,
+        )?;
+        let sum = if d.nd_sbp.has_partial() {
+            let n = sums.len();
+            let local = Tensor::from_vec(sums, &[n], crate::Device::Cpu)?;
+            let whole = local
+                .to_global(&p, d.nd_sbp.clone())?
+                .to_global(&p, partial_to_broadcast(&d.nd_sbp))?;
+            match whole.to_vec::<f64>() {
+                Ok(v) => v.iter().sum::<f64>(),
+                Err(Error::NotInPlacement { .. }) => 0.0,
+                Err(e) => return Err(e),
+            }
+        } else {
+            sums.iter().sum::<f64>()
+        };
+        if p.size() == env.world_size() {
+            total += sum;
+        } else {
+            partial = true;
+            if p.ranks().first() == Some(&env.rank()) {
+                elsewhere += sum;
+            }
+        }
+    }
+    if partial {
+        let world = Placement::new(
+            "cpu",
+            Ranks::flat((0..env.world_size()).collect::<Vec<_>>())?,
+        )?;
+        total += Tensor::from_vec(vec![elsewhere], &[1], crate::Device::Cpu)?
+            .to_global(&world, Sbp::partial_sum())?
+            .to_global(&world, Sbp::broadcast())?
+            .to_vec::<f64>()?[0];
     }
     // Each gradient is replaced by its scaled copy one at a time: holding them all here too
     // would keep a second copy of every gradient alive (a model's size, at the step's peak).
@@ -57,4 +116,120 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
         }
     }
     Ok(norm)
+}
+
+/// The layout of a gradient's local squared sums: a split axis's parts are summands, a
+/// broadcast axis's copies are equal.
+fn summands(sbp: &NdSbp) -> NdSbp {
+    NdSbp::from(
+        sbp.as_slice()
+            .iter()
+            .map(|s| match s {
+                Sbp::Split(_) => Sbp::partial_sum(),
+                other => *other,
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The sum of the squares of this rank's part of `g` (a local tensor, or a global one without
+/// partial axes), accumulated in f64: read in place where it lives on the host, through
+/// operators on a device; 0 on a rank outside its placement.
+fn local_squared_sum(g: &Tensor) -> Result<f64> {
+    let local = match g.to_local() {
+        Ok(t) => t,
+        Err(Error::NotInPlacement { .. }) => return Ok(0.0),
+        Err(e) => return Err(e),
+    };
+    let on_host = local.read().and_then(|data| {
+        let sq = |x: f64| x * x;
+        Some(match data.host().ok()? {
+            HostData::F32(v) => crate::cpu::squared_sum(v),
+            HostData::F64(v) => v.iter().map(|&x| sq(x)).sum(),
+            HostData::F16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
+            HostData::BF16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
+            _ => return None,
+        })
+    });
+    if let Some(sum) = on_host {
+        return Ok(sum);
+    }
+    let sq = crate::no_grad(|| {
+        local
+            .to_dtype(crate::DType::F64)?
+            .square()?
+            .sum(Vec::new(), false)
+    })?;
+    Ok(sq.to_vec::<f64>()?.first().copied().unwrap_or(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Placement, simulate};
+
+    /// Gradients of every layout on a 2 x 2 placement (split on either axis, broadcast,
+    /// partial, a 1-D sub-placement that some ranks are outside of) give every rank of the
+    /// placement the norm of the whole values, and are scaled to `max_norm`.
+    #[test]
+    fn the_norm_is_the_whole_values_whatever_their_layout() -> Result<()> {
+        let values = |seed: usize, n: usize| -> Vec<f64> {
+            (0..n)
+                .map(|i| ((i * 7 + seed * 3) % 11) as f64 - 5.0)
+                .collect()
+        };
+        let layouts = |p2: &Placement, p1: &Placement| -> Vec<(Placement, NdSbp)> {
+            vec![
+                (p2.clone(), [Sbp::split(0), Sbp::broadcast()].into()),
+                (p2.clone(), [Sbp::broadcast(), Sbp::split(1)].into()),
+                (p2.clone(), [Sbp::split(1), Sbp::split(0)].into()),
+                (p2.clone(), [Sbp::broadcast(), Sbp::broadcast()].into()),
+                (p2.clone(), [Sbp::partial_sum(), Sbp::split(0)].into()),
+                (p1.clone(), [Sbp::split(0)].into()),
+            ]
+        };
+        let want: f64 = (0..6)
+            .map(|i| values(i, 24).iter().map(|x| x * x).sum::<f64>())
+            .sum::<f64>()
+            .sqrt();
+        let got = simulate(4, |env| {
+            let p2 = Placement::new("cpu", [[0, 1], [2, 3]])?;
+            let p1 = Placement::new("cpu", [1, 2])?;
+            let mut params = vec![];
+            for (i, (p, sbp)) in layouts(&p2, &p1).into_iter().enumerate() {
+                let whole = Tensor::from_vec(values(i, 24), &[4, 6], Device::Cpu)?;
+                let b = NdSbp::broadcast(p.ndim());
+                let param = Tensor::zeros(&[4, 6], Device::Cpu)?
+                    .to_global(&p, b.clone())?
+                    .to_global(&p, sbp.clone())?;
+                let g = whole.to_global(&p, b)?.to_global(&p, sbp)?;
+                param.set_grad(Some(g));
+                params.push(param);
+            }
+            let norm = clip_grad_norm(&params, 1.0)?;
+            // the clipped gradients' norm, recomputed from whole values
+            let mut after = 0.0;
+            for p in &params {
+                let d = p.dist().cloned().ok_or(Error::Internal("local".into()))?;
+                let g = p.grad().ok_or(Error::Internal("no grad".into()))?;
+                let b = NdSbp::broadcast(d.placement.ndim());
+                if let Ok(v) = g.to_global(&d.placement, b)?.to_vec::<f64>() {
+                    after += v.iter().map(|x| x * x).sum::<f64>();
+                }
+            }
+            Ok((env.rank(), norm, after.sqrt()))
+        })?;
+        for (rank, norm, after) in got {
+            // every rank, also outside the last gradient's placement (0 and 3), has the norm
+            assert!(
+                (norm - want).abs() < 1e-9 * want,
+                "rank {rank}: {norm} != {want}"
+            );
+            if rank == 1 || rank == 2 {
+                // inside every placement: the clipped gradients have norm 1
+                assert!((after - 1.0).abs() < 1e-5, "rank {rank}: {after}");
+            }
+        }
+        Ok(())
+    }
 }
