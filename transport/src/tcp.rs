@@ -37,9 +37,7 @@ use crate::handshake::Handshake;
 use crate::TransportError;
 use crate::control::keep_alive;
 use crate::link::{Caps, LinkError, LinkPair, LinkRx, LinkTx};
-use crate::records::{
-    ALERT, APP_DATA, CLOSE_NOTIFY, MAX_PLAIN, MAX_RECORD, OVERHEAD, Opened, Opener, Sealer,
-};
+use crate::records::{ALERT, APP_DATA, CLOSE_NOTIFY, MAX_RECORD, Opened, Opener, Outbox, Sealer};
 pub use crate::tls::Fingerprint;
 use crate::tls::{SERVER_NAME, fingerprint, pinned_client, pinned_server, tls_error};
 
@@ -393,7 +391,7 @@ struct TlsTx {
     sealer: Sealer<ClientConnectionData>,
     sock: TcpStream,
     /// Sealed records, written to the socket from `sent` on.
-    out: Vec<u8>,
+    out: Outbox,
     sent: usize,
     /// Plaintext bytes sealed into `out` whose records are not all on the socket yet; they
     /// count as written only once they are, so a caller that stops calling on "all written"
@@ -407,7 +405,7 @@ impl TlsTx {
         TlsTx {
             sealer,
             sock,
-            out: Vec::with_capacity(CHUNK + CHUNK.div_ceil(MAX_PLAIN) * OVERHEAD),
+            out: Outbox::default(),
             sent: 0,
             staged: 0,
             failed: None,
@@ -418,8 +416,8 @@ impl TlsTx {
     fn seal(&mut self, typ: u8, parts: &[&[u8]]) {
         if self.sent == self.out.len() {
             // Drained: start over (a buffer grown by a large staged send is given back).
-            if self.out.capacity() > 4 * CHUNK {
-                self.out = Vec::new();
+            if self.out.kept() > 4 * CHUNK {
+                self.out = Outbox::default();
             }
             self.out.clear();
             self.sent = 0;
@@ -468,7 +466,7 @@ impl TlsTx {
     /// Moves sealed records to the socket; true when none is left.
     fn flush(&mut self) -> bool {
         while self.failed.is_none() && self.sent < self.out.len() {
-            match self.sock.write(&self.out[self.sent..]) {
+            match self.sock.write(&self.out.bytes()[self.sent..]) {
                 Ok(0) => self.failed = Some(LinkError::Closed),
                 Ok(n) => self.sent += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
@@ -826,6 +824,7 @@ impl LinkRx for TlsRx {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use crate::records::MAX_PLAIN;
 
     fn lo() -> IpAddr {
         IpAddr::from([127, 0, 0, 1])
@@ -918,7 +917,7 @@ mod tests {
         // One flipped bit in the next record's ciphertext.
         tx.seal(APP_DATA, &[b"tampered"]);
         let at = tx.out.len() - 20;
-        tx.out[at] ^= 1;
+        tx.out.bytes_mut()[at] ^= 1;
         tx.write_all(&[], soon()).unwrap();
         assert!(tx.flush());
         let err = rx.read_exact(&mut [0u8; 8], soon()).unwrap_err();

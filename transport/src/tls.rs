@@ -1,5 +1,5 @@
 //! The TLS pieces QUIC ([`crate::quic`]) and TCP ([`crate::tcp`]) links share: TLS 1.3 with
-//! ring's AES-128-GCM only, a fresh self-signed certificate per process, and mutual
+//! AES-128-GCM only (aws-lc-rs), a fresh self-signed certificate per process, and mutual
 //! verification against the SHA-256 fingerprints the ranks exchanged in the rendezvous (which
 //! only holders of the job token pass).
 
@@ -75,10 +75,11 @@ pub(crate) fn pinned_server(
     Ok(tls)
 }
 
-/// ring's TLS 1.3 suites reduced to AES-128-GCM, the fastest here (see the notes).
+/// aws-lc-rs's TLS 1.3 suites reduced to AES-128-GCM, the fastest here (see the notes): aws-lc
+/// seals with VAES and AVX-512 at 1.6x ring's rate on this machine.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
-    let mut p = rustls::crypto::ring::default_provider();
-    p.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    p.cipher_suites = vec![rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256];
     Arc::new(p)
 }
 
