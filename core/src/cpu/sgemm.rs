@@ -492,7 +492,7 @@ fn pack_panel(
         let r = pc + kk;
         if b.cs == 1 {
             let at = r * b.rs + j0;
-            row[..w].copy_from_slice(&b.data[at..at + w]);
+            copy_run(&mut row[..w], &b.data[at..at + w]);
         } else {
             for (j, e) in row[..w].iter_mut().enumerate() {
                 *e = b.at(r, j0 + j);
@@ -513,7 +513,7 @@ fn pack_a(ap: &mut [f32], a: View<'_, f32>, (ic, mc): (usize, usize), (pc, kc): 
             if a.rs == 1 {
                 // a transposed operand: the column's h elements are contiguous
                 let at = i0 + (pc + kk) * a.cs;
-                col[..h].copy_from_slice(&a.data[at..at + h]);
+                copy_run(&mut col[..h], &a.data[at..at + h]);
             } else {
                 for (i, e) in col[..h].iter_mut().enumerate() {
                     *e = a.at(i0 + i, pc + kk);
@@ -521,6 +521,26 @@ fn pack_a(ap: &mut [f32], a: View<'_, f32>, (ic, mc): (usize, usize), (pc, kc): 
             }
             col[h..].fill(0.0);
         }
+    }
+}
+
+/// `dst = src` for a packed panel's row or column: a whole one (NR or MR elements) as a copy
+/// of constant size, a few vector moves rather than a `memcpy` call per row (the GPT's
+/// weight-gradient products, which pack both operands: 208-247 -> 237-267 GFLOP/s).
+#[inline(always)]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    if let (Ok(d), Ok(s)) = (
+        <&mut [f32; NR]>::try_from(&mut *dst),
+        <&[f32; NR]>::try_from(src),
+    ) {
+        *d = *s;
+    } else if let (Ok(d), Ok(s)) = (
+        <&mut [f32; MR]>::try_from(&mut *dst),
+        <&[f32; MR]>::try_from(src),
+    ) {
+        *d = *s;
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
