@@ -3,6 +3,7 @@
 use crate::autograd::target_like;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::sbp::Sbp;
 use crate::tensor::Tensor;
 
 /// Mean squared error over all elements: `mean((pred - target)^2)`.
@@ -22,10 +23,11 @@ pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 
 /// Cross-entropy of `logits` (N, C) against `target`: class indices (I64 or I32, shape (N))
 /// or class probabilities (the logits' shape and dtype), averaged over the N samples, as
-/// PyTorch's `cross_entropy`. With indices it costs O(N·C) (a mask of the target classes, never
-/// a C×C matrix), and logits split over the class dim stay split: `logsumexp` runs as a max and
-/// a sum of partials and the target logit is a partial sum (Megatron's vocabulary-parallel
-/// loss, from the signatures alone).
+/// PyTorch's `cross_entropy`. With indices it costs O(N·C) (the target logits gathered, or,
+/// for logits split over the class dim, a mask of the target classes; never a C×C matrix), and
+/// logits split over the class dim stay split: `logsumexp` runs as a max and a sum of partials
+/// and the target logit is a partial sum (Megatron's vocabulary-parallel loss, from the
+/// signatures alone).
 ///
 /// ```
 /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
@@ -54,10 +56,22 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
             return Err(bad("class indices must have shape (N)"));
         }
         check_classes(target, c)?;
-        let classes = Tensor::arange_dtype(c, DType::I64, target_like(logits))?.reshape(&[1, c])?;
-        let mask = classes.eq(&target.reshape(&[n, 1])?)?;
-        let zero = logits.detach().mul_scalar(0.0)?;
-        let picked = mask.where_cond(logits, &zero)?.sum(1, false)?.resolved()?;
+        let split_classes = logits
+            .dist()
+            .is_some_and(|d| d.nd_sbp.as_slice().contains(&Sbp::Split(1)));
+        let picked = if split_classes {
+            // each rank's classes: the target logit where a rank holds it, zero elsewhere
+            let classes =
+                Tensor::arange_dtype(c, DType::I64, target_like(logits))?.reshape(&[1, c])?;
+            let mask = classes.eq(&target.reshape(&[n, 1])?)?;
+            let zero = logits.detach().mul_scalar(0.0)?;
+            mask.where_cond(logits, &zero)?.sum(1, false)?.resolved()?
+        } else {
+            // one read per sample (the mask took three passes over the logits)
+            logits
+                .gather(1, &target.to_dtype(DType::I64)?.reshape(&[n, 1])?)?
+                .reshape(&[n])?
+        };
         return logits
             .logsumexp(1, false)?
             .sub(&picked)?
