@@ -22,12 +22,13 @@ pub trait Float: Element + NumFloat + Default + 'static {
     /// `erf(x)`, as [`Float::exp_v`] (libm's for `f64`).
     fn erf_v(self) -> Self;
 
-    /// `erfc(x) = 1 - erf(x)`, accurate also where it is tiny.
-    fn erfc_v(self) -> Self;
+    /// The standard normal CDF `Phi(x)` and `e^(-x^2/2)`, for the exact GELU and its
+    /// derivative: `Phi` accurate relative to its value also where it is tiny (`x` negative).
+    fn normal_v(self) -> (Self, Self);
 }
 
 macro_rules! float_impl {
-    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $erfc:expr) => {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $normal:expr) => {
         impl Float for $t {
             #[inline(always)]
             fn exp_v(self) -> Self {
@@ -45,8 +46,8 @@ macro_rules! float_impl {
             }
 
             #[inline(always)]
-            fn erfc_v(self) -> Self {
-                $erfc(self)
+            fn normal_v(self) -> (Self, Self) {
+                $normal(self)
             }
         }
     };
@@ -56,9 +57,17 @@ float_impl!(
     super::fast::exp,
     super::fast::tanh,
     super::fast::erf,
-    super::fast::erfc
+    super::fast::normal
 );
-float_impl!(f64, f64::exp, f64::tanh, libm::erf, libm::erfc);
+float_impl!(f64, f64::exp, f64::tanh, libm::erf, normal_f64);
+
+/// [`Float::normal_v`] for `f64`: `Phi(x) = erfc(-x / sqrt 2) / 2` from libm.
+fn normal_f64(x: f64) -> (f64, f64) {
+    (
+        0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
+        (-0.5 * x * x).exp(),
+    )
+}
 
 /// Elementwise work of at least this many elements is split over the threads.
 const PAR_MIN: usize = 1 << 15;
@@ -258,7 +267,6 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     let one = T::one();
     // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
-    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
     match op {
         UnaryOp::Neg => map(
             x,
@@ -328,11 +336,10 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             |v| v / (one + (-v).exp_v()),
         ),
         UnaryOp::Erf => map(x, T::erf_v),
-        // x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc keeps its relative accuracy for negative x
         UnaryOp::GeluErf => map(
             x,
             #[inline(always)]
-            |v| half * v * (-v * inv_sqrt2).erfc_v(),
+            |v| v * v.normal_v().0,
         ),
         UnaryOp::Sign => map(
             x,
@@ -364,10 +371,8 @@ fn silu_grad<T: Float>(v: T) -> T {
 /// The derivative of the exact GELU, `Phi(x) + x phi(x)`.
 #[inline(always)]
 fn gelu_erf_grad<T: Float>(v: T) -> T {
-    let half = T::from_f64(0.5);
-    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
-    let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
-    half * (-v * inv_sqrt2).erfc_v() + v * pdf
+    let (cdf, e) = v.normal_v();
+    cdf + v * e * T::from_f64(0.398_942_280_401_432_7)
 }
 
 /// The derivative of the tanh GELU.
