@@ -224,15 +224,21 @@ fn init_map<'a, T: Float>(slots: Slots<'a, T>, src: &[T], g: impl Fn(T) -> T) ->
     unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<T>]>(slots) as *mut [T]) }
 }
 
-/// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
+/// Interleaved partial results of the row reductions: 32, two AVX-512 registers of `f32`
+/// combining independently (with 8, one register's add latency bounded the passes: LayerNorm's
+/// statistics were most of its forward, attention's softmax and `rowsum(P dP)` a share of
+/// theirs). A fixed order, so the bits do not depend on the CPU.
+const LANES: usize = 32;
+
+/// Combines a contiguous row with `f` in [`LANES`] interleaved partial results (so the loop
 /// vectorizes), then those in order: `init` for an empty row.
 #[inline(always)]
 pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
-    let mut lanes = [init; 8];
-    let chunks = row.chunks_exact(8);
+    let mut lanes = [init; LANES];
+    let chunks = row.chunks_exact(LANES);
     let rest = chunks.remainder();
     for c in chunks {
-        for k in 0..8 {
+        for k in 0..LANES {
             lanes[k] = f(lanes[k], c[k]);
         }
     }
@@ -243,15 +249,15 @@ pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T
     acc
 }
 
-/// `sum(g * (x - shift))` over two rows of equal length, in 8 interleaved partial sums (as
-/// [`fold_row`]).
+/// `sum(g * (x - shift))` over two rows of equal length, in [`LANES`] interleaved partial sums
+/// (as [`fold_row`]).
 #[inline(always)]
-fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
-    let mut lanes = [T::zero(); 8];
-    let (gc, xc) = (g.chunks_exact(8), x.chunks_exact(8));
+pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
+    let mut lanes = [T::zero(); LANES];
+    let (gc, xc) = (g.chunks_exact(LANES), x.chunks_exact(LANES));
     let (gr, xr) = (gc.remainder(), xc.remainder());
     for (g, x) in gc.zip(xc) {
-        for k in 0..8 {
+        for k in 0..LANES {
             lanes[k] = lanes[k] + g[k] * (x[k] - shift);
         }
     }
@@ -757,7 +763,7 @@ pub(super) fn softmax_grad<T: Float>(
     let inner: usize = shape[dim + 1..].iter().product();
     let block = len * inner;
     if inner == 1 {
-        // contiguous rows: the row sum in 8 partial results, then one pass
+        // contiguous rows: the row sum in 32 partial results, then one pass
         return rows_written(
             y.len(),
             len,
@@ -1070,19 +1076,14 @@ fn permute_into<E: bytemuck::Pod + Send + Sync>(
     }
 }
 
-/// Partial sums of the normalisations' row reductions: 32 interleaved lanes, two AVX-512
-/// registers of `f32` adding independently (with [`fold_row`]'s 8, one register's add latency
-/// bounded the statistics passes, most of a LayerNorm forward's time).
-const NORM_LANES: usize = 32;
-
-/// `sum(term(v))` over a row in [`NORM_LANES`] interleaved partial sums, then those in order.
+/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums, then those in order.
 #[inline(always)]
 fn sum_lanes<T: Float>(row: &[T], term: impl Fn(T) -> T) -> T {
-    let mut lanes = [T::zero(); NORM_LANES];
-    let chunks = row.chunks_exact(NORM_LANES);
+    let mut lanes = [T::zero(); LANES];
+    let chunks = row.chunks_exact(LANES);
     let rest = chunks.remainder();
     for c in chunks {
-        for k in 0..NORM_LANES {
+        for k in 0..LANES {
             lanes[k] = lanes[k] + term(c[k]);
         }
     }
@@ -1210,10 +1211,10 @@ pub(super) fn norm_grad<T: Float>(
 }
 
 /// `(sum(d^2), sum(h), sum(h * d))` for `d = x - shift` and `h = g * w` over rows of equal
-/// length, in [`NORM_LANES`] interleaved partial sums each.
+/// length, in [`LANES`] interleaved partial sums each.
 #[inline(always)]
 fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
-    const L: usize = NORM_LANES;
+    const L: usize = LANES;
     let (mut q, mut s, mut p) = ([T::zero(); L], [T::zero(); L], [T::zero(); L]);
     let (gc, wc, xc) = (g.chunks_exact(L), w.chunks_exact(L), x.chunks_exact(L));
     let (gr, wr, xr) = (gc.remainder(), wc.remainder(), xc.remainder());
