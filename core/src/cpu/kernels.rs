@@ -224,21 +224,15 @@ fn init_map<'a, T: Float>(slots: Slots<'a, T>, src: &[T], g: impl Fn(T) -> T) ->
     unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<T>]>(slots) as *mut [T]) }
 }
 
-/// Interleaved partial results of the row reductions: 32, two AVX-512 registers of `f32`
-/// combining independently (with 8, one register's add latency bounded the passes: LayerNorm's
-/// statistics were most of its forward, attention's softmax and `rowsum(P dP)` a share of
-/// theirs). A fixed order, so the bits do not depend on the CPU.
-const LANES: usize = 32;
-
-/// Combines a contiguous row with `f` in [`LANES`] interleaved partial results (so the loop
+/// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
 /// vectorizes), then those in order: `init` for an empty row.
 #[inline(always)]
 pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
-    let mut lanes = [init; LANES];
-    let chunks = row.chunks_exact(LANES);
+    let mut lanes = [init; 8];
+    let chunks = row.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
-        for k in 0..LANES {
+        for k in 0..8 {
             lanes[k] = f(lanes[k], c[k]);
         }
     }
@@ -249,8 +243,29 @@ pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T
     acc
 }
 
+/// Interleaved partial sums of [`dot_row`] and the normalisations' row sums: 32, two AVX-512
+/// registers of `f32` adding independently (with [`fold_row`]'s 8, one register's add latency
+/// bounded LayerNorm's statistics passes, most of its forward). A fixed order, so the bits do
+/// not depend on the CPU. (Attention's softmax keeps [`fold_row`]: its forward measured
+/// slower with 32 lanes on rows of 256 and fewer.)
+const LANES: usize = 32;
+
+/// Combines [`LANES`] partial results pairwise, halves first: log2(LANES) vector steps where
+/// one after the other they would be LANES dependent operations.
+#[inline(always)]
+fn combine<T: Float>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+    let mut n = LANES;
+    while n > 1 {
+        n /= 2;
+        for k in 0..n {
+            lanes[k] = f(lanes[k], lanes[k + n]);
+        }
+    }
+    lanes[0]
+}
+
 /// `sum(g * (x - shift))` over two rows of equal length, in [`LANES`] interleaved partial sums
-/// (as [`fold_row`]).
+/// (the last partial chunk into the first lanes), then those pairwise ([`combine`]).
 #[inline(always)]
 pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
     let mut lanes = [T::zero(); LANES];
@@ -261,11 +276,10 @@ pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
             lanes[k] = lanes[k] + g[k] * (x[k] - shift);
         }
     }
-    let mut acc = lanes.into_iter().fold(T::zero(), |a, v| a + v);
-    for (&g, &x) in gr.iter().zip(xr) {
-        acc = acc + g * (x - shift);
+    for ((l, &g), &x) in lanes.iter_mut().zip(gr).zip(xr) {
+        *l = *l + g * (x - shift);
     }
-    acc
+    combine(lanes, |a, b| a + b)
 }
 
 pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
@@ -763,7 +777,7 @@ pub(super) fn softmax_grad<T: Float>(
     let inner: usize = shape[dim + 1..].iter().product();
     let block = len * inner;
     if inner == 1 {
-        // contiguous rows: the row sum in 32 partial results, then one pass
+        // contiguous rows: the row sum in 8 partial results, then one pass
         return rows_written(
             y.len(),
             len,
@@ -1076,7 +1090,7 @@ fn permute_into<E: bytemuck::Pod + Send + Sync>(
     }
 }
 
-/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums, then those in order.
+/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums (as [`dot_row`]).
 #[inline(always)]
 fn sum_lanes<T: Float>(row: &[T], term: impl Fn(T) -> T) -> T {
     let mut lanes = [T::zero(); LANES];
@@ -1087,8 +1101,10 @@ fn sum_lanes<T: Float>(row: &[T], term: impl Fn(T) -> T) -> T {
             lanes[k] = lanes[k] + term(c[k]);
         }
     }
-    let acc = lanes.into_iter().fold(T::zero(), |a, v| a + v);
-    rest.iter().fold(acc, |a, &v| a + term(v))
+    for (l, &v) in lanes.iter_mut().zip(rest) {
+        *l = *l + term(v);
+    }
+    combine(lanes, |a, b| a + b)
 }
 
 /// A row's mean when `center` (LayerNorm), else 0 (RMSNorm).
@@ -1211,7 +1227,7 @@ pub(super) fn norm_grad<T: Float>(
 }
 
 /// `(sum(d^2), sum(h), sum(h * d))` for `d = x - shift` and `h = g * w` over rows of equal
-/// length, in [`LANES`] interleaved partial sums each.
+/// length, in [`LANES`] interleaved partial sums each (as [`dot_row`]).
 #[inline(always)]
 fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
     const L: usize = LANES;
@@ -1226,15 +1242,14 @@ fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
             p[k] = p[k] + h * d;
         }
     }
-    let total = |a: [T; L]| a.into_iter().fold(T::zero(), |a, v| a + v);
-    let (mut sq, mut hs, mut hy) = (total(q), total(s), total(p));
-    for ((&g, &w), &x) in gr.iter().zip(wr).zip(xr) {
+    for (k, ((&g, &w), &x)) in gr.iter().zip(wr).zip(xr).enumerate() {
         let (h, d) = (g * w, x - shift);
-        sq = sq + d * d;
-        hs = hs + h;
-        hy = hy + h * d;
+        q[k] = q[k] + d * d;
+        s[k] = s[k] + h;
+        p[k] = p[k] + h * d;
     }
-    (sq, hs, hy)
+    let add = |a: T, b: T| a + b;
+    (combine(q, add), combine(s, add), combine(p, add))
 }
 
 /// Rows per piece of [`norm_param_grad`]'s column sums.
