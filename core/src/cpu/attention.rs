@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{Float, fold_row, wide};
+use super::kernels::{Float, dot_row, fold_row, wide};
 use super::sgemm::{Packed, View, product, product_packed};
 use crate::backend::AttentionDims;
 use crate::error::{Error, Result};
@@ -262,10 +262,7 @@ pub(super) fn attention_grad<T: Float>(
                             .chunks(keys)
                             .zip(ds[..rb * keys].chunks_mut(keys))
                         {
-                            let dot = pr
-                                .iter()
-                                .zip(dr.iter())
-                                .fold(T::zero(), |a, (&x, &y)| a + x * y);
+                            let dot = dot_row(pr, dr, T::zero());
                             for (e, &x) in dr.iter_mut().zip(pr) {
                                 *e = x * (*e - dot);
                             }

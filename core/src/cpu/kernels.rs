@@ -22,12 +22,13 @@ pub trait Float: Element + NumFloat + Default + 'static {
     /// `erf(x)`, as [`Float::exp_v`] (libm's for `f64`).
     fn erf_v(self) -> Self;
 
-    /// `erfc(x) = 1 - erf(x)`, accurate also where it is tiny.
-    fn erfc_v(self) -> Self;
+    /// The standard normal CDF `Phi(x)` and `e^(-x^2/2)`, for the exact GELU and its
+    /// derivative: `Phi` accurate relative to its value also where it is tiny (`x` negative).
+    fn normal_v(self) -> (Self, Self);
 }
 
 macro_rules! float_impl {
-    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $erfc:expr) => {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $normal:expr) => {
         impl Float for $t {
             #[inline(always)]
             fn exp_v(self) -> Self {
@@ -45,8 +46,8 @@ macro_rules! float_impl {
             }
 
             #[inline(always)]
-            fn erfc_v(self) -> Self {
-                $erfc(self)
+            fn normal_v(self) -> (Self, Self) {
+                $normal(self)
             }
         }
     };
@@ -56,9 +57,17 @@ float_impl!(
     super::fast::exp,
     super::fast::tanh,
     super::fast::erf,
-    super::fast::erfc
+    super::fast::normal
 );
-float_impl!(f64, f64::exp, f64::tanh, libm::erf, libm::erfc);
+float_impl!(f64, f64::exp, f64::tanh, libm::erf, normal_f64);
+
+/// [`Float::normal_v`] for `f64`: `Phi(x) = erfc(-x / sqrt 2) / 2` from libm.
+fn normal_f64(x: f64) -> (f64, f64) {
+    (
+        0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
+        (-0.5 * x * x).exp(),
+    )
+}
 
 /// Elementwise work of at least this many elements is split over the threads.
 const PAR_MIN: usize = 1 << 15;
@@ -256,23 +265,43 @@ pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T
     acc
 }
 
-/// `sum(g * (x - shift))` over two rows of equal length, in 8 interleaved partial sums (as
-/// [`fold_row`]).
+/// Interleaved partial sums of [`dot_row`] and the normalisations' row sums: 32, two AVX-512
+/// registers of `f32` adding independently (with [`fold_row`]'s 8, one register's add latency
+/// bounded LayerNorm's statistics passes, most of its forward). A fixed order, so the bits do
+/// not depend on the CPU. (Attention's softmax keeps [`fold_row`]: its forward measured
+/// slower with 32 lanes on rows of 256 and fewer.)
+const LANES: usize = 32;
+
+/// Combines [`LANES`] partial results pairwise, halves first: log2(LANES) vector steps where
+/// one after the other they would be LANES dependent operations.
 #[inline(always)]
-fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
-    let mut lanes = [T::zero(); 8];
-    let (gc, xc) = (g.chunks_exact(8), x.chunks_exact(8));
+fn combine<T: Float>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+    let mut n = LANES;
+    while n > 1 {
+        n /= 2;
+        for k in 0..n {
+            lanes[k] = f(lanes[k], lanes[k + n]);
+        }
+    }
+    lanes[0]
+}
+
+/// `sum(g * (x - shift))` over two rows of equal length, in [`LANES`] interleaved partial sums
+/// (the last partial chunk into the first lanes), then those pairwise ([`combine`]).
+#[inline(always)]
+pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
+    let mut lanes = [T::zero(); LANES];
+    let (gc, xc) = (g.chunks_exact(LANES), x.chunks_exact(LANES));
     let (gr, xr) = (gc.remainder(), xc.remainder());
     for (g, x) in gc.zip(xc) {
-        for k in 0..8 {
+        for k in 0..LANES {
             lanes[k] = lanes[k] + g[k] * (x[k] - shift);
         }
     }
-    let mut acc = lanes.into_iter().fold(T::zero(), |a, v| a + v);
-    for (&g, &x) in gr.iter().zip(xr) {
-        acc = acc + g * (x - shift);
+    for ((l, &g), &x) in lanes.iter_mut().zip(gr).zip(xr) {
+        *l = *l + g * (x - shift);
     }
-    acc
+    combine(lanes, |a, b| a + b)
 }
 
 pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
@@ -280,7 +309,6 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
     let one = T::one();
     // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
-    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
     match op {
         UnaryOp::Neg => map(
             x,
@@ -350,11 +378,10 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             |v| v / (one + (-v).exp_v()),
         ),
         UnaryOp::Erf => map(x, T::erf_v),
-        // x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc keeps its relative accuracy for negative x
         UnaryOp::GeluErf => map(
             x,
             #[inline(always)]
-            |v| half * v * (-v * inv_sqrt2).erfc_v(),
+            |v| v * v.normal_v().0,
         ),
         UnaryOp::Sign => map(
             x,
@@ -386,10 +413,8 @@ fn silu_grad<T: Float>(v: T) -> T {
 /// The derivative of the exact GELU, `Phi(x) + x phi(x)`.
 #[inline(always)]
 fn gelu_erf_grad<T: Float>(v: T) -> T {
-    let half = T::from_f64(0.5);
-    let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
-    let pdf = (-half * v * v).exp_v() * T::from_f64(0.398_942_280_401_432_7);
-    half * (-v * inv_sqrt2).erfc_v() + v * pdf
+    let (cdf, e) = v.normal_v();
+    cdf + v * e * T::from_f64(0.398_942_280_401_432_7)
 }
 
 /// The derivative of the tanh GELU.
@@ -1087,30 +1112,46 @@ fn permute_into<E: bytemuck::Pod + Send + Sync>(
     }
 }
 
+/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums (as [`dot_row`]).
+#[inline(always)]
+fn sum_lanes<T: Float>(row: &[T], term: impl Fn(T) -> T) -> T {
+    let mut lanes = [T::zero(); LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            lanes[k] = lanes[k] + term(c[k]);
+        }
+    }
+    for (l, &v) in lanes.iter_mut().zip(rest) {
+        *l = *l + term(v);
+    }
+    combine(lanes, |a, b| a + b)
+}
+
+/// A row's mean when `center` (LayerNorm), else 0 (RMSNorm).
+#[inline(always)]
+fn row_mean<T: Float>(row: &[T], center: bool) -> T {
+    if center {
+        sum_lanes(row, |v| v) / T::from_f64(row.len() as f64)
+    } else {
+        T::zero()
+    }
+}
+
+/// `1 / sqrt(sum / n + eps)` for the sum of squares `sq` of a row of `n` elements.
+#[inline(always)]
+fn rstd<T: Float>(sq: T, n: usize, eps: T) -> T {
+    T::one() / (sq / T::from_f64(n as f64) + eps).sqrt()
+}
+
 /// The mean and reciprocal standard deviation of a row: over `(x - mean)` when `center`
 /// (LayerNorm's biased variance), over `x` itself otherwise (RMSNorm's mean square).
 #[inline(always)]
 fn row_stats<T: Float>(row: &[T], eps: T, center: bool) -> (T, T) {
-    let n = T::from_f64(row.len() as f64);
-    let mean = if center {
-        fold_row(row, T::zero(), |a, v| a + v) / n
-    } else {
-        T::zero()
-    };
-    let mut sq = [T::zero(); 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for k in 0..8 {
-            let d = c[k] - mean;
-            sq[k] = sq[k] + d * d;
-        }
-    }
-    let mut var = sq.into_iter().fold(T::zero(), |a, v| a + v);
-    for &v in rest {
-        var = var + (v - mean) * (v - mean);
-    }
-    (mean, T::one() / (var / n + eps).sqrt())
+    let mean = row_mean(row, center);
+    let sq = sum_lanes(row, |v| (v - mean) * (v - mean));
+    (mean, rstd(sq, row.len(), eps))
 }
 
 /// The optional elementwise affine of a normalisation: `y * weight + bias` per column.
@@ -1167,7 +1208,8 @@ pub(super) fn norm<T: Float>(
 
 /// The input gradient of [`norm`] for the output gradient `g` and the affine's `weight`: with
 /// `h = g * weight` and `y` the normalised row, `dx = rstd * (h - mean(h) - y * mean(h * y))`
-/// when `center`, without the `mean(h)` term otherwise.
+/// when `center`, without the `mean(h)` term otherwise. Per row three passes over the row
+/// (in cache): the mean; the variance with the sums of `h` and `h * (x - mean)`; `dx`.
 pub(super) fn norm_grad<T: Float>(
     x: &[T],
     g: &[T],
@@ -1178,6 +1220,15 @@ pub(super) fn norm_grad<T: Float>(
 ) -> Vec<T> {
     let eps = T::from_f64(eps);
     let n = T::from_f64(cols as f64);
+    // no weight: `g * 1`, the same bits as `g`
+    let ones;
+    let w = match weight {
+        Some(w) => w,
+        None => {
+            ones = vec![T::one(); cols];
+            &ones
+        }
+    };
     rows_written(
         x.len(),
         cols,
@@ -1185,56 +1236,42 @@ pub(super) fn norm_grad<T: Float>(
         #[inline(always)]
         |i, r| {
             let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
-            let (mean, rstd) = row_stats(row, eps, center);
-            // the sums of h = g * weight and of h * (x - mean), h made on the fly
-            let (hs, hy) = match weight {
-                Some(w) => h_sums(grow, w, row, mean),
-                None => (
-                    fold_row(grow, T::zero(), |a, v| a + v),
-                    dot_row(grow, row, mean),
-                ),
-            };
+            let mean = row_mean(row, center);
+            let (sq, hs, hy) = h_sums(grow, w, row, mean);
+            let rstd = rstd(sq, cols, eps);
             let h_mean = if center { hs / n } else { T::zero() };
             let hy_mean = hy * rstd / n;
-            match weight {
-                Some(w) => {
-                    for (((o, &v), &gv), &w) in r.iter_mut().zip(row).zip(grow).zip(w) {
-                        o.write(rstd * (gv * w - h_mean - (v - mean) * rstd * hy_mean));
-                    }
-                }
-                None => {
-                    for ((o, &v), &gv) in r.iter_mut().zip(row).zip(grow) {
-                        o.write(rstd * (gv - h_mean - (v - mean) * rstd * hy_mean));
-                    }
-                }
+            for (((o, &v), &gv), &w) in r.iter_mut().zip(row).zip(grow).zip(w) {
+                o.write(rstd * (gv * w - h_mean - (v - mean) * rstd * hy_mean));
             }
         },
     )
 }
 
-/// `(sum(h), sum(h * (x - shift)))` for `h = g * w` over rows of equal length, in 8 interleaved
-/// partial sums each (as [`fold_row`] and [`dot_row`], so the same bits as those on a stored
-/// `h`).
+/// `(sum(d^2), sum(h), sum(h * d))` for `d = x - shift` and `h = g * w` over rows of equal
+/// length, in [`LANES`] interleaved partial sums each (as [`dot_row`]).
 #[inline(always)]
-fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T) {
-    let (mut s, mut d) = ([T::zero(); 8], [T::zero(); 8]);
-    let (gc, wc, xc) = (g.chunks_exact(8), w.chunks_exact(8), x.chunks_exact(8));
+fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
+    const L: usize = LANES;
+    let (mut q, mut s, mut p) = ([T::zero(); L], [T::zero(); L], [T::zero(); L]);
+    let (gc, wc, xc) = (g.chunks_exact(L), w.chunks_exact(L), x.chunks_exact(L));
     let (gr, wr, xr) = (gc.remainder(), wc.remainder(), xc.remainder());
     for ((g, w), x) in gc.zip(wc).zip(xc) {
-        for k in 0..8 {
-            let h = g[k] * w[k];
+        for k in 0..L {
+            let (h, d) = (g[k] * w[k], x[k] - shift);
+            q[k] = q[k] + d * d;
             s[k] = s[k] + h;
-            d[k] = d[k] + h * (x[k] - shift);
+            p[k] = p[k] + h * d;
         }
     }
-    let mut hs = s.into_iter().fold(T::zero(), |a, v| a + v);
-    let mut hy = d.into_iter().fold(T::zero(), |a, v| a + v);
-    for ((&g, &w), &x) in gr.iter().zip(wr).zip(xr) {
-        let h = g * w;
-        hs = hs + h;
-        hy = hy + h * (x - shift);
+    for (k, ((&g, &w), &x)) in gr.iter().zip(wr).zip(xr).enumerate() {
+        let (h, d) = (g * w, x - shift);
+        q[k] = q[k] + d * d;
+        s[k] = s[k] + h;
+        p[k] = p[k] + h * d;
     }
-    (hs, hy)
+    let add = |a: T, b: T| a + b;
+    (combine(q, add), combine(s, add), combine(p, add))
 }
 
 /// Rows per piece of [`norm_param_grad`]'s column sums.
@@ -1451,18 +1488,26 @@ mod tests {
 
     #[test]
     fn norms_and_their_gradients_match_naive_loops() {
-        let x = sample(ROWS * COLS, 3);
-        let g = sample(ROWS * COLS, 4);
-        let w: Vec<f64> = sample(COLS, 5).iter().map(|v| v + 3.5).collect();
-        let b = sample(COLS, 6);
+        // widths below, at and between the kernels' 32 lanes and vector widths
+        for cols in [COLS, 7, 32, 96] {
+            norms_match_naive_loops(cols);
+        }
+    }
+
+    fn norms_match_naive_loops(cols: usize) {
+        let x = sample(ROWS * cols, 3);
+        let g = sample(ROWS * cols, 4);
+        let w: Vec<f64> = sample(cols, 5).iter().map(|v| v + 3.5).collect();
+        let b = sample(cols, 6);
         let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
         let (xf, gf, wf, bf) = (f(&x), f(&g), f(&w), f(&b));
-        let n = COLS as f64;
+        let n = cols as f64;
         for center in [false, true] {
             for (weight, bias) in [(false, false), (true, false), (true, true), (false, true)] {
                 let mut y = vec![];
                 let mut dx = vec![];
-                for (r, gr) in x.chunks(COLS).zip(g.chunks(COLS)) {
+                let mut params = vec![0.0; 2 * cols];
+                for (r, gr) in x.chunks(cols).zip(g.chunks(cols)) {
                     let mean = if center {
                         r.iter().sum::<f64>() / n
                     } else {
@@ -1471,7 +1516,7 @@ mod tests {
                     let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
                     let rstd = 1.0 / (var + 1e-5).sqrt();
                     let yn: Vec<f64> = r.iter().map(|v| (v - mean) * rstd).collect();
-                    let h: Vec<f64> = (0..COLS)
+                    let h: Vec<f64> = (0..cols)
                         .map(|j| gr[j] * if weight { w[j] } else { 1.0 })
                         .collect();
                     let hm = if center {
@@ -1480,20 +1525,27 @@ mod tests {
                         0.0
                     };
                     let hy = h.iter().zip(&yn).map(|(a, b)| a * b).sum::<f64>() / n;
-                    for j in 0..COLS {
+                    for j in 0..cols {
                         let wj = if weight { w[j] } else { 1.0 };
                         let bj = if bias { b[j] } else { 0.0 };
                         y.push(yn[j] * wj + bj);
                         dx.push(rstd * (h[j] - hm - yn[j] * hy));
+                        params[j] += gr[j] * yn[j];
+                        params[cols + j] += gr[j];
                     }
                 }
                 let affine = Affine {
                     weight: weight.then_some(&wf[..]),
                     bias: bias.then_some(&bf[..]),
                 };
-                close(&norm(&xf, affine, COLS, 1e-5, center), &y, 1e-5);
+                close(&norm(&xf, affine, cols, 1e-5, center), &y, 1e-5);
                 let wt = weight.then_some(&wf[..]);
-                close(&norm_grad(&xf, &gf, wt, COLS, 1e-5, center), &dx, 1e-4);
+                close(&norm_grad(&xf, &gf, wt, cols, 1e-5, center), &dx, 1e-4);
+                close(
+                    &norm_param_grad(&xf, &gf, cols, 1e-5, center),
+                    &params,
+                    1e-3,
+                );
             }
         }
     }
