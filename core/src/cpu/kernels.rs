@@ -265,18 +265,22 @@ pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T
     acc
 }
 
-/// Interleaved partial sums of [`dot_row`] and the normalisations' row sums: 32, two AVX-512
-/// registers of `f32` adding independently (with [`fold_row`]'s 8, one register's add latency
-/// bounded LayerNorm's statistics passes, most of its forward). A fixed order, so the bits do
-/// not depend on the CPU. (Attention's softmax keeps [`fold_row`]: its forward measured
-/// slower with 32 lanes on rows of 256 and fewer.)
+/// Interleaved partial sums of the normalisations' row sums: 32, two AVX-512 registers of
+/// `f32` adding independently (with [`fold_row`]'s 8, one register's add latency bounded
+/// LayerNorm's statistics passes, most of its forward). A fixed order, so the bits do not
+/// depend on the CPU. (Attention's softmax keeps [`fold_row`]: its forward measured slower
+/// with 32 lanes on rows of 256 and fewer.)
 const LANES: usize = 32;
 
-/// Combines [`LANES`] partial results pairwise, halves first: log2(LANES) vector steps where
-/// one after the other they would be LANES dependent operations.
+/// Interleaved partial sums of [`dot_row`]: 8 (softmax's backward on rows of 768 measured
+/// 11.0-12.1 ms with 8 against 12.0-12.8 with 32; attention's backward the same either way).
+const DOT_LANES: usize = 8;
+
+/// Combines `N` partial results pairwise, halves first: log2(N) vector steps where one after
+/// the other they would be N dependent operations.
 #[inline(always)]
-fn combine<T: Float>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
-    let mut n = LANES;
+fn combine<T: Float, const N: usize>(mut lanes: [T; N], f: impl Fn(T, T) -> T) -> T {
+    let mut n = N;
     while n > 1 {
         n /= 2;
         for k in 0..n {
@@ -286,15 +290,15 @@ fn combine<T: Float>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
     lanes[0]
 }
 
-/// `sum(g * (x - shift))` over two rows of equal length, in [`LANES`] interleaved partial sums
-/// (the last partial chunk into the first lanes), then those pairwise ([`combine`]).
+/// `sum(g * (x - shift))` over two rows of equal length, in [`DOT_LANES`] interleaved partial
+/// sums (the last partial chunk into the first lanes), then those pairwise ([`combine`]).
 #[inline(always)]
 pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
-    let mut lanes = [T::zero(); LANES];
-    let (gc, xc) = (g.chunks_exact(LANES), x.chunks_exact(LANES));
+    let mut lanes = [T::zero(); DOT_LANES];
+    let (gc, xc) = (g.chunks_exact(DOT_LANES), x.chunks_exact(DOT_LANES));
     let (gr, xr) = (gc.remainder(), xc.remainder());
     for (g, x) in gc.zip(xc) {
-        for k in 0..LANES {
+        for k in 0..DOT_LANES {
             lanes[k] = lanes[k] + g[k] * (x[k] - shift);
         }
     }
@@ -1112,7 +1116,7 @@ fn permute_into<E: bytemuck::Pod + Send + Sync>(
     }
 }
 
-/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums (as [`dot_row`]).
+/// `sum(term(v))` over a row in [`LANES`] interleaved partial sums, then those pairwise.
 #[inline(always)]
 fn sum_lanes<T: Float>(row: &[T], term: impl Fn(T) -> T) -> T {
     let mut lanes = [T::zero(); LANES];
@@ -1249,7 +1253,7 @@ pub(super) fn norm_grad<T: Float>(
 }
 
 /// `(sum(d^2), sum(h), sum(h * d))` for `d = x - shift` and `h = g * w` over rows of equal
-/// length, in [`LANES`] interleaved partial sums each (as [`dot_row`]).
+/// length, in [`LANES`] interleaved partial sums each, then those pairwise.
 #[inline(always)]
 fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
     const L: usize = LANES;
