@@ -350,17 +350,22 @@ mod tests {
         }
     }
 
+    /// q, k and v for `d` (all heads), from seeds `seed`, `seed + 1` and `seed + 2`.
+    fn inputs(d: &AttentionDims, seed: u64) -> [Vec<f64>; 3] {
+        [
+            data(d.heads * d.seq_q * d.head_dim, seed),
+            data(d.heads * d.seq_k * d.head_dim, seed + 1),
+            data(d.heads * d.seq_k * d.v_dim, seed + 2),
+        ]
+    }
+
     #[test]
     fn matches_the_definition_across_blocks_and_causal_edges() -> Result<()> {
         // 150 query rows: three blocks, the last partial; fewer and more keys than queries.
         for (tq, tk) in [(150, 150), (150, 70), (70, 150), (1, 1)] {
             for causal in [false, true] {
                 let d = dims(3, tq, tk, causal);
-                let (q, k, v) = (
-                    data(3 * tq * 5, 1),
-                    data(3 * tk * 5, 2),
-                    data(3 * tk * 3, 3),
-                );
+                let [q, k, v] = inputs(&d, 1);
                 let got = attention(&q, &k, &v, &d)?;
                 for (a, b) in got.iter().zip(naive(&q, &k, &v, &d)) {
                     assert!(
@@ -378,11 +383,7 @@ mod tests {
         for (tq, tk) in [(130, 130), (130, 66)] {
             for causal in [false, true] {
                 let d = dims(2, tq, tk, causal);
-                let ins = [
-                    data(2 * tq * 5, 4),
-                    data(2 * tk * 5, 5),
-                    data(2 * tk * 3, 6),
-                ];
+                let ins = inputs(&d, 4);
                 let g = data(2 * tq * 3, 7);
                 let grad = attention_grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
                 // unpack the per-head [dq | dk | dv] into one gradient per input
@@ -428,11 +429,7 @@ mod tests {
         for causal in [false, true] {
             let (tq, tk) = (150, 130);
             let d = dims(2, tq, tk, causal);
-            let ins = [
-                data(2 * tq * 5, 8),
-                data(2 * tk * 5, 9),
-                data(2 * tk * 3, 10),
-            ];
+            let ins = inputs(&d, 8);
             let g = data(2 * tq * 3, 11);
             let (q, k, v) = (f32s(&ins[0]), f32s(&ins[1]), f32s(&ins[2]));
             let out = attention(&q, &k, &v, &d)?;

@@ -4,8 +4,8 @@
 //! against NumPy's and PyTorch's 290-310 GFLOP/s at 2048^3 on two cores).
 //!
 //! BLIS's blocking: `b` packed in (KC, NC) blocks of NR-wide column panels, `a` in (MC, KC)
-//! blocks of MR-tall row panels (or read in place where it has contiguous rows or columns and
-//! the product is at most 1024 wide), and a register tile of MR x NR = 14 x 32 outputs (28 of
+//! blocks of MR-tall row panels (or read in place where the product is at most 1024 wide and
+//! `a` has contiguous rows, or contiguous columns that several threads read), and a register tile of MR x NR = 14 x 32 outputs (28 of
 //! the 32 vector registers) updated by broadcast-multiply-adds, so each loaded element of `a`
 //! and `b` serves 32 and 14 outputs. Each thread computes one region of the output whole,
 //! packing its own blocks (a grid of near-equal regions, cut where the threads pack least).
@@ -464,41 +464,31 @@ fn with_scratch<R>(
 /// rows of NR contiguous elements, zero past the last column.
 fn pack_b(bp: &mut [f32], b: View<'_, f32>, (pc, kc): (usize, usize), (jc, nc): (usize, usize)) {
     for (p, panel) in bp.chunks_mut(kc * NR).take(nc.div_ceil(NR)).enumerate() {
-        pack_panel(panel, b, (pc, kc), jc + p * NR, jc + nc);
-    }
-}
-
-/// One NR-wide panel of [`pack_b`]: rows `pc..pc + kc`, columns from `j0` (before `end`).
-fn pack_panel(
-    panel: &mut [f32],
-    b: View<'_, f32>,
-    (pc, kc): (usize, usize),
-    j0: usize,
-    end: usize,
-) {
-    let w = NR.min(end - j0);
-    if b.rs == 1 && b.cs != 1 {
-        // a transposed operand: each column is contiguous, read whole into its slots
-        panel.fill(0.0);
-        for j in 0..w {
-            let col = &b.data[(j0 + j) * b.cs + pc..][..kc];
-            for (slot, &x) in panel.iter_mut().skip(j).step_by(NR).zip(col) {
-                *slot = x;
+        let j0 = jc + p * NR;
+        let w = NR.min(jc + nc - j0);
+        if b.rs == 1 && b.cs != 1 {
+            // a transposed operand: each column is contiguous, read whole into its slots
+            panel.fill(0.0);
+            for j in 0..w {
+                let col = &b.data[(j0 + j) * b.cs + pc..][..kc];
+                for (slot, &x) in panel.iter_mut().skip(j).step_by(NR).zip(col) {
+                    *slot = x;
+                }
             }
+            continue;
         }
-        return;
-    }
-    for (kk, row) in panel.chunks_mut(NR).enumerate() {
-        let r = pc + kk;
-        if b.cs == 1 {
-            let at = r * b.rs + j0;
-            copy_run(&mut row[..w], &b.data[at..at + w]);
-        } else {
-            for (j, e) in row[..w].iter_mut().enumerate() {
-                *e = b.at(r, j0 + j);
+        for (kk, row) in panel.chunks_mut(NR).enumerate() {
+            let r = pc + kk;
+            if b.cs == 1 {
+                let at = r * b.rs + j0;
+                copy_run(&mut row[..w], &b.data[at..at + w]);
+            } else {
+                for (j, e) in row[..w].iter_mut().enumerate() {
+                    *e = b.at(r, j0 + j);
+                }
             }
+            row[w..].fill(0.0);
         }
-        row[w..].fill(0.0);
     }
 }
 
