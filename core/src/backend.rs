@@ -659,6 +659,23 @@ kernel_table!(faces {
         crate::cpu::attention_grad([q.host()?, k.host()?, v.host()?], g.host()?, &dims)
             .map(Buffer::from)
     }
+    /// [`Kernels::attention`] of one packed (batch, seq, heads, 3, head_dim) `qkv` holding
+    /// each head's q, k and v side by side (`dims.heads` = batch x `heads`): a (batch, seq,
+    /// heads, head_dim) output, with no transposes in or out.
+    fn attention_packed(&self, qkv: &Buffer, dims: AttentionDims, heads: usize) -> Result<Buffer> {
+        crate::cpu::attention_packed(qkv.host()?, &dims, heads).map(Buffer::from)
+    }
+    /// The gradient of [`Kernels::attention_packed`] for the output gradient `g`, in `qkv`'s
+    /// layout.
+    fn attention_packed_grad(
+        &self,
+        qkv: &Buffer,
+        g: &Buffer,
+        dims: AttentionDims,
+        heads: usize,
+    ) -> Result<Buffer> {
+        crate::cpu::attention_packed_grad(qkv.host()?, g.host()?, &dims, heads).map(Buffer::from)
+    }
     /// `g * op(x)` elementwise in one pass, for `op` a derivative with a fused kernel
     /// (`GeluGrad`, `GeluErfGrad`, `SiluGrad`): an activation's input gradient.
     fn unary_mul(&self, op: UnaryOp, x: &Buffer, g: &Buffer) -> Result<Buffer> {

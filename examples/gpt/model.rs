@@ -4,7 +4,7 @@
 //! safetensors init loads by name; the layout of every parameter is chosen outside the model
 //! (`layout.rs`), never in it.
 
-use gflow::nn::functional::{cross_entropy, scaled_dot_product_attention};
+use gflow::nn::functional::{cross_entropy, qkv_packed_attention};
 use gflow::nn::{Embedding, LayerNorm, Linear};
 use gflow::prelude::*;
 
@@ -119,25 +119,15 @@ struct Attention {
 impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-        let hd = d / self.heads;
-        // q, k or v of every head as (batch, heads, seq, head_dim), each from its own rows of
-        // the fused projection: narrowing the (3d, d) weight is cheap, where narrowing the
-        // (batch, seq, 3d) output and padding its gradient back moved 6x the activations.
-        let rows = |p: &Tensor, i: usize, tail: &[usize]| -> Result<Tensor> {
-            let heads = [&[self.heads, 3, hd][..], tail].concat();
-            p.reshape(&heads)?
-                .narrow(1, i, 1)?
-                .reshape(&[&[d][..], tail].concat())
-        };
-        let part = |i: usize| -> Result<Tensor> {
-            let mut y = x.matmul_nt(&rows(self.qkv.weight(), i, &[d])?)?;
-            if let Some(bias) = self.qkv.bias() {
-                y = y.add(&rows(bias, i, &[])?)?;
-            }
-            y.reshape(&[b, t, self.heads, hd])?.transpose(1, 2)
-        };
-        let y = scaled_dot_product_attention(&part(0)?, &part(1)?, &part(2)?, None, true)?;
-        self.proj.forward(&y.transpose(1, 2)?.reshape(&[b, t, d])?)
+        // one projection: its (batch, seq, 3d) output is (batch, seq, heads, 3, head_dim) as
+        // it lies, which attention reads in place, and its (batch, seq, heads, head_dim)
+        // output is the proj's (batch, seq, d) input as it lies
+        let qkv = self
+            .qkv
+            .forward(x)?
+            .reshape(&[b, t, self.heads, 3, d / self.heads])?;
+        let y = qkv_packed_attention(&qkv, true)?;
+        self.proj.forward(&y.reshape(&[b, t, d])?)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -105,18 +105,25 @@ fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
     if d.causal { (row + 1).min(keys) } else { keys }
 }
 
-/// One block's probabilities: the scores of rows `r0..r0 + rb` of `q` against keys `0..keys`
-/// (`kt` the head's keys transposed; `keys` wide rows in `s`), softmaxed in place over the
+/// One block's probabilities: the scores of rows `r0..r0 + rb` of problem `h`'s queries (`q`
+/// laid out as `at`) against keys `0..keys` (`kt` the head's keys transposed; `keys` wide rows
+/// in `s`), softmaxed in place over the
 /// visible keys, zero past them.
 fn probabilities<T: Float>(
     d: &AttentionDims,
-    (q, kt): (&[T], &Rhs<'_, T>),
+    (at, q, h, kt): (&Rows, &[T], usize, &Rhs<'_, T>),
     s: &mut [T],
     (r0, rb, keys): (usize, usize, usize),
 ) -> Result<()> {
     let scale = T::from(d.scale).unwrap_or_else(T::one);
-    let hd = d.head_dim;
-    gemm_into(s, (rb, keys, hd), View::rows(q, r0, hd), kt, false, scale)?;
+    gemm_into(
+        s,
+        (rb, keys, d.head_dim),
+        at.view(q, h, r0),
+        kt,
+        false,
+        scale,
+    )?;
     let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
     wide(
         #[inline(always)]
@@ -151,57 +158,230 @@ fn blocks(d: &AttentionDims) -> impl Iterator<Item = (usize, usize, usize)> + '_
     })
 }
 
-/// One head's slices of (heads, rows, cols) data.
-fn head<T>(x: &[T], h: usize, rows: usize, cols: usize) -> &[T] {
-    x.get(h * rows * cols..(h + 1) * rows * cols).unwrap_or(&[])
+/// Where one operand of attention keeps each problem's rows: problem `p` (head `p % per` of
+/// batch row `p / per`) starts at `at + (p / per) * batch + (p % per) * head`, its rows `row`
+/// apart, each row's elements contiguous. Dense (problems, rows, width) data is one case, a
+/// (batch, seq, heads, width) tensor or a packed (batch, seq, heads, 3, head_dim) projection
+/// others, so attention reads and writes them in place instead of after a transpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rows {
+    at: usize,
+    per: usize,
+    batch: usize,
+    head: usize,
+    row: usize,
 }
 
-/// Checks that `q`, `k`, `v` hold `d`'s heads.
-fn check<T>(d: &AttentionDims, q: &[T], k: &[T], v: &[T]) -> Result<()> {
-    let want = [
-        d.heads * d.seq_q * d.head_dim,
-        d.heads * d.seq_k * d.head_dim,
-        d.heads * d.seq_k * d.v_dim,
-    ];
-    if [q.len(), k.len(), v.len()] != want {
-        return Err(Error::Internal(format!(
-            "attention of {d:?} on q, k, v of {}, {}, {} elements",
-            q.len(),
-            k.len(),
-            v.len()
-        )));
+impl Rows {
+    /// Contiguous (problems, rows, width) data, from element `at`, problems `stride` apart.
+    fn dense(at: usize, stride: usize, width: usize) -> Rows {
+        Rows {
+            at,
+            per: 1,
+            batch: stride,
+            head: 0,
+            row: width,
+        }
     }
-    Ok(())
+
+    /// (batch, seq, heads, lanes) data of which each head reads `at..at + width` of its
+    /// `lanes` elements per row.
+    fn interleaved(seq: usize, heads: usize, lanes: usize, at: usize) -> Rows {
+        Rows {
+            at,
+            per: heads.max(1),
+            batch: seq * heads * lanes,
+            head: lanes,
+            row: heads * lanes,
+        }
+    }
+
+    /// The first element of problem `p`.
+    fn start(&self, p: usize) -> usize {
+        self.at + (p / self.per) * self.batch + (p % self.per) * self.head
+    }
+
+    /// Whether `problems` problems of `rows` rows of `width` elements lie inside `len`.
+    fn fits(&self, (problems, rows, width): (usize, usize, usize), len: usize) -> bool {
+        if problems == 0 || rows == 0 || width == 0 {
+            return true;
+        }
+        let last = self.at
+            + ((problems - 1) / self.per) * self.batch
+            + (self.per - 1).min(problems - 1) * self.head
+            + (rows - 1) * self.row
+            + width;
+        last <= len
+    }
+
+    /// Problem `p`'s rows from `r0` on, as a matrix.
+    fn view<'a, T>(&self, x: &'a [T], p: usize, r0: usize) -> View<'a, T> {
+        View {
+            data: x.get(self.start(p) + r0 * self.row..).unwrap_or(&[]),
+            rs: self.row,
+            cs: 1,
+        }
+    }
+
+    /// Problem `p`'s rows, transposed.
+    fn view_t<'a, T>(&self, x: &'a [T], p: usize) -> View<'a, T> {
+        View {
+            data: x.get(self.start(p)..).unwrap_or(&[]),
+            rs: 1,
+            cs: self.row,
+        }
+    }
+}
+
+/// Where attention's operands lie: q, k, v and the output (the output gradient and the
+/// gradients of q, k, v share them in the backward).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    q: Rows,
+    k: Rows,
+    v: Rows,
+    out: Rows,
+}
+
+impl Layout {
+    /// Separate dense (heads, seq, dim) q, k, v and output.
+    fn dense(d: &AttentionDims) -> Layout {
+        let (tq, tk) = (d.seq_q, d.seq_k);
+        Layout {
+            q: Rows::dense(0, tq * d.head_dim, d.head_dim),
+            k: Rows::dense(0, tk * d.head_dim, d.head_dim),
+            v: Rows::dense(0, tk * d.v_dim, d.v_dim),
+            out: Rows::dense(0, tq * d.v_dim, d.v_dim),
+        }
+    }
+
+    /// One (batch, seq, heads, 3, head_dim) tensor holding each head's q, k and v side by
+    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output.
+    fn packed(d: &AttentionDims, heads: usize) -> Layout {
+        let (t, hd) = (d.seq_q, d.head_dim);
+        let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
+        Layout {
+            q: part(0),
+            k: part(1),
+            v: part(2),
+            out: Rows::interleaved(t, heads, hd, 0),
+        }
+    }
+
+    /// The gradients' places: `dq`, `dk`, `dv` where q, k, v are when packed; else packed per
+    /// head, `dq` (seq_q, head_dim) then `dk` (seq_k, head_dim) then `dv` (seq_k, v_dim).
+    fn grads(&self, d: &AttentionDims, packed: bool) -> [Rows; 3] {
+        if packed {
+            return [self.q, self.k, self.v];
+        }
+        let (tq, tk, hd) = (d.seq_q, d.seq_k, d.head_dim);
+        let per = tq * hd + tk * hd + tk * d.v_dim;
+        [
+            Rows::dense(0, per, hd),
+            Rows::dense(tq * hd, per, hd),
+            Rows::dense(tq * hd + tk * hd, per, d.v_dim),
+        ]
+    }
+
+    /// Checks that `q`, `k`, `v` (and `g`, the output's gradient, when given) hold `d`'s
+    /// problems.
+    fn check<T>(&self, d: &AttentionDims, [q, k, v]: [&[T]; 3], g: Option<&[T]>) -> Result<()> {
+        let (n, tq, tk) = (d.heads, d.seq_q, d.seq_k);
+        let ok = self.q.fits((n, tq, d.head_dim), q.len())
+            && self.k.fits((n, tk, d.head_dim), k.len())
+            && self.v.fits((n, tk, d.v_dim), v.len())
+            && g.is_none_or(|g| self.out.fits((n, tq, d.v_dim), g.len()));
+        if !ok {
+            return Err(Error::Internal(format!(
+                "attention of {d:?} laid out as {self:?} on q, k, v of {}, {}, {} elements",
+                q.len(),
+                k.len(),
+                v.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer the problems' tasks write at once, each its own rows.
+struct Shared<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: tasks write disjoint elements through it (see `put`); T is plain data.
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T: Copy> Shared<T> {
+    /// Copies the contiguous `width`-element rows of `src` to problem `p`'s rows from `r0` on.
+    ///
+    /// # Safety
+    /// No other thread reads or writes those elements meanwhile: each problem's rows belong
+    /// to one task, and a layout's problems do not overlap.
+    unsafe fn put(&self, rows: &Rows, (p, r0): (usize, usize), src: &[T], width: usize) {
+        for (i, r) in src.chunks_exact(width).enumerate() {
+            let at = rows.start(p) + (r0 + i) * rows.row;
+            assert!(at + width <= self.len, "attention row outside its buffer");
+            // SAFETY: inside the buffer (asserted); disjoint from other tasks' (the caller's
+            // promise); `src` is a different allocation.
+            unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), self.ptr.add(at), width) };
+        }
+    }
 }
 
 /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq_q, head_dim) `q`, (heads, seq_k,
 /// head_dim) `k` and (heads, seq_k, v_dim) `v`: (heads, seq_q, v_dim), heads on all threads.
 pub(super) fn attention<T: Float>(q: &[T], k: &[T], v: &[T], d: &AttentionDims) -> Result<Vec<T>> {
-    check(d, q, k, v)?;
+    forward([q, k, v], d, &Layout::dense(d))
+}
+
+/// [`attention`] of a packed (batch, seq, heads, 3, head_dim) `qkv` (`d.heads` = batch x
+/// `heads`; self-attention, so `seq_k == seq_q` and `v_dim == head_dim`): (batch, seq, heads,
+/// head_dim), read and written in place.
+pub(super) fn attention_packed<T: Float>(
+    qkv: &[T],
+    d: &AttentionDims,
+    heads: usize,
+) -> Result<Vec<T>> {
+    forward([qkv, qkv, qkv], d, &Layout::packed(d, heads))
+}
+
+/// Attention of q, k, v laid out as `lay` says: a new output in `lay.out`'s places.
+fn forward<T: Float>(qkv: [&[T]; 3], d: &AttentionDims, lay: &Layout) -> Result<Vec<T>> {
+    lay.check(d, qkv, None)?;
+    let [q, k, v] = qkv;
     let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
     let mut out = vec![T::zero(); d.heads * tq * dv];
     if out.is_empty() {
         return Ok(out);
     }
-    out.par_chunks_mut(tq * dv)
-        .enumerate()
-        // one scores block per task rather than per head
+    let dst = Shared {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
+    let rows = BLOCK.min(tq);
+    (0..d.heads)
+        .into_par_iter()
+        // one scores block and output block per task rather than per head
         .try_for_each_init(
-            || vec![T::zero(); BLOCK.min(tq) * tk],
-            |s, (h, o)| {
-                let qh = head(q, h, tq, hd);
-                let kt = Rhs::packed(View::transposed(head(k, h, tk, hd), hd), (hd, tk));
-                let vr = Rhs::packed(View::rows(head(v, h, tk, dv), 0, dv), (tk, dv));
+            || (vec![T::zero(); rows * tk], vec![T::zero(); rows * dv]),
+            |(s, o), h| {
+                let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
+                let vr = Rhs::packed(lay.v.view(v, h, 0), (tk, dv));
                 for (r0, rb, keys) in blocks(d) {
-                    probabilities(d, (qh, &kt), s, (r0, rb, keys))?;
+                    probabilities(d, (&lay.q, q, h, &kt), s, (r0, rb, keys))?;
                     gemm_into(
-                        &mut o[r0 * dv..(r0 + rb) * dv],
+                        o,
                         (rb, dv, keys),
                         View::rows(s, 0, keys),
                         &vr,
                         false,
                         T::one(),
                     )?;
+                    // SAFETY: problem h's rows are this task's alone.
+                    unsafe { dst.put(&lay.out, (h, r0), &o[..rb * dv], dv) };
                 }
                 Ok::<(), Error>(())
             },
@@ -218,43 +398,67 @@ pub(super) fn attention_grad<T: Float>(
     g: &[T],
     d: &AttentionDims,
 ) -> Result<Vec<T>> {
-    check(d, q, k, v)?;
+    backward([q, k, v], g, d, &Layout::dense(d), false)
+}
+
+/// The gradient of [`attention_packed`] for the output gradient `g` (batch, seq, heads,
+/// head_dim): `dqkv` in `qkv`'s layout.
+pub(super) fn attention_packed_grad<T: Float>(
+    qkv: &[T],
+    g: &[T],
+    d: &AttentionDims,
+    heads: usize,
+) -> Result<Vec<T>> {
+    backward([qkv, qkv, qkv], g, d, &Layout::packed(d, heads), true)
+}
+
+/// The gradients of attention laid out as `lay` says, for the output gradient `g` in
+/// `lay.out`'s places: one buffer holding `dq`, `dk`, `dv` as [`Layout::grads`] places them.
+fn backward<T: Float>(
+    qkv: [&[T]; 3],
+    g: &[T],
+    d: &AttentionDims,
+    lay: &Layout,
+    packed: bool,
+) -> Result<Vec<T>> {
+    lay.check(d, qkv, Some(g))?;
+    let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-    if g.len() != d.heads * tq * dvw {
-        return Err(Error::Internal(format!(
-            "attention gradient of {d:?} with {} elements",
-            g.len()
-        )));
-    }
-    let per = tq * hd + tk * hd + tk * dvw;
-    let mut out = vec![T::zero(); d.heads * per];
+    let mut out = vec![T::zero(); d.heads * (tq * hd + tk * hd + tk * dvw)];
     if out.is_empty() {
         return Ok(out);
     }
+    let [dq_at, dk_at, dv_at] = lay.grads(d, packed);
+    let dst = Shared {
+        ptr: out.as_mut_ptr(),
+        len: out.len(),
+    };
     let scale = T::from(d.scale).unwrap_or_else(T::one);
-    let block = BLOCK.min(tq) * tk;
-    let scratch = || (vec![T::zero(); block], vec![T::zero(); block]);
-    out.par_chunks_mut(per)
-        .enumerate()
-        .try_for_each_init(scratch, |(p, ds), (h, o)| {
-            let (qh, kh, vh) = (head(q, h, tq, hd), head(k, h, tk, hd), head(v, h, tk, dvw));
-            let kt = Rhs::packed(View::transposed(kh, hd), (hd, tk));
-            let vt = Rhs::packed(View::transposed(vh, dvw), (dvw, tk));
-            let kr = Rhs::packed(View::rows(kh, 0, hd), (tk, hd));
-            let gh = head(g, h, tq, dvw);
-            let (dq, rest) = o.split_at_mut(tq * hd);
-            let (dk, dv) = rest.split_at_mut(tk * hd);
+    let rows = BLOCK.min(tq);
+    // per task: P and dS blocks, a block's dq, and the head's dk and dv as they accumulate
+    let scratch = || {
+        let z = |n| vec![T::zero(); n];
+        (
+            z(rows * tk),
+            z(rows * tk),
+            z(rows * hd),
+            z(tk * hd),
+            z(tk * dvw),
+        )
+    };
+    (0..d.heads)
+        .into_par_iter()
+        .try_for_each_init(scratch, |(p, ds, dq, dk, dv), h| {
+            let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
+            let vt = Rhs::packed(lay.v.view_t(v, h), (dvw, tk));
+            let kr = Rhs::packed(lay.k.view(k, h, 0), (tk, hd));
+            dk.fill(T::zero());
+            dv.fill(T::zero());
             for (r0, rb, keys) in blocks(d) {
-                probabilities(d, (qh, &kt), p, (r0, rb, keys))?;
+                probabilities(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
+                let gb = lay.out.view(g, h, r0);
                 // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
-                gemm_into(
-                    ds,
-                    (rb, keys, dvw),
-                    View::rows(gh, r0, dvw),
-                    &vt,
-                    false,
-                    T::one(),
-                )?;
+                gemm_into(ds, (rb, keys, dvw), gb, &vt, false, T::one())?;
                 wide(
                     #[inline(always)]
                     || {
@@ -274,26 +478,33 @@ pub(super) fn attention_grad<T: Float>(
                     dv,
                     (keys, dvw, rb),
                     View::transposed(p, keys),
-                    &Rhs::plain(View::rows(gh, r0, dvw)),
+                    &Rhs::plain(gb),
                     true,
                     T::one(),
                 )?;
                 gemm_into(
-                    &mut dq[r0 * hd..(r0 + rb) * hd],
+                    dq,
                     (rb, hd, keys),
                     View::rows(ds, 0, keys),
                     &kr,
                     false,
                     scale,
                 )?;
+                // SAFETY: problem h's rows are this task's alone.
+                unsafe { dst.put(&dq_at, (h, r0), &dq[..rb * hd], hd) };
                 gemm_into(
                     dk,
                     (keys, hd, rb),
                     View::transposed(ds, keys),
-                    &Rhs::plain(View::rows(qh, r0, hd)),
+                    &Rhs::plain(lay.q.view(q, h, r0)),
                     true,
                     scale,
                 )?;
+            }
+            // SAFETY: as above.
+            unsafe {
+                dst.put(&dk_at, (h, 0), dk, hd);
+                dst.put(&dv_at, (h, 0), dv, dvw);
             }
             Ok::<(), Error>(())
         })?;
@@ -449,5 +660,112 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    /// (batch, seq, heads, 3, dim) `qkv` as separate dense (batch x heads, seq, dim) q, k, v.
+    fn unpack(qkv: &[f64], (b, t, h, hd): (usize, usize, usize, usize)) -> [Vec<f64>; 3] {
+        let mut parts = [vec![], vec![], vec![]];
+        for (i, part) in parts.iter_mut().enumerate() {
+            for bi in 0..b {
+                for hi in 0..h {
+                    for ti in 0..t {
+                        let at = (((bi * t + ti) * h + hi) * 3 + i) * hd;
+                        part.extend_from_slice(&qkv[at..at + hd]);
+                    }
+                }
+            }
+        }
+        parts
+    }
+
+    /// (batch x heads, seq, dim) dense data as (batch, seq, heads, dim).
+    fn interleave(x: &[f64], (b, t, h, hd): (usize, usize, usize, usize)) -> Vec<f64> {
+        let mut out = vec![0.0; x.len()];
+        for bi in 0..b {
+            for hi in 0..h {
+                for ti in 0..t {
+                    let from = ((bi * h + hi) * t + ti) * hd;
+                    let to = ((bi * t + ti) * h + hi) * hd;
+                    out[to..to + hd].copy_from_slice(&x[from..from + hd]);
+                }
+            }
+        }
+        out
+    }
+
+    /// The packed layout's forward and gradient equal the dense kernels' on the same heads
+    /// (which the tests above hold to the definition), in f64 and in f32.
+    #[test]
+    fn packed_qkv_matches_separate_heads() -> Result<()> {
+        // 130 rows: two blocks, the second partial
+        let (b, t, h, hd) = (2, 130, 3, 5);
+        for causal in [false, true] {
+            let mut d = dims(b * h, t, t, causal);
+            d.v_dim = hd;
+            let qkv = data(b * t * h * 3 * hd, 3);
+            let g = data(b * t * h * hd, 9);
+            let [q, k, v] = unpack(&qkv, (b, t, h, hd));
+            let out = attention_packed(&qkv, &d, h)?;
+            let want = interleave(&attention(&q, &k, &v, &d)?, (b, t, h, hd));
+            assert_eq!(out.len(), want.len());
+            for (x, y) in out.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-12, "causal {causal}: {x} vs {y}");
+            }
+            // the dense gradient (per head dq | dk | dv) back in qkv's layout
+            let dense_g: Vec<f64> = {
+                let mut out = vec![0.0; g.len()];
+                for bi in 0..b {
+                    for hi in 0..h {
+                        for ti in 0..t {
+                            let from = ((bi * t + ti) * h + hi) * hd;
+                            let to = ((bi * h + hi) * t + ti) * hd;
+                            out[to..to + hd].copy_from_slice(&g[from..from + hd]);
+                        }
+                    }
+                }
+                out
+            };
+            let grads = attention_grad(&q, &k, &v, &dense_g, &d)?;
+            let per = 3 * t * hd;
+            let mut want = vec![0.0; qkv.len()];
+            for p in 0..b * h {
+                let (bi, hi) = (p / h, p % h);
+                for i in 0..3 {
+                    for ti in 0..t {
+                        let from = p * per + i * t * hd + ti * hd;
+                        let to = (((bi * t + ti) * h + hi) * 3 + i) * hd;
+                        want[to..to + hd].copy_from_slice(&grads[from..from + hd]);
+                    }
+                }
+            }
+            let got = attention_packed_grad(&qkv, &g, &d, h)?;
+            for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (x - y).abs() < 1e-12,
+                    "gradient {i}, causal {causal}: {x} vs {y}"
+                );
+            }
+            let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+            let out32 = attention_packed(&f32s(&qkv), &d, h)?;
+            let got32 = attention_packed_grad(&f32s(&qkv), &f32s(&g), &d, h)?;
+            for (x, y) in out32.iter().zip(&out).chain(got32.iter().zip(&got)) {
+                assert!(
+                    (f64::from(*x) - y).abs() < 1e-4 * (1.0 + y.abs()),
+                    "f32 {x} vs {y}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_buffer_too_short_for_its_layout_is_an_error() {
+        let d = AttentionDims {
+            v_dim: 5,
+            ..dims(2, 4, 4, false)
+        };
+        let qkv = vec![0.0f64; 2 * 4 * 3 * 5 - 1];
+        assert!(attention_packed(&qkv, &d, 2).is_err());
+        assert!(attention_packed_grad(&vec![0.0; qkv.len() + 1], &[0.0; 10], &d, 2).is_err());
     }
 }

@@ -347,6 +347,35 @@ pub(crate) fn attention_grad(
     )
 }
 
+/// Fused self-attention of a packed (batch, seq, heads, 3, head_dim) `qkv`, `heads` per batch
+/// row: the host kernel of [`crate::backend::Kernels::attention_packed`].
+pub(crate) fn attention_packed(
+    qkv: &HostData,
+    d: &AttentionDims,
+    heads: usize,
+) -> Result<HostData> {
+    floats(
+        &[qkv],
+        |x| attention::attention_packed(x[0], d, heads),
+        |x| attention::attention_packed(x[0], d, heads),
+    )
+}
+
+/// The gradient of [`attention_packed`] for the output gradient `g`, in `qkv`'s layout: the
+/// host kernel of [`crate::backend::Kernels::attention_packed_grad`].
+pub(crate) fn attention_packed_grad(
+    qkv: &HostData,
+    g: &HostData,
+    d: &AttentionDims,
+    heads: usize,
+) -> Result<HostData> {
+    floats(
+        &[qkv, g],
+        |x| attention::attention_packed_grad(x[0], x[1], d, heads),
+        |x| attention::attention_packed_grad(x[0], x[1], d, heads),
+    )
+}
+
 /// `g * op(x)` in one pass for `op` a derivative (see `kernels::unary_mul`), `g` of `x`'s
 /// dtype: the host kernel of [`crate::backend::Kernels::unary_mul`].
 pub(crate) fn unary_mul(op: UnaryOp, x: &HostData, g: &HostData) -> Result<HostData> {

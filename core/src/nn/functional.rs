@@ -115,6 +115,52 @@ fn check_classes(target: &Tensor, c: usize) -> Result<()> {
     })
 }
 
+/// Self-attention of one fused projection, as FlashAttention's qkv-packed form: `qkv`
+/// (batch, seq, heads, 3, head_dim) holds each head's q, k and v side by side, and the result
+/// is [`scaled_dot_product_attention`] of them, laid out (batch, seq, heads, head_dim) so that
+/// a reshape to (batch, seq, heads x head_dim) feeds the output projection. On the CPU one
+/// kernel reads and writes these layouts in place (no head transposes either way, forward or
+/// backward); elsewhere it is composed. Heads outermost keep a head's q, k and v together
+/// under a split over heads: batch or heads split, it runs with no communication.
+///
+/// ```
+/// # use gflow::prelude::*;
+/// # use gflow::nn::functional::{qkv_packed_attention, scaled_dot_product_attention};
+/// # fn main() -> gflow::Result<()> {
+/// let qkv = Tensor::randn(&[2, 5, 3, 3, 4], Device::Cpu)?; // (batch, seq, heads, 3, dim)
+/// let y = qkv_packed_attention(&qkv, true)?;
+/// assert_eq!(y.shape(), &[2, 5, 3, 4]);
+/// let part = |i| qkv.narrow(3, i, 1)?.reshape(&[2, 5, 3, 4])?.transpose(1, 2);
+/// let want = scaled_dot_product_attention(&part(0)?, &part(1)?, &part(2)?, None, true)?;
+/// let (got, want) = (y.to_vec::<f32>()?, want.transpose(1, 2)?.to_vec::<f32>()?);
+/// assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// `ShapeMismatch` where `qkv` is not (batch, seq, heads, 3, head_dim); operator errors.
+pub fn qkv_packed_attention(qkv: &Tensor, is_causal: bool) -> Result<Tensor> {
+    let s = qkv.shape().to_vec();
+    if s.len() != 5 || s[3] != 3 {
+        return Err(Error::ShapeMismatch {
+            op: "qkv_packed_attention",
+            shapes: vec![s],
+            reason: "qkv must be (batch, seq, heads, 3, head_dim)".into(),
+        });
+    }
+    let scale = 1.0 / (s[4] as f64).sqrt();
+    if let Some(fused) = qkv.fused_packed_attention(scale, is_causal) {
+        return fused;
+    }
+    let part = |i| -> Result<Tensor> {
+        qkv.narrow(3, i, 1)?
+            .reshape(&[s[0], s[1], s[2], s[4]])?
+            .transpose(1, 2)
+    };
+    scaled_dot_product_attention(&part(0)?, &part(1)?, &part(2)?, None, is_causal)?.transpose(1, 2)
+}
+
 /// Attention as PyTorch's `scaled_dot_product_attention`: `softmax(q kᵀ / sqrt(head_dim) +
 /// mask) v` on (batch, heads, seq, head_dim) tensors. `mask` (broadcasting to (.., seq_q,
 /// seq_k)) is Bool (true = may attend) or a float added to the scores; `is_causal` lets query

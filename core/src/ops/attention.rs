@@ -111,6 +111,98 @@ impl Op for AttentionGrad {
     }
 }
 
+/// Self-attention of one packed (batch, seq, heads, 3, head_dim) projection holding each
+/// head's q, k and v side by side (FlashAttention's qkv-packed form, heads outermost so that a
+/// split over heads keeps a head's q, k and v together): a (batch, seq, heads, head_dim)
+/// output, read and written in place (no transposes either way). Batch or heads split keep
+/// their split.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PackedAttention(pub(super) Attention);
+
+impl PackedAttention {
+    /// The kernel's dims and heads per batch row for a local (batch, seq, heads, 3, dim) `qkv`.
+    fn dims(&self, qkv: &[usize]) -> (AttentionDims, usize) {
+        let dims = AttentionDims {
+            heads: qkv[0] * qkv[2],
+            seq_q: qkv[1],
+            seq_k: qkv[1],
+            head_dim: qkv[4],
+            v_dim: qkv[4],
+            scale: self.0.scale,
+            causal: self.0.causal,
+        };
+        (dims, qkv[2])
+    }
+
+    /// Every operand split alike on batch (0) or heads (2), or all broadcast; the output
+    /// gradient (operand 1 of the backward) a partial sum makes the gradient one.
+    fn signatures(inputs: usize) -> Vec<Signature> {
+        let mut v: Vec<Signature> = [0, 2]
+            .iter()
+            .map(|&d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
+            .collect();
+        v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
+        if inputs == 2 {
+            let sum = Sbp::Partial(ReduceOp::Sum);
+            v.push(Signature::new(vec![Sbp::Broadcast, sum], sum));
+        }
+        v
+    }
+}
+
+impl Op for PackedAttention {
+    fn name(&self) -> &'static str {
+        "qkv_packed_attention"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let s = shapes[0];
+        if s.len() != 5 || s[3] != 3 {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                shapes: vec![s.to_vec()],
+                reason: "qkv must be (batch, seq, heads, 3, head_dim)".into(),
+            });
+        }
+        Ok(vec![s[0], s[1], s[2], s[4]])
+    }
+    fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        PackedAttention::signatures(1)
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let (dims, heads) = self.dims(&k.shapes[0]);
+        k.backend.attention_packed(k.inputs[0], dims, heads)
+    }
+}
+
+/// The gradient of [`PackedAttention`]: inputs (qkv, the output's gradient), output `dqkv` in
+/// `qkv`'s layout.
+pub(super) struct PackedAttentionGrad(pub(super) PackedAttention);
+
+impl Op for PackedAttentionGrad {
+    fn name(&self) -> &'static str {
+        "qkv_packed_attention_grad"
+    }
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let out = self.0.infer(&shapes[..1])?;
+        if shapes[1] != out.as_slice() {
+            return Err(Error::ShapeMismatch {
+                op: self.name(),
+                shapes: vec![out, shapes[1].to_vec()],
+                reason: "the output gradient must have the output's shape".into(),
+            });
+        }
+        Ok(shapes[0].to_vec())
+    }
+    fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        PackedAttention::signatures(2)
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let (dims, heads) = self.0.dims(&k.shapes[0]);
+        k.backend
+            .attention_packed_grad(k.inputs[0], k.inputs[1], dims, heads)
+    }
+}
+
 impl Tensor {
     /// Attention by the fused kernels where they apply (on the CPU, f32 or f64, no dim but
     /// batch and heads split, keys present); `None` where the caller composes it.
@@ -156,6 +248,34 @@ impl Tensor {
                     Ok(Some(grad))
                 };
                 Ok(vec![part(q)?, part(k)?, part(v)?])
+            },
+        ))
+    }
+
+    /// Packed self-attention by the fused kernels where they apply (on the CPU, f32 or
+    /// f64); `None` where the caller composes it.
+    ///
+    /// # Errors
+    /// Operator errors and communication failures of boxing.
+    pub(crate) fn fused_packed_attention(
+        &self,
+        scale: f64,
+        causal: bool,
+    ) -> Option<Result<Tensor>> {
+        let applies =
+            self.device() == Device::Cpu && matches!(self.dtype(), DType::F32 | DType::F64);
+        if !applies {
+            return None;
+        }
+        let op = PackedAttention(Attention { scale, causal });
+        let ins = [self];
+        Some(record(
+            super::dispatch(&op, &ins),
+            "qkv_packed_attention",
+            &ins,
+            move |c, g| {
+                let grad = super::dispatch(&PackedAttentionGrad(op), &[&c.inputs[0], g])?;
+                Ok(vec![Some(grad)])
             },
         ))
     }

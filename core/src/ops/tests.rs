@@ -290,5 +290,11 @@ fn attention_ops() {
         let mut with_grad = shapes.to_vec();
         with_grad.push(vec![2, 3, 5, 3]);
         check(&attention::AttentionGrad(op), &with_grad, false);
+        // (batch, seq, heads, 3, head_dim): batch and heads uneven over 3 ranks
+        let packed = attention::PackedAttention(op);
+        let qkv = vec![4, 5, 3, 3, 2];
+        check(&packed, std::slice::from_ref(&qkv), false);
+        let grad = attention::PackedAttentionGrad(packed);
+        check(&grad, &[qkv, vec![4, 5, 3, 2]], false);
     }
 }
