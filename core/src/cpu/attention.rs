@@ -5,6 +5,8 @@
 //! (query `i` sees keys `0..=i`, PyTorch's top-left alignment). The backward recomputes a
 //! block's probabilities from `q` and `k` rather than keeping them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rayon::prelude::*;
 
 use super::kernels::{Float, dot_row, fold_row, wide};
@@ -303,10 +305,12 @@ impl Layout {
     }
 }
 
-/// A buffer the problems' tasks write at once, each its own rows.
+/// A new buffer the problems' tasks write at once, each its own rows, never zeroed first.
 struct Shared<T> {
     ptr: *mut T,
     len: usize,
+    /// Elements written so far.
+    written: AtomicUsize,
 }
 
 // SAFETY: tasks write disjoint elements through it (see `put`); T is plain data.
@@ -315,6 +319,28 @@ unsafe impl<T: Send> Send for Shared<T> {}
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T: Copy> Shared<T> {
+    /// A `len`-element buffer written by `fill` through [`Shared::put`]: an error unless it
+    /// wrote every element.
+    fn build(len: usize, fill: impl FnOnce(&Shared<T>) -> Result<()>) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(len);
+        let dst = Shared {
+            ptr: out.as_mut_ptr(),
+            len,
+            written: AtomicUsize::new(0),
+        };
+        fill(&dst)?;
+        let written = dst.written.into_inner();
+        if written != len {
+            return Err(Error::Internal(format!(
+                "attention wrote {written} of its {len} output elements"
+            )));
+        }
+        // SAFETY: every element was written (the layouts' problems cover the output without
+        // overlapping, and `put` counted `len` elements).
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
     /// Copies the contiguous `width`-element rows of `src` to problem `p`'s rows from `r0` on.
     ///
     /// # Safety
@@ -328,6 +354,8 @@ impl<T: Copy> Shared<T> {
             // promise); `src` is a different allocation.
             unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), self.ptr.add(at), width) };
         }
+        self.written
+            .fetch_add(src.len() / width * width, Ordering::Relaxed);
     }
 }
 
@@ -353,40 +381,33 @@ fn forward<T: Float>(qkv: [&[T]; 3], d: &AttentionDims, lay: &Layout) -> Result<
     lay.check(d, qkv, None)?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-    let mut out = vec![T::zero(); d.heads * tq * dv];
-    if out.is_empty() {
-        return Ok(out);
-    }
-    let dst = Shared {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-    };
     let rows = BLOCK.min(tq);
-    (0..d.heads)
-        .into_par_iter()
-        // one scores block and output block per task rather than per head
-        .try_for_each_init(
-            || (vec![T::zero(); rows * tk], vec![T::zero(); rows * dv]),
-            |(s, o), h| {
-                let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
-                let vr = Rhs::packed(lay.v.view(v, h, 0), (tk, dv));
-                for (r0, rb, keys) in blocks(d) {
-                    probabilities(d, (&lay.q, q, h, &kt), s, (r0, rb, keys))?;
-                    gemm_into(
-                        o,
-                        (rb, dv, keys),
-                        View::rows(s, 0, keys),
-                        &vr,
-                        false,
-                        T::one(),
-                    )?;
-                    // SAFETY: problem h's rows are this task's alone.
-                    unsafe { dst.put(&lay.out, (h, r0), &o[..rb * dv], dv) };
-                }
-                Ok::<(), Error>(())
-            },
-        )?;
-    Ok(out)
+    Shared::build(d.heads * tq * dv, |dst| {
+        (0..d.heads)
+            .into_par_iter()
+            // one scores block and output block per task rather than per head
+            .try_for_each_init(
+                || (vec![T::zero(); rows * tk], vec![T::zero(); rows * dv]),
+                |(s, o), h| {
+                    let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
+                    let vr = Rhs::packed(lay.v.view(v, h, 0), (tk, dv));
+                    for (r0, rb, keys) in blocks(d) {
+                        probabilities(d, (&lay.q, q, h, &kt), s, (r0, rb, keys))?;
+                        gemm_into(
+                            o,
+                            (rb, dv, keys),
+                            View::rows(s, 0, keys),
+                            &vr,
+                            false,
+                            T::one(),
+                        )?;
+                        // SAFETY: problem h's rows are this task's alone.
+                        unsafe { dst.put(&lay.out, (h, r0), &o[..rb * dv], dv) };
+                    }
+                    Ok::<(), Error>(())
+                },
+            )
+    })
 }
 
 /// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim): per head,
@@ -424,15 +445,7 @@ fn backward<T: Float>(
     lay.check(d, qkv, Some(g))?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-    let mut out = vec![T::zero(); d.heads * (tq * hd + tk * hd + tk * dvw)];
-    if out.is_empty() {
-        return Ok(out);
-    }
     let [dq_at, dk_at, dv_at] = lay.grads(d, packed);
-    let dst = Shared {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-    };
     let scale = T::from(d.scale).unwrap_or_else(T::one);
     let rows = BLOCK.min(tq);
     // per task: P and dS blocks, a block's dq, and the head's dk and dv as they accumulate
@@ -446,69 +459,70 @@ fn backward<T: Float>(
             z(tk * dvw),
         )
     };
-    (0..d.heads)
-        .into_par_iter()
-        .try_for_each_init(scratch, |(p, ds, dq, dk, dv), h| {
-            let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
-            let vt = Rhs::packed(lay.v.view_t(v, h), (dvw, tk));
-            let kr = Rhs::packed(lay.k.view(k, h, 0), (tk, hd));
-            dk.fill(T::zero());
-            dv.fill(T::zero());
-            for (r0, rb, keys) in blocks(d) {
-                probabilities(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
-                let gb = lay.out.view(g, h, r0);
-                // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
-                gemm_into(ds, (rb, keys, dvw), gb, &vt, false, T::one())?;
-                wide(
-                    #[inline(always)]
-                    || {
-                        for (pr, dr) in p[..rb * keys]
-                            .chunks(keys)
-                            .zip(ds[..rb * keys].chunks_mut(keys))
-                        {
-                            let dot = dot_row(pr, dr, T::zero());
-                            for (e, &x) in dr.iter_mut().zip(pr) {
-                                *e = x * (*e - dot);
+    Shared::build(d.heads * (tq * hd + tk * hd + tk * dvw), |dst| {
+        (0..d.heads)
+            .into_par_iter()
+            .try_for_each_init(scratch, |(p, ds, dq, dk, dv), h| {
+                let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
+                let vt = Rhs::packed(lay.v.view_t(v, h), (dvw, tk));
+                let kr = Rhs::packed(lay.k.view(k, h, 0), (tk, hd));
+                dk.fill(T::zero());
+                dv.fill(T::zero());
+                for (r0, rb, keys) in blocks(d) {
+                    probabilities(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
+                    let gb = lay.out.view(g, h, r0);
+                    // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
+                    gemm_into(ds, (rb, keys, dvw), gb, &vt, false, T::one())?;
+                    wide(
+                        #[inline(always)]
+                        || {
+                            for (pr, dr) in p[..rb * keys]
+                                .chunks(keys)
+                                .zip(ds[..rb * keys].chunks_mut(keys))
+                            {
+                                let dot = dot_row(pr, dr, T::zero());
+                                for (e, &x) in dr.iter_mut().zip(pr) {
+                                    *e = x * (*e - dot);
+                                }
                             }
-                        }
-                    },
-                );
-                // dv += Pᵀ dO; dq = scale dS k; dk += scale dSᵀ q
-                gemm_into(
-                    dv,
-                    (keys, dvw, rb),
-                    View::transposed(p, keys),
-                    &Rhs::plain(gb),
-                    true,
-                    T::one(),
-                )?;
-                gemm_into(
-                    dq,
-                    (rb, hd, keys),
-                    View::rows(ds, 0, keys),
-                    &kr,
-                    false,
-                    scale,
-                )?;
-                // SAFETY: problem h's rows are this task's alone.
-                unsafe { dst.put(&dq_at, (h, r0), &dq[..rb * hd], hd) };
-                gemm_into(
-                    dk,
-                    (keys, hd, rb),
-                    View::transposed(ds, keys),
-                    &Rhs::plain(lay.q.view(q, h, r0)),
-                    true,
-                    scale,
-                )?;
-            }
-            // SAFETY: as above.
-            unsafe {
-                dst.put(&dk_at, (h, 0), dk, hd);
-                dst.put(&dv_at, (h, 0), dv, dvw);
-            }
-            Ok::<(), Error>(())
-        })?;
-    Ok(out)
+                        },
+                    );
+                    // dv += Pᵀ dO; dq = scale dS k; dk += scale dSᵀ q
+                    gemm_into(
+                        dv,
+                        (keys, dvw, rb),
+                        View::transposed(p, keys),
+                        &Rhs::plain(gb),
+                        true,
+                        T::one(),
+                    )?;
+                    gemm_into(
+                        dq,
+                        (rb, hd, keys),
+                        View::rows(ds, 0, keys),
+                        &kr,
+                        false,
+                        scale,
+                    )?;
+                    // SAFETY: problem h's rows are this task's alone.
+                    unsafe { dst.put(&dq_at, (h, r0), &dq[..rb * hd], hd) };
+                    gemm_into(
+                        dk,
+                        (keys, hd, rb),
+                        View::transposed(ds, keys),
+                        &Rhs::plain(lay.q.view(q, h, r0)),
+                        true,
+                        scale,
+                    )?;
+                }
+                // SAFETY: as above.
+                unsafe {
+                    dst.put(&dk_at, (h, 0), dk, hd);
+                    dst.put(&dv_at, (h, 0), dv, dvw);
+                }
+                Ok::<(), Error>(())
+            })
+    })
 }
 
 #[cfg(test)]
