@@ -642,6 +642,11 @@ kernel_table!(faces {
     ) -> Result<Buffer> {
         crate::cpu::softmax_grad(y.host()?, g.host()?, shape, dim, log).map(Buffer::from)
     }
+    /// [`Kernels::matmul`] plus `bias` (`dims.n` elements) added to every output row as the
+    /// product is stored: a linear layer's `x Wᵀ + b`, its output written once.
+    fn linear(&self, a: &Buffer, b: &Buffer, bias: &Buffer, dims: MatmulDims) -> Result<Buffer> {
+        crate::cpu::linear(a.host()?, b.host()?, bias.host()?, dims).map(Buffer::from)
+    }
     /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq, dim) `q`, `k`, `v` (one float
     /// dtype): one fused pass per block of queries, the scores never stored whole.
     fn attention(&self, q: &Buffer, k: &Buffer, v: &Buffer, dims: AttentionDims) -> Result<Buffer> {

@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 use num_traits::Float as NumFloat;
 use rayon::prelude::*;
 
-use super::sgemm::{View, product};
+use super::sgemm::{View, product, product_bias};
 use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use crate::dtype::Element;
 use crate::shape::{broadcast_strides, strides};
@@ -859,6 +859,12 @@ pub(super) fn softmax_grad<T: Float>(
 }
 
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
+    matmul_bias(a, b, None, d)
+}
+
+/// [`matmul`] with `bias` (`n` elements, checked by the caller) added to every output row as
+/// the product is stored: `x Wᵀ + b` of a linear layer in one pass over the output.
+pub(super) fn matmul_bias<T: Float>(a: &[T], b: &[T], bias: Option<&[T]>, d: MatmulDims) -> Vec<T> {
     let MatmulDims {
         mut batch,
         mut m,
@@ -884,7 +890,10 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
         (n as isize, 1)
     };
     if m == 0 || n == 0 || k == 0 {
-        return vec![T::zero(); batch * m * n];
+        return match bias {
+            Some(bias) => bias[..n].repeat(batch * m),
+            None => vec![T::zero(); batch * m * n],
+        };
     }
     let work = m * n * k;
     let one = |i: usize, oi: &mut [MaybeUninit<T>], par: gemm::Parallelism| {
@@ -908,12 +917,27 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
         );
         let threads = matches!(par, gemm::Parallelism::Rayon(_));
         // Small products (attention's heads) stay with gemm, whose packing costs less there.
-        if work >= WIDE_MIN && product(oi, n, (m, n, k), views, (false, T::one()), threads) {
-            return;
+        if work >= WIDE_MIN {
+            let done = match bias {
+                Some(bias) => product_bias(oi, n, (m, n, k), views, bias, threads),
+                None => product(oi, n, (m, n, k), views, (false, T::one()), threads),
+            };
+            if done {
+                return;
+            }
+        }
+        // gemm adds the product to the bias rows written first
+        if let Some(bias) = bias {
+            for r in oi.chunks_mut(n) {
+                for (o, &x) in r.iter_mut().zip(bias) {
+                    o.write(x);
+                }
+            }
         }
         // SAFETY: ai is m x k and bi is k x n under their strides, oi is m x n row-major, all
         // in bounds; the output does not alias the inputs. gemm writes every element of
-        // oi = 1 * ai * bi and reads none (read_dst = false), so oi may be uninitialised.
+        // oi = 1 * ai * bi and reads none (read_dst = false, so oi may be uninitialised) or,
+        // with a bias, adds to the rows written above (read_dst = true).
         unsafe {
             gemm::gemm(
                 m,
@@ -922,14 +946,14 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
                 oi.as_mut_ptr().cast::<T>(),
                 1,
                 n as isize,
-                false,
+                bias.is_some(),
                 ai.as_ptr(),
                 sa.1,
                 sa.0,
                 bi.as_ptr(),
                 sb.1,
                 sb.0,
-                T::zero(),
+                T::one(),
                 T::one(),
                 false,
                 false,

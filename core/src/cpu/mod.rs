@@ -318,6 +318,28 @@ fn floats(
     }
 }
 
+/// `a b + bias` with the bias added to every row as the product is stored (one float
+/// dtype, `bias` `d.n` long): the host kernel of [`crate::backend::Kernels::linear`].
+pub(crate) fn linear(
+    a: &HostData,
+    b: &HostData,
+    bias: &HostData,
+    d: MatmulDims,
+) -> Result<HostData> {
+    if bias.len() != d.n {
+        return Err(Error::Internal(format!(
+            "a bias of {} elements for a product {} wide",
+            bias.len(),
+            d.n
+        )));
+    }
+    floats(
+        &[a, b, bias],
+        |x| Ok(kernels::matmul_bias(x[0], x[1], Some(x[2]), d)),
+        |x| Ok(kernels::matmul_bias(x[0], x[1], Some(x[2]), d)),
+    )
+}
+
 /// Fused attention of `q`, `k`, `v` (one float dtype): the host kernel of
 /// [`crate::backend::Kernels::attention`].
 pub(crate) fn attention(

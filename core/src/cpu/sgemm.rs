@@ -103,7 +103,34 @@ pub(crate) fn product<T: 'static + Copy>(
     else {
         return false;
     };
-    gemm(dst, ld, dims, a, b, (acc, beta), threads);
+    gemm(dst, ld, dims, a, b, (acc, beta, None), threads);
+    true
+}
+
+/// `dst = a b + bias` (the `n`-element `bias` added to every row, as a linear layer's) where
+/// `T` is `f32` and the CPU has AVX-512F: the bias enters the register tile as it is stored,
+/// so the output is written once, not written and then read and written again by an add;
+/// false, touching nothing, where the caller must compute it.
+pub(crate) fn product_bias<T: 'static + Copy>(
+    dst: &mut [MaybeUninit<T>],
+    ld: usize,
+    dims: (usize, usize, usize),
+    (a, b): (View<'_, T>, View<'_, T>),
+    bias: &[T],
+    threads: bool,
+) -> bool {
+    let (Some(dst), Some(a), Some(b), Some(bias)) = (
+        f32_slots(dst),
+        f32_view(a),
+        f32_view(b),
+        f32_view(View::rows(bias, 0, 1)),
+    ) else {
+        return false;
+    };
+    if bias.data.len() < dims.1 {
+        return false;
+    }
+    gemm(dst, ld, dims, a, b, (false, 1.0, Some(bias.data)), threads);
     true
 }
 
@@ -171,7 +198,7 @@ pub(crate) fn product_packed<T: 'static + Copy>(
     }
     if m == 0 || n == 0 || k == 0 {
         // k == 0: a product of nothing; gemm writes the zeros
-        gemm(dst, ld, (m, n, k), a, a, (acc, beta), false);
+        gemm(dst, ld, (m, n, k), a, a, (acc, beta, None), false);
         return true;
     }
     let out = Out {
@@ -189,7 +216,7 @@ pub(crate) fn product_packed<T: 'static + Copy>(
             unsafe {
                 let at = a.data.as_ptr().add(i * a.rs);
                 let tile = (out.at(i, j), ld, h, w);
-                kernel::<true>(k, (at, a.rs, a.cs), panel, tile, (acc, beta));
+                kernel::<true>(k, (at, a.rs, a.cs), panel, tile, (Start::new(acc), beta));
             }
         }
     }
@@ -260,9 +287,10 @@ impl Out {
     }
 }
 
-/// `dst = [dst +] beta * a b` for an (m, k) `a`, a (k, n) `b` and an (m, n) `dst` with row
-/// stride `ld` (accumulating into it when `acc`, which must then be initialised; written whole
-/// otherwise); on all threads when `threads`. Computed plainly where an operand does not hold
+/// `dst = [dst +] beta * a b [+ bias]` for an (m, k) `a`, a (k, n) `b` and an (m, n) `dst`
+/// with row stride `ld` (accumulating into it when `acc`, which must then be initialised;
+/// written whole otherwise, with `bias`, at least `n` long, added to every row where given and
+/// not `acc`); on all threads when `threads`. Computed plainly where an operand does not hold
 /// its matrix or the CPU lacks AVX-512F (the callers check both first).
 fn gemm(
     dst: &mut [MaybeUninit<f32>],
@@ -270,13 +298,23 @@ fn gemm(
     (m, n, k): (usize, usize, usize),
     a: View<'_, f32>,
     b: View<'_, f32>,
-    (acc, beta): (bool, f32),
+    (acc, beta, bias): (bool, f32, Option<&[f32]>),
     threads: bool,
 ) {
+    let bias = bias.filter(|_| !acc);
     let fits = m == 0 || n == 0 || ((m - 1) * ld + n <= dst.len() && n <= ld);
-    if !fits || !a.holds(m, k) || !b.holds(k, n) || !available() {
+    let bias_fits = bias.is_none_or(|b| b.len() >= n);
+    if !fits || !bias_fits || !a.holds(m, k) || !b.holds(k, n) || !available() {
         // unreachable from the callers, which check all of this; compute it plainly anyway
         plain(dst, ld, (m, n, k), a, b, (acc, beta));
+        if let Some(bias) = bias {
+            for r in dst.chunks_mut(ld).take(m) {
+                for (d, &x) in r.iter_mut().zip(bias) {
+                    // SAFETY: `plain` wrote the row's first n elements, which the zip ends at.
+                    d.write(unsafe { d.assume_init_read() } + x);
+                }
+            }
+        }
         return;
     }
     if m == 0 || n == 0 {
@@ -285,7 +323,14 @@ fn gemm(
     if k == 0 {
         if !acc {
             for r in dst.chunks_mut(ld).take(m) {
-                r[..n].fill(MaybeUninit::new(0.0));
+                match bias {
+                    Some(bias) => {
+                        for (d, &x) in r[..n].iter_mut().zip(bias) {
+                            d.write(x);
+                        }
+                    }
+                    None => r[..n].fill(MaybeUninit::new(0.0)),
+                }
             }
         }
         return;
@@ -325,7 +370,7 @@ fn gemm(
             (rows.len(), cols.len(), k),
             (a, tc > 1),
             b,
-            (acc, beta),
+            (acc, beta, bias.map(|b| &b[cols.start..])),
         );
     };
     if tr * tc > 1 {
@@ -365,7 +410,7 @@ fn serial(
     (m, n, k): (usize, usize, usize),
     (a, shared): (View<'_, f32>, bool),
     b: View<'_, f32>,
-    (acc, beta): (bool, f32),
+    (acc, beta, bias): (bool, f32, Option<&[f32]>),
 ) {
     if m == 0 || n == 0 {
         return;
@@ -388,6 +433,10 @@ fn serial(
                     pack_b(bp, b, (pc, kc), (jc, nc));
                     // the first block of the depth writes (or accumulates into) dst, the rest add
                     let load = acc || pc > 0;
+                    let start = |j: usize| match bias {
+                        Some(bias) if !load => Start::Row(bias[jc + j..].as_ptr()),
+                        _ => Start::new(load),
+                    };
                     for ic in (0..m).step_by(MC) {
                         let mc = MC.min(m - ic);
                         let run = |ap: &[f32]| {
@@ -409,10 +458,10 @@ fn serial(
                                             let at =
                                                 a.data.as_ptr().add((ic + i) * a.rs + pc * a.cs);
                                             let a = (at, a.rs, a.cs);
-                                            kernel::<true>(kc, a, panel, tile, (load, beta));
+                                            kernel::<true>(kc, a, panel, tile, (start(j), beta));
                                         } else {
                                             let a = (ap.as_ptr().add(i * kc), 1, MR);
-                                            kernel::<false>(kc, a, panel, tile, (load, beta));
+                                            kernel::<false>(kc, a, panel, tile, (start(j), beta));
                                         }
                                     }
                                 }
@@ -550,7 +599,7 @@ unsafe fn kernel<const DIRECT: bool>(
     (a, rs, cs): (*const f32, usize, usize),
     bp: &[f32],
     (c, ld, h, w): (*mut f32, usize, usize, usize),
-    (load, beta): (bool, f32),
+    (start, beta): (Start, f32),
 ) {
     // the tile's rows of c, fetched while the products run
     for i in 0..h {
@@ -589,35 +638,57 @@ unsafe fn kernel<const DIRECT: bool>(
         if n == 16 { u16::MAX } else { (1u16 << n) - 1 }
     };
     let (m0, m1) = (lanes(0), lanes(16));
+    // SAFETY: a bias row holds the tile's w columns (the caller's).
+    let bias = match start {
+        Start::Row(r) => unsafe {
+            Some((
+                _mm512_maskz_loadu_ps(m0, r),
+                _mm512_maskz_loadu_ps(m1, r.add(16)),
+            ))
+        },
+        _ => None,
+    };
+    let load = matches!(start, Start::Dst);
     for (i, ti) in t.iter().enumerate().take(h) {
         // SAFETY: row i < h of the tile, its first w <= NR elements inside dst.
         unsafe {
             let row = c.add(i * ld);
+            let (c0, c1) = if load {
+                (
+                    _mm512_maskz_loadu_ps(m0, row),
+                    _mm512_maskz_loadu_ps(m1, row.add(16)),
+                )
+            } else {
+                bias.unwrap_or((_mm512_setzero_ps(), _mm512_setzero_ps()))
+            };
             if w == NR {
-                let (c0, c1) = if load {
-                    (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
-                } else {
-                    (_mm512_setzero_ps(), _mm512_setzero_ps())
-                };
                 _mm512_storeu_ps(row, _mm512_fmadd_ps(ti[0], bv, c0));
                 _mm512_storeu_ps(row.add(16), _mm512_fmadd_ps(ti[1], bv, c1));
             } else {
-                let c0 = if load {
-                    _mm512_maskz_loadu_ps(m0, row)
-                } else {
-                    _mm512_setzero_ps()
-                };
                 _mm512_mask_storeu_ps(row, m0, _mm512_fmadd_ps(ti[0], bv, c0));
                 if m1 != 0 {
-                    let c1 = if load {
-                        _mm512_maskz_loadu_ps(m1, row.add(16))
-                    } else {
-                        _mm512_setzero_ps()
-                    };
                     _mm512_mask_storeu_ps(row.add(16), m1, _mm512_fmadd_ps(ti[1], bv, c1));
                 }
             }
         }
+    }
+}
+
+/// What a tile's products are added to as they are stored.
+#[derive(Clone, Copy)]
+enum Start {
+    /// Nothing: the tile is written.
+    Zero,
+    /// The tile's values (accumulating, or a later block of the depth).
+    Dst,
+    /// A row vector (at the tile's first column) added to every row: a linear layer's bias.
+    Row(*const f32),
+}
+
+impl Start {
+    /// `Dst` when `load`, else `Zero`.
+    fn new(load: bool) -> Start {
+        if load { Start::Dst } else { Start::Zero }
     }
 }
 
@@ -631,7 +702,7 @@ unsafe fn kernel<const DIRECT: bool>(
     _: (*const f32, usize, usize),
     _: &[f32],
     _: (*mut f32, usize, usize, usize),
-    _: (bool, f32),
+    _: (Start, f32),
 ) {
 }
 
@@ -776,6 +847,40 @@ mod tests {
                         (false, 1.0),
                         |out| pool.install(|| product(out, n, (m, n, k), ab, (false, 1.0), true)),
                         &what,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The bias enters once per output element: with one depth block and several, partial
+    /// tiles, regions of several threads, and no depth at all.
+    #[test]
+    fn a_bias_is_added_to_every_row_once() {
+        if !available() {
+            eprintln!("!!! no AVX-512F on this CPU: the AVX-512 f32 gemm is NOT tested !!!");
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (m, n, k) in [(13, 31, 7), (169, 257, 300), (30, 70, 600), (3, 5, 0)] {
+            for ta in [false, true] {
+                let (av, bv, bias) = (data(m * k, 3), data(k * n, 4), data(n, 5));
+                let ab = (operand(&av, (m, k), ta), operand(&bv, (k, n), true));
+                let mut got = vec![MaybeUninit::new(f32::NAN); m * n];
+                let done = pool.install(|| product_bias(&mut got, n, (m, n, k), ab, &bias, true));
+                assert!(done, "({m}, {n}, {k}) refused");
+                let mut want = vec![MaybeUninit::new(0.0f32); m * n];
+                plain(&mut want, n, (m, n, k), ab.0, ab.1, (false, 1.0));
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    // SAFETY: both written whole.
+                    let (g, w) = unsafe { (g.assume_init(), w.assume_init() + bias[i % n]) };
+                    let tol = 1e-5 * (k as f32 + 1.0);
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "({m}, {n}, {k}) ta {ta} element {i}: {g} vs {w}"
                     );
                 }
             }

@@ -88,10 +88,9 @@ impl Module for Linear {
             let y = self.forward(&x.reshape(&[1, x.shape()[0]])?)?;
             return y.reshape(&[self.weight.shape()[0]]);
         }
-        let y = x.matmul_nt(&self.weight)?;
         match &self.bias {
-            Some(b) => y.add(b),
-            None => Ok(y),
+            Some(b) => x.linear(&self.weight, b),
+            None => x.matmul_nt(&self.weight),
         }
     }
 

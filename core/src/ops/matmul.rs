@@ -117,7 +117,109 @@ impl Op for Matmul {
     }
 }
 
+/// `x Wᵀ + b` of a linear layer (`x` (..., in), `W` (out, in), `b` (out)): the product with
+/// the bias added as it is stored (PyTorch's `addmm`), so the output is written once where a
+/// product and an add write it, read it and write it again. Its signatures are the product's
+/// with the bias laid out as the output's last dim: split where that is split, a partial sum
+/// where the output is one (each rank adds its part), broadcast otherwise.
+pub(super) struct Linear;
+
+impl Linear {
+    /// The product it extends.
+    const PRODUCT: Matmul = Matmul {
+        ta: false,
+        tb: true,
+    };
+}
+
+impl Op for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let out = Linear::PRODUCT.infer(&shapes[..2])?;
+        let n = out[out.len() - 1];
+        if shapes[2] != [n] {
+            return Err(Error::ShapeMismatch {
+                op: "linear",
+                shapes: vec![out, shapes[2].to_vec()],
+                reason: format!("the bias must be ({n}), one value per output feature"),
+            });
+        }
+        Ok(out)
+    }
+
+    fn signatures(&self, shapes: &[&[usize]], out: &[usize]) -> Vec<Signature> {
+        let last = shapes[0].len() - 1;
+        Linear::PRODUCT
+            .signatures(&shapes[..2], out)
+            .into_iter()
+            .map(|mut sig| {
+                let bias = match sig.output {
+                    Sbp::Split(d) if d == last => Sbp::Split(0),
+                    Sbp::Split(_) | Sbp::Broadcast => Sbp::Broadcast,
+                    p @ Sbp::Partial(_) => p,
+                };
+                sig.inputs.push(bias);
+                sig
+            })
+            .collect()
+    }
+
+    fn compute(&self, kr: &Kernel<'_>) -> Result<Buffer> {
+        let (a, w) = (&kr.shapes[0], &kr.shapes[1]);
+        let r = a.len();
+        let dims = MatmulDims {
+            batch: a[..r - 1].iter().product(),
+            m: 1,
+            k: a[r - 1],
+            n: w[0],
+            b_batched: false,
+            a_trans: false,
+            b_trans: true,
+        };
+        kr.backend
+            .linear(kr.inputs[0], kr.inputs[1], kr.inputs[2], dims)
+    }
+}
+
 impl Tensor {
+    /// `self Wᵀ + bias` with `self` (..., in), `weight` (out, in) and `bias` (out): a linear
+    /// layer in one product that adds the bias as it stores (fused on the CPU in f32 and f64;
+    /// a product and an add elsewhere).
+    ///
+    /// # Errors
+    /// As [`Tensor::matmul`]; `ShapeMismatch` for a bias that is not (out).
+    pub(crate) fn linear(&self, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let fused = [self, weight, bias].iter().all(|t| {
+            t.device() == crate::tensor::Device::Cpu
+                && matches!(
+                    t.dtype(),
+                    crate::dtype::DType::F32 | crate::dtype::DType::F64
+                )
+                && t.dtype() == self.dtype()
+        }) && self.ndim() >= 2;
+        if !fused {
+            return self.matmul_nt(weight)?.add(bias);
+        }
+        record(
+            super::dispatch(&Linear, &[self, weight, bias]),
+            "linear",
+            &[self, weight, bias],
+            move |c, g| {
+                let mut grads = matmul_backward(Linear::PRODUCT, c, g)?;
+                let db = if c.needs[2] {
+                    Some(crate::autograd::sum_to(g, c.inputs[2].shape())?)
+                } else {
+                    None
+                };
+                grads.push(db);
+                Ok(grads)
+            },
+        )
+    }
+
     /// Matrix product `self @ other`: (m, k) x (k, n) -> (m, n), batched over leading dims.
     ///
     /// On global tensors the output SBP follows the cheapest signature, e.g.

@@ -229,6 +229,13 @@ fn matmul_2d_and_batched() {
     check(&t(true, false), &[vec![3, 5], vec![3, 4]], false);
     check(&t(true, true), &[vec![3, 5], vec![4, 3]], false);
     check(&t(false, true), &[vec![2, 5, 3], vec![4, 3]], false);
+    // x Wᵀ + b: rows, output features or the inner dim split (a partial bias), uneven
+    check(&matmul::Linear, &[vec![5, 3], vec![4, 3], vec![4]], false);
+    check(
+        &matmul::Linear,
+        &[vec![2, 5, 6], vec![7, 6], vec![7]],
+        false,
+    );
 }
 
 #[test]
