@@ -124,9 +124,9 @@ fn check_classes(target: &Tensor, c: usize) -> Result<()> {
 /// under a split over heads: batch or heads split, it runs with no communication.
 ///
 /// ```
-/// # use gflow::prelude::*;
-/// # use gflow::nn::functional::{qkv_packed_attention, scaled_dot_product_attention};
-/// # fn main() -> gflow::Result<()> {
+/// # use gflow_core::{Device, Tensor};
+/// # use gflow_core::nn::functional::{qkv_packed_attention, scaled_dot_product_attention};
+/// # fn main() -> gflow_core::Result<()> {
 /// let qkv = Tensor::randn(&[2, 5, 3, 3, 4], Device::Cpu)?; // (batch, seq, heads, 3, dim)
 /// let y = qkv_packed_attention(&qkv, true)?;
 /// assert_eq!(y.shape(), &[2, 5, 3, 4]);
