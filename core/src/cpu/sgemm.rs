@@ -155,7 +155,7 @@ impl Packed {
         let mut data = PACKED_POOL
             .with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
             .unwrap_or_default();
-        data.clear();
+        // `pack_b` writes every element, so old contents need no zeroing first
         data.resize(k * n.next_multiple_of(NR), 0.0);
         pack_b(&mut data, b, (0, k), (0, n));
         Some(Packed { data, k, n })
