@@ -3,6 +3,7 @@
 //! group order) and shared, so every member ends with identical bits.
 
 use super::plan::{Plan, Span, Step};
+use super::schedule::balanced_counts;
 use super::{CommOp, Tag};
 
 /// (position, world rank) of every member but the one at `me`, in group order.
@@ -56,20 +57,50 @@ pub(super) fn reduce_scatter(
 }
 
 /// All-reduce in place over `slots` (member i reduces `slots[i]`): a reduce-scatter into each
-/// member's own slot, then an all-gather of the slots.
-pub(super) fn all_reduce(p: &mut Plan, group: &[usize], me: usize, slots: &[Span]) {
-    p.push(Step::Exchange {
-        tag: Tag::new(CommOp::ReduceScatter, group),
-        sends: others(group, me).map(|(i, r)| (r, slots[i])).collect(),
-        copies: vec![],
-        reduce: Some((slots[me], others(group, me).map(|(_, r)| r).collect())),
-        own: None,
-    });
-    p.exchange(
+/// member's own slot, then an all-gather of the slots. With `pieces` > 1 every slot is cut
+/// into that many element-aligned pieces (`elem` bytes each element) and the two halves are
+/// interleaved, piece c's all-gather right after piece c+1's reduce-scatter: a reduced piece
+/// goes out while it is still in cache, and no step waits for a whole slot.
+pub(super) fn all_reduce(
+    p: &mut Plan,
+    group: &[usize],
+    me: usize,
+    slots: &[Span],
+    elem: usize,
+    pieces: usize,
+) {
+    let cut: Vec<Vec<Span>> = slots
+        .iter()
+        .map(|s| s.split(&balanced_counts(s.len, elem, pieces.max(1))))
+        .collect();
+    let piece = |c: usize| -> Vec<Span> { cut.iter().map(|s| s[c]).collect() };
+    let (rs, ag) = (
+        Tag::new(CommOp::ReduceScatter, group),
         Tag::new(CommOp::AllGather, group),
-        others(group, me).map(|(_, r)| (r, slots[me])).collect(),
-        others(group, me).map(|(i, r)| (r, slots[i])).collect(),
     );
+    let reduce = |p: &mut Plan, part: &[Span]| {
+        p.push(Step::Exchange {
+            tag: rs,
+            sends: others(group, me).map(|(i, r)| (r, part[i])).collect(),
+            copies: vec![],
+            reduce: Some((part[me], others(group, me).map(|(_, r)| r).collect())),
+            own: None,
+        });
+    };
+    let gather = |p: &mut Plan, part: &[Span]| {
+        p.exchange(
+            ag,
+            others(group, me).map(|(_, r)| (r, part[me])).collect(),
+            others(group, me).map(|(i, r)| (r, part[i])).collect(),
+        );
+    };
+    let n = pieces.max(1);
+    reduce(p, &piece(0));
+    for c in 1..n {
+        reduce(p, &piece(c));
+        gather(p, &piece(c - 1));
+    }
+    gather(p, &piece(n - 1));
 }
 
 /// All-to-all: `sends[i]` to member i, member i's message into `slots[i]`.

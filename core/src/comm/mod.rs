@@ -23,7 +23,8 @@ pub use driver::Collectives;
 pub use hierarchy::Grid;
 pub use inproc::InProcComm;
 pub use policy::{
-    DOUBLING_MAX_BYTES, HIERARCHY_MIN_BYTES, Policy, RING_MIN_BYTES, Schedule, TREE_MIN_MEMBERS,
+    DOUBLING_MAX_BYTES, HIERARCHY_MIN_BYTES, PIPELINE_PIECE, Policy, RING_MIN_BYTES, Schedule,
+    TREE_MIN_MEMBERS,
 };
 
 use std::fmt;

@@ -44,7 +44,16 @@ pub struct Policy {
     /// and sends payloads by reference, so a payload costs one copy however many peers read it.
     /// A forced schedule stays.
     pub prefer_direct: bool,
+    /// Direct all-reduces cut each member's slot into pieces of about this many bytes (when it
+    /// holds at least two) and interleave their reduce-scatters and all-gathers: set by
+    /// transports that copy each message they send ([`PIPELINE_PIECE`]).
+    pub pipeline: Option<usize>,
 }
+
+/// The piece of a pipelined direct all-reduce ([`Policy::pipeline`]) over QUIC: 2 hosts x 1
+/// rank, all_reduce 16 and 128 MiB, CPU of both ranks 5.93-6.11 s with whole slots, 5.06-5.18
+/// with 1 MiB pieces, 5.25-5.38 with 4 MiB, 6.92-6.94 with 256 KiB.
+pub const PIPELINE_PIECE: usize = 1 << 20;
 
 impl Default for Policy {
     fn default() -> Policy {
@@ -52,6 +61,7 @@ impl Default for Policy {
             forced: None,
             hierarchy: true,
             prefer_direct: false,
+            pipeline: None,
         }
     }
 }
@@ -68,7 +78,15 @@ impl Policy {
                 .and_then(Schedule::parse),
             hierarchy: std::env::var("GFLOW_HIERARCHY").map_or(true, |v| v != "0"),
             prefer_direct: false,
+            pipeline: None,
         })
+    }
+
+    /// Into how many pieces a direct all-reduce cuts a member's slot of `slot` bytes (1: not
+    /// pipelined).
+    pub fn pieces(&self, slot: usize) -> usize {
+        self.pipeline
+            .map_or(1, |piece| (slot / piece.max(1)).max(1))
     }
 
     /// The schedule of collective `op` over `n` members moving `bytes` in all. Unless forced,

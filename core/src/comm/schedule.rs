@@ -192,7 +192,10 @@ pub(super) fn all_reduce_flat(
             ring::reduce_scatter(p, Tag::new(CommOp::ReduceScatter, group), group, me, &slots);
             ring::all_gather(p, Tag::new(CommOp::AllGather, group), group, me, &slots);
         }
-        Schedule::Direct => direct::all_reduce(p, group, me, &data.split(&counts)),
+        Schedule::Direct => {
+            let pieces = policy.pieces(data.len / n);
+            direct::all_reduce(p, group, me, &data.split(&counts), elem, pieces);
+        }
     }
 }
 
@@ -235,11 +238,20 @@ mod tests {
         ((rank * 31 + i * 7) as f64 / 3.0).sin()
     }
 
-    /// Every member of a group of 1..9 (hierarchical on 2 hosts x n/2 where it fits) ends
-    /// with the sum, within rounding of a plain sum, and with the same bits as every other.
+    /// Every member of a group of 1..9 (hierarchical on 2 hosts x n/2 where it fits; direct
+    /// all-reduces pipelined in 16-byte pieces or not) ends with the sum, within rounding of a
+    /// plain sum, and with the same bits as every other.
     #[test]
     fn all_reduce_plans_agree_bit_for_bit() {
-        for s in SCHEDULES {
+        for (s, pipeline) in SCHEDULES
+            .map(|s| (s, None))
+            .into_iter()
+            .chain([(Schedule::Direct, Some(16))])
+        {
+            let policy = |s| Policy {
+                pipeline,
+                ..policy(s)
+            };
             for n in 1..=9 {
                 for hosts in [1, 2] {
                     let group: Vec<usize> = (0..n).collect();
@@ -262,6 +274,49 @@ mod tests {
                         assert!((x - want).abs() < 1e-12, "{s:?} n={n} element {i}");
                     }
                 }
+            }
+        }
+    }
+
+    /// The pipelined direct all-reduce (slots cut into pieces whose reduce-scatters and
+    /// all-gathers interleave), with more pieces than some slots have elements: every member
+    /// ends with the same bits as the one-piece plan's.
+    #[test]
+    fn pipelined_all_reduce_matches_the_plain_one() {
+        for n in 2..=5 {
+            let group: Vec<usize> = (0..n).collect();
+            let len = 11;
+            let outs: Vec<Vec<u8>> = (0..n)
+                .map(|r| bytes(&(0..len).map(|i| value(r, i)).collect::<Vec<_>>()))
+                .collect();
+            let run =
+                |pieces: usize| {
+                    let plans: Vec<Plan> =
+                        (0..n)
+                            .map(|me| {
+                                let mut p = Plan::default();
+                                let slots = Span::whole(Buf::Output, len * 8)
+                                    .split(&balanced_counts(len * 8, 8, n));
+                                direct::all_reduce(&mut p, &group, me, &slots, 8, pieces);
+                                p
+                            })
+                            .collect();
+                    simulate(
+                        &plans,
+                        &vec![vec![]; n],
+                        outs.clone(),
+                        DType::F64,
+                        ReduceOp::Sum,
+                    )
+                    .unwrap_or_else(|e| panic!("n={n} pieces={pieces}: {e}"))
+                };
+            let plain = run(1);
+            assert!(
+                plain.windows(2).all(|w| w[0] == w[1]),
+                "n={n}: members differ"
+            );
+            for pieces in [2, 3, 7] {
+                assert_eq!(run(pieces), plain, "n={n} pieces={pieces}");
             }
         }
     }

@@ -15,7 +15,7 @@ mod writer;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gflow_core::comm::{Exchange, Mailbox, exchange_queued};
+use gflow_core::comm::{Exchange, Mailbox, PIPELINE_PIECE, exchange_queued};
 use gflow_core::{CommError, Communicator, Policy, Schedule, Tag};
 
 use codec::read_by_ref;
@@ -95,7 +95,13 @@ impl NetComm {
             rx,
             timeout,
             max_frame,
-            policy: Policy::from_env(),
+            // QUIC links copy every message they send (the writer thread's queue): a direct
+            // all-reduce pipelined in pieces copies each piece while it is in cache, and moves
+            // it while the next is copied.
+            policy: Policy {
+                pipeline: kinds.contains(&"quic").then_some(PIPELINE_PIECE),
+                ..Policy::from_env()
+            },
             by_ref: refs_enabled(),
             hosts: vec![],
             control: None,
