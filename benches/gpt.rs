@@ -159,7 +159,7 @@ fn profile_lines(rows: &[gflow::profile::Row], steps: usize) {
     let total: f64 = rows.iter().map(|r| r.time.as_secs_f64()).sum();
     for r in rows {
         let category = match r.scope.split_once(' ') {
-            Some(("kernel", "matmul")) => "matmul",
+            Some(("kernel", "matmul" | "linear")) => "matmul",
             Some(("kernel", _)) => "other kernels",
             Some(("dispatch", _)) => "dispatch",
             Some(("backward", _)) => "autograd",
