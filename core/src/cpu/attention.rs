@@ -692,14 +692,15 @@ mod tests {
         parts
     }
 
-    /// (batch x heads, seq, dim) dense data as (batch, seq, heads, dim).
-    fn interleave(x: &[f64], (b, t, h, hd): (usize, usize, usize, usize)) -> Vec<f64> {
+    /// (batch x heads, seq, dim) dense data as (batch, seq, heads, dim), or back when `back`.
+    fn interleave(x: &[f64], (b, t, h, hd): (usize, usize, usize, usize), back: bool) -> Vec<f64> {
         let mut out = vec![0.0; x.len()];
         for bi in 0..b {
             for hi in 0..h {
                 for ti in 0..t {
-                    let from = ((bi * h + hi) * t + ti) * hd;
-                    let to = ((bi * t + ti) * h + hi) * hd;
+                    let dense = ((bi * h + hi) * t + ti) * hd;
+                    let mixed = ((bi * t + ti) * h + hi) * hd;
+                    let (from, to) = if back { (mixed, dense) } else { (dense, mixed) };
                     out[to..to + hd].copy_from_slice(&x[from..from + hd]);
                 }
             }
@@ -720,25 +721,13 @@ mod tests {
             let g = data(b * t * h * hd, 9);
             let [q, k, v] = unpack(&qkv, (b, t, h, hd));
             let out = attention_packed(&qkv, &d, h)?;
-            let want = interleave(&attention(&q, &k, &v, &d)?, (b, t, h, hd));
+            let want = interleave(&attention(&q, &k, &v, &d)?, (b, t, h, hd), false);
             assert_eq!(out.len(), want.len());
             for (x, y) in out.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "causal {causal}: {x} vs {y}");
             }
             // the dense gradient (per head dq | dk | dv) back in qkv's layout
-            let dense_g: Vec<f64> = {
-                let mut out = vec![0.0; g.len()];
-                for bi in 0..b {
-                    for hi in 0..h {
-                        for ti in 0..t {
-                            let from = ((bi * t + ti) * h + hi) * hd;
-                            let to = ((bi * h + hi) * t + ti) * hd;
-                            out[to..to + hd].copy_from_slice(&g[from..from + hd]);
-                        }
-                    }
-                }
-                out
-            };
+            let dense_g = interleave(&g, (b, t, h, hd), true);
             let grads = attention_grad(&q, &k, &v, &dense_g, &d)?;
             let per = 3 * t * hd;
             let mut want = vec![0.0; qkv.len()];

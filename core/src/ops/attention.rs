@@ -81,6 +81,18 @@ impl Op for Attention {
     }
 }
 
+/// Checks that a backward op's output gradient `g` has the forward's output shape `out`.
+fn output_grad(op: &'static str, out: Vec<usize>, g: &[usize]) -> Result<()> {
+    if g != out.as_slice() {
+        return Err(Error::ShapeMismatch {
+            op,
+            shapes: vec![out, g.to_vec()],
+            reason: "the output gradient must have the output's shape".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The gradients of [`Attention`]: inputs (q, k, v, the output's gradient), output (batch,
 /// heads, packed) holding per head `dq`, then `dk`, then `dv`, flattened.
 pub(super) struct AttentionGrad(pub(super) Attention);
@@ -90,14 +102,7 @@ impl Op for AttentionGrad {
         "scaled_dot_product_attention_grad"
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let out = self.0.infer(&shapes[..3])?;
-        if shapes[3] != out.as_slice() {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                shapes: vec![out, shapes[3].to_vec()],
-                reason: "the output gradient must have the output's shape".into(),
-            });
-        }
+        output_grad(self.name(), self.0.infer(&shapes[..3])?, shapes[3])?;
         let [q, k, v] = [shapes[0], shapes[1], shapes[2]];
         Ok(vec![q[0], q[1], q[2] * q[3] + k[2] * k[3] + v[2] * v[3]])
     }
@@ -183,14 +188,7 @@ impl Op for PackedAttentionGrad {
         "qkv_packed_attention_grad"
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let out = self.0.infer(&shapes[..1])?;
-        if shapes[1] != out.as_slice() {
-            return Err(Error::ShapeMismatch {
-                op: self.name(),
-                shapes: vec![out, shapes[1].to_vec()],
-                reason: "the output gradient must have the output's shape".into(),
-            });
-        }
+        output_grad(self.name(), self.0.infer(&shapes[..1])?, shapes[1])?;
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
