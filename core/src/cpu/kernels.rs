@@ -25,10 +25,14 @@ pub trait Float: Element + NumFloat + Default + 'static {
     /// The standard normal CDF `Phi(x)` and `e^(-x^2/2)`, for the exact GELU and its
     /// derivative: `Phi` accurate relative to its value also where it is tiny (`x` negative).
     fn normal_v(self) -> (Self, Self);
+
+    /// The exact GELU `x Phi(x)`: for `f32` `cpu::fast`'s, fewer operations than through
+    /// [`Float::normal_v`].
+    fn gelu_erf_v(self) -> Self;
 }
 
 macro_rules! float_impl {
-    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $normal:expr) => {
+    ($t:ty, $exp:expr, $tanh:expr, $erf:expr, $normal:expr, $gelu_erf:expr) => {
         impl Float for $t {
             #[inline(always)]
             fn exp_v(self) -> Self {
@@ -49,6 +53,11 @@ macro_rules! float_impl {
             fn normal_v(self) -> (Self, Self) {
                 $normal(self)
             }
+
+            #[inline(always)]
+            fn gelu_erf_v(self) -> Self {
+                $gelu_erf(self)
+            }
         }
     };
 }
@@ -57,9 +66,11 @@ float_impl!(
     super::fast::exp,
     super::fast::tanh,
     super::fast::erf,
-    super::fast::normal
+    super::fast::normal,
+    super::fast::gelu
 );
-float_impl!(f64, f64::exp, f64::tanh, libm::erf, normal_f64);
+float_impl!(f64, f64::exp, f64::tanh, libm::erf, normal_f64, |x: f64| x
+    * normal_f64(x).0);
 
 /// [`Float::normal_v`] for `f64`: `Phi(x) = erfc(-x / sqrt 2) / 2` from libm.
 fn normal_f64(x: f64) -> (f64, f64) {
@@ -382,11 +393,7 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             |v| v / (one + (-v).exp_v()),
         ),
         UnaryOp::Erf => map(x, T::erf_v),
-        UnaryOp::GeluErf => map(
-            x,
-            #[inline(always)]
-            |v| v * v.normal_v().0,
-        ),
+        UnaryOp::GeluErf => map(x, T::gelu_erf_v),
         UnaryOp::Sign => map(
             x,
             #[inline(always)]
