@@ -109,8 +109,7 @@ fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
 
 /// One block's probabilities: the scores of rows `r0..r0 + rb` of problem `h`'s queries (`q`
 /// laid out as `at`) against keys `0..keys` (`kt` the head's keys transposed; `keys` wide rows
-/// in `s`), softmaxed in place over the
-/// visible keys, zero past them.
+/// in `s`), softmaxed in place over the visible keys, zero past them.
 fn probabilities<T: Float>(
     d: &AttentionDims,
     (at, q, h, kt): (&Rows, &[T], usize, &Rhs<'_, T>),
@@ -235,30 +234,39 @@ impl Rows {
     }
 }
 
-/// Where attention's operands lie: q, k, v and the output (the output gradient and the
-/// gradients of q, k, v share them in the backward).
+/// Where attention's operands lie: q, k, v and the output (the output gradient shares the
+/// output's places), and the backward's `dq`, `dk`, `dv` in its one output buffer.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
     q: Rows,
     k: Rows,
     v: Rows,
     out: Rows,
+    grads: [Rows; 3],
 }
 
 impl Layout {
-    /// Separate dense (heads, seq, dim) q, k, v and output.
+    /// Separate dense (heads, seq, dim) q, k, v and output; the gradients packed per head,
+    /// `dq` (seq_q, head_dim) then `dk` (seq_k, head_dim) then `dv` (seq_k, v_dim).
     fn dense(d: &AttentionDims) -> Layout {
-        let (tq, tk) = (d.seq_q, d.seq_k);
+        let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
+        let per = tq * hd + tk * hd + tk * dv;
         Layout {
-            q: Rows::dense(0, tq * d.head_dim, d.head_dim),
-            k: Rows::dense(0, tk * d.head_dim, d.head_dim),
-            v: Rows::dense(0, tk * d.v_dim, d.v_dim),
-            out: Rows::dense(0, tq * d.v_dim, d.v_dim),
+            q: Rows::dense(0, tq * hd, hd),
+            k: Rows::dense(0, tk * hd, hd),
+            v: Rows::dense(0, tk * dv, dv),
+            out: Rows::dense(0, tq * dv, dv),
+            grads: [
+                Rows::dense(0, per, hd),
+                Rows::dense(tq * hd, per, hd),
+                Rows::dense(tq * hd + tk * hd, per, dv),
+            ],
         }
     }
 
     /// One (batch, seq, heads, 3, head_dim) tensor holding each head's q, k and v side by
-    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output.
+    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output; the gradients
+    /// where q, k and v are.
     fn packed(d: &AttentionDims, heads: usize) -> Layout {
         let (t, hd) = (d.seq_q, d.head_dim);
         let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
@@ -267,22 +275,8 @@ impl Layout {
             k: part(1),
             v: part(2),
             out: Rows::interleaved(t, heads, hd, 0),
+            grads: [part(0), part(1), part(2)],
         }
-    }
-
-    /// The gradients' places: `dq`, `dk`, `dv` where q, k, v are when packed; else packed per
-    /// head, `dq` (seq_q, head_dim) then `dk` (seq_k, head_dim) then `dv` (seq_k, v_dim).
-    fn grads(&self, d: &AttentionDims, packed: bool) -> [Rows; 3] {
-        if packed {
-            return [self.q, self.k, self.v];
-        }
-        let (tq, tk, hd) = (d.seq_q, d.seq_k, d.head_dim);
-        let per = tq * hd + tk * hd + tk * d.v_dim;
-        [
-            Rows::dense(0, per, hd),
-            Rows::dense(tq * hd, per, hd),
-            Rows::dense(tq * hd + tk * hd, per, d.v_dim),
-        ]
     }
 
     /// Checks that `q`, `k`, `v` (and `g`, the output's gradient, when given) hold `d`'s
@@ -419,7 +413,7 @@ pub(super) fn attention_grad<T: Float>(
     g: &[T],
     d: &AttentionDims,
 ) -> Result<Vec<T>> {
-    backward([q, k, v], g, d, &Layout::dense(d), false)
+    backward([q, k, v], g, d, &Layout::dense(d))
 }
 
 /// The gradient of [`attention_packed`] for the output gradient `g` (batch, seq, heads,
@@ -430,22 +424,16 @@ pub(super) fn attention_packed_grad<T: Float>(
     d: &AttentionDims,
     heads: usize,
 ) -> Result<Vec<T>> {
-    backward([qkv, qkv, qkv], g, d, &Layout::packed(d, heads), true)
+    backward([qkv, qkv, qkv], g, d, &Layout::packed(d, heads))
 }
 
 /// The gradients of attention laid out as `lay` says, for the output gradient `g` in
-/// `lay.out`'s places: one buffer holding `dq`, `dk`, `dv` as [`Layout::grads`] places them.
-fn backward<T: Float>(
-    qkv: [&[T]; 3],
-    g: &[T],
-    d: &AttentionDims,
-    lay: &Layout,
-    packed: bool,
-) -> Result<Vec<T>> {
+/// `lay.out`'s places: one buffer holding `dq`, `dk`, `dv` in `lay.grads`' places.
+fn backward<T: Float>(qkv: [&[T]; 3], g: &[T], d: &AttentionDims, lay: &Layout) -> Result<Vec<T>> {
     lay.check(d, qkv, Some(g))?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-    let [dq_at, dk_at, dv_at] = lay.grads(d, packed);
+    let [dq_at, dk_at, dv_at] = lay.grads;
     let scale = T::from(d.scale).unwrap_or_else(T::one);
     let rows = BLOCK.min(tq);
     // per task: P and dS blocks, a block's dq, and the head's dk and dv as they accumulate

@@ -99,12 +99,17 @@ impl Op for Matmul {
     }
 
     fn compute(&self, kr: &Kernel<'_>) -> Result<Buffer> {
-        let (a, b) = (
-            logical(&kr.shapes[0], self.ta),
-            logical(&kr.shapes[1], self.tb),
-        );
+        kr.backend
+            .matmul(kr.inputs[0], kr.inputs[1], self.dims(&kr.shapes))
+    }
+}
+
+impl Matmul {
+    /// The kernel's dims for the stored operand shapes `shapes[0]`, `shapes[1]`.
+    fn dims(&self, shapes: &[Vec<usize>]) -> MatmulDims {
+        let (a, b) = (logical(&shapes[0], self.ta), logical(&shapes[1], self.tb));
         let r = a.len();
-        let dims = MatmulDims {
+        MatmulDims {
             batch: a[..r - 2].iter().product(),
             m: a[r - 2],
             k: a[r - 1],
@@ -112,8 +117,7 @@ impl Op for Matmul {
             b_batched: b.len() > 2,
             a_trans: self.ta,
             b_trans: self.tb,
-        };
-        kr.backend.matmul(kr.inputs[0], kr.inputs[1], dims)
+        }
     }
 }
 
@@ -168,17 +172,7 @@ impl Op for Linear {
     }
 
     fn compute(&self, kr: &Kernel<'_>) -> Result<Buffer> {
-        let (a, w) = (&kr.shapes[0], &kr.shapes[1]);
-        let r = a.len();
-        let dims = MatmulDims {
-            batch: a[..r - 1].iter().product(),
-            m: 1,
-            k: a[r - 1],
-            n: w[0],
-            b_batched: false,
-            a_trans: false,
-            b_trans: true,
-        };
+        let dims = Linear::PRODUCT.dims(&kr.shapes);
         kr.backend
             .linear(kr.inputs[0], kr.inputs[1], kr.inputs[2], dims)
     }
