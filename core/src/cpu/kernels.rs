@@ -354,7 +354,6 @@ pub(super) fn dot_row<T: Float>(g: &[T], x: &[T], shift: T) -> T {
 }
 
 pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
-    let half = T::from_f64(0.5);
     let one = T::one();
     // sqrt(2/pi) and the cubic coefficient of the tanh GELU.
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
@@ -385,10 +384,12 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             #[inline(always)]
             |v| if v > T::zero() { v } else { T::zero() },
         ),
+        // `0.5 x (1 + tanh(u)) = x sigmoid(2u)`: one exponential and one division, where
+        // the tanh took both and a series for small arguments besides
         UnaryOp::Gelu => map(
             x,
             #[inline(always)]
-            |v| half * v * (one + (c * (v + k * v * v * v)).tanh_v()),
+            |v| v / (one + (-(c + c) * (v + k * v * v * v)).exp_v()),
         ),
         UnaryOp::Sigmoid => map(
             x,
@@ -462,13 +463,14 @@ fn gelu_erf_grad<T: Float>(v: T) -> T {
     cdf + v * e * T::from_f64(0.398_942_280_401_432_7)
 }
 
-/// The derivative of the tanh GELU.
+/// The derivative of the tanh GELU, `s + 2 x s (1 - s) u'` for `s = sigmoid(2u)` (as
+/// `0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) u'`, with the one exponential of the sigmoid).
 #[inline(always)]
 fn gelu_grad<T: Float>(v: T) -> T {
-    let (half, one, three) = (T::from_f64(0.5), T::one(), T::from_f64(3.0));
+    let (one, two, three) = (T::one(), T::from_f64(2.0), T::from_f64(3.0));
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
-    let t = (c * (v + k * v * v * v)).tanh_v();
-    half * (one + t) + half * v * (one - t * t) * c * (one + three * k * v * v)
+    let s = one / (one + (-two * c * (v + k * v * v * v)).exp_v());
+    s + two * v * s * (one - s) * c * (one + three * k * v * v)
 }
 
 /// `g * op(x)` elementwise in one pass, for `op` a derivative (`GeluGrad`, `GeluErfGrad`,
