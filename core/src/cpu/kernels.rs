@@ -31,14 +31,16 @@ pub trait Float: Element + NumFloat + Default + 'static {
     fn gelu_erf_v(self) -> Self;
 
     /// `sum(d)`, or `sum(d^2)` when `square`, for `d = v - shift` over a row: the
-    /// normalisations' statistics, in [`LANES`] interleaved partial sums ([`sum_row`]).
+    /// normalisations' statistics, in 32 interleaved partial sums (the portable form is this
+    /// module's `sum_row`; `f32` on AVX-512 sums in registers, to the same bits).
     #[inline(always)]
     fn sum_row(row: &[Self], shift: Self, square: bool) -> Self {
         sum_row(row, shift, square)
     }
 
     /// `(sum(d^2), sum(h), sum(h * d))` for `d = x - shift` and `h = g * w` over rows of
-    /// equal length, each summed as [`Float::sum_row`] ([`h_sums`]).
+    /// equal length, each summed as [`Float::sum_row`] (the portable form is this module's
+    /// `h_sums`).
     #[inline(always)]
     fn h_sums(g: &[Self], w: &[Self], x: &[Self], shift: Self) -> (Self, Self, Self) {
         h_sums(g, w, x, shift)
