@@ -549,12 +549,10 @@ fn pack_columns(panel: &mut [f32], cols: &[&[f32]], kc: usize) {
     let panel = &mut panel[..kc * NR];
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        while done + 16 <= cols.len() {
-            let group: &[&[f32]; 16] = cols[done..done + 16]
-                .try_into()
-                .unwrap_or_else(|_| unreachable!());
-            // SAFETY: the CPU has AVX-512F; each column holds kc elements, the panel kc rows.
+    if available() && cols.len() <= NR && cols.iter().all(|c| c.len() >= kc) {
+        for group in cols.chunks_exact(16) {
+            // SAFETY: the CPU has AVX-512F; the group's 16 columns hold kc elements each (checked
+            // above), the panel kc rows of NR, and done + 16 <= cols.len() <= NR.
             unsafe { transpose_columns(panel, group, kc, done) };
             done += 16;
         }
@@ -571,11 +569,11 @@ fn pack_columns(panel: &mut [f32], cols: &[&[f32]], kc: usize) {
 /// register transpose (the rows past the last multiple of 16 one by one).
 ///
 /// # Safety
-/// The CPU has AVX-512F; every column holds `kc` elements and the panel `kc` rows of NR, with
-/// `at + 16 <= NR`.
+/// The CPU has AVX-512F; `cols` holds 16 columns of at least `kc` elements and the panel `kc`
+/// rows of NR, with `at + 16 <= NR`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose_columns(panel: &mut [f32], cols: &[&[f32]; 16], kc: usize, at: usize) {
+unsafe fn transpose_columns(panel: &mut [f32], cols: &[&[f32]], kc: usize, at: usize) {
     let full = kc / 16 * 16;
     for k0 in (0..full).step_by(16) {
         // SAFETY: k0 + 16 <= kc, inside every column.
