@@ -1,7 +1,8 @@
 //! `gflow-bench gpt`: tokens/s of the GPT of `examples/gpt` (forward, backward, clipping and an
 //! AdamW step) in a layout, and its model FLOPs utilization: 6 x parameters x tokens/s over
 //! the f32 matmul peak of this machine (a 2048^3 matmul, as `gflow-bench matmul` measures, on
-//! all cores; under `gflow-launch`, rank 0's share times the ranks). The peer is `benches/peers/gpt_torch.py` (its JSON lines have the same fields).
+//! all cores; under `gflow-launch`, rank 0's share times the ranks). `--device wgpu|cuda`
+//! trains on the GPU (the peer: `gpt_torch.py --device cuda`), the peak then that GPU's. The peer is `benches/peers/gpt_torch.py` (its JSON lines have the same fields).
 //!
 //! Run: `gflow-bench gpt [--config small] [--layout dp] [--ranks 4] [--runs 5]` (ranks as
 //! threads), or `gflow-launch --nproc-per-node 4 target/release/gflow-bench gpt --layout fsdp`.
@@ -41,6 +42,9 @@ struct Flags {
     /// Ranks as threads when not under a launcher.
     #[arg(long, default_value_t = 4)]
     ranks: usize,
+    /// The device every rank computes on: cpu, wgpu, cuda or gpu.
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Timed steps (after two warm-up steps).
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -71,7 +75,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         reason: format!("cannot read the corpus: {e}"),
     })?;
     let lines = gflow::run(f.ranks, |env| {
-        let plan = layout::Plan::new(f.layout, env.world_size(), None)?;
+        let plan = layout::Plan::new(f.layout, &f.device, env.world_size(), None)?;
         gflow::manual_seed(0);
         let p = &plan.placement;
         let sbp = |name: &str, shape: &[usize]| plan.param_sbp(name, shape);
@@ -94,6 +98,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             stride: cfg.seq,
         };
         let mut step = 0;
+        let on_device = f.device != "cpu";
         if f.profile {
             gflow::profile::enable(true);
             gflow::profile::reset();
@@ -101,10 +106,16 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let t = super::time_collective(&env, f.runs, || {
             let (x, y) = sampler.global(&plan, env.rank(), &text, step)?;
             step += 1;
-            gpt.loss(&x, &y)?.backward()?;
+            let loss = gpt.loss(&x, &y)?;
+            loss.backward()?;
             clip_grad_norm(&params, 1.0)?;
             opt.step()?;
             opt.zero_grad();
+            if on_device {
+                // the step's kernels are queued in order: reading the loss after them waits
+                // for all of them (the peer's `loss.item()` and `torch.cuda.synchronize()`)
+                loss.to_local()?.to_vec::<f32>()?;
+            }
             Ok(())
         })?;
         let rows = gflow::profile::take();
@@ -117,9 +128,9 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         }
         // Measured after the run, by rank 0 alone (any local tensor made before the job starts
         // would make this process a world of one).
-        // Under gflow-launch each process is pinned to its share of the cores: the machine's
-        // peak is then rank 0's times the ranks.
-        let peak = matmul_peak()?
+        // Under gflow-launch each process is pinned to its share of the cores (or has its own
+        // GPU): the job's peak is then rank 0's times the ranks.
+        let peak = matmul_peak(&f.device)?
             * if gflow::launched() {
                 env.world_size() as f64
             } else {
@@ -133,8 +144,9 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let tokens_per_s = (cfg.batch * cfg.seq) as f64 / t;
         let mfu = 6.0 * count as f64 * tokens_per_s / (peak * 1e9);
         Ok(Some(format!(
-            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, {memory}, \"shm_arena\": {}}}",
+            "{{\"system\": \"{system}\", \"op\": \"gpt_train\", \"config\": \"{}\", \"device\": \"{}\", \"dtype\": \"f32\", \"mode\": \"{}\", \"ranks\": {}, \"batch\": {}, \"seq\": {}, \"params\": {}, \"median_step_s\": {t:.6}, \"tokens_per_s\": {tokens_per_s:.1}, \"peak_gflops\": {peak:.1}, \"mfu\": {mfu:.4}, {memory}, \"shm_arena\": {}}}",
             f.config,
+            f.device,
             f.layout
                 .to_possible_value()
                 .map(|v| v.get_name().to_string())
@@ -176,15 +188,29 @@ fn profile_lines(rows: &[gflow::profile::Row], steps: usize) {
     }
 }
 
-/// GFLOP/s of a 2048^3 f32 matmul on this process's cores (the median of 3 after a warm-up).
-fn matmul_peak() -> Result<f64> {
+/// GFLOP/s of a 2048^3 f32 matmul on this process's cores, or on its GPU for `--device wgpu`
+/// or `cuda` (the median of 3 after a warm-up; on a GPU each of 3 rounds times 8 products and
+/// waits for them by reading a sum of the last).
+fn matmul_peak(device: &str) -> Result<f64> {
     let n = 2048;
-    let x = Tensor::randn(&[n, n], Device::Cpu)?;
+    let (dev, per_round) = match device {
+        "wgpu" => (Device::Wgpu, 8),
+        "cuda" => (Device::Cuda, 8),
+        _ => (Device::Cpu, 1),
+    };
+    let x = Tensor::randn(&[n, n], dev)?;
     let mut t = vec![];
     for _ in 0..4 {
         let s = Instant::now();
-        std::hint::black_box(x.matmul(&x)?);
-        t.push(s.elapsed().as_secs_f64());
+        let mut y = x.matmul(&x)?;
+        for _ in 1..per_round {
+            y = x.matmul(&x)?;
+        }
+        if dev != Device::Cpu {
+            y.sum([0, 1], false)?.to_vec::<f32>()?;
+        }
+        std::hint::black_box(y);
+        t.push(s.elapsed().as_secs_f64() / per_round as f64);
     }
     let med = super::median(t[1..].to_vec());
     Ok(2.0 * (n as f64).powi(3) / med / 1e9)

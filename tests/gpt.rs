@@ -84,8 +84,12 @@ fn run(
     env: &[(&str, &str)],
     what: &str,
 ) -> (usize, Vec<f64>) {
-    let out = args[args.iter().position(|a| a == "--losses-out").unwrap() + 1].clone();
-    let o = if processes {
+    losses(&launch(n, processes, args, env), args, what)
+}
+
+/// The example's run on `n` ranks (threads, or processes under the launcher).
+fn launch(n: usize, processes: bool, args: &[String], env: &[(&str, &str)]) -> Output {
+    if processes {
         Command::new(launcher())
             .args(["--nproc-per-node", &n.to_string()])
             .arg(gpt())
@@ -100,10 +104,15 @@ fn run(
             .envs(env.iter().copied())
             .output()
     }
-    .expect("run gpt");
-    check(&o, what);
+    .expect("run gpt")
+}
+
+/// (first step, losses) of a successful run, read from its `--losses-out` file.
+fn losses(o: &Output, args: &[String], what: &str) -> (usize, Vec<f64>) {
+    check(o, what);
+    let out = &args[args.iter().position(|a| a == "--losses-out").unwrap() + 1];
     let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let losses = v["losses"]
         .as_array()
         .unwrap()
@@ -272,4 +281,37 @@ fn the_benchmark_prints_consistent_json() {
     assert!((tps * step - 256.0).abs() < 0.5, "{text}");
     let mfu = 6.0 * 134_912.0 * tps / (v["peak_gflops"].as_f64().unwrap() * 1e9);
     assert!((mfu - v["mfu"].as_f64().unwrap()).abs() < 1e-3, "{text}");
+}
+
+/// On a GPU backend (wgpu: lavapipe in CI, a real adapter where one is; CUDA where a driver
+/// is), 20 steps of the tiny GPT in f32 give PyTorch's f32 losses, as 1 rank and as `dp` on 2
+/// processes (each rank its own device). The kernels sum in other orders than the CPU's, so
+/// the tolerance is f32's over 20 steps of training (1e-4 relative). Skips loudly where the
+/// backend is missing, unless `GFLOW_REQUIRE_BACKEND` names it.
+#[test]
+fn gpu_backends_give_pytorchs_losses() {
+    let dir = scratch("devices");
+    let want = reference("f32");
+    for device in ["wgpu", "cuda"] {
+        for (n, processes, layout) in [(1, false, "single"), (2, true, "dp")] {
+            let what = format!("{layout} on {n} ranks on {device}");
+            let out = dir.join(format!("{device}-{layout}.json"));
+            let mut args = tiny_args("f32", layout, &out);
+            args.extend(["--device".into(), device.into()]);
+            let o = launch(n, processes, &args, &[]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            if !o.status.success()
+                && err.contains("is unavailable")
+                && !gflow::backend::required(device)
+            {
+                gflow::backend::say_skipped(
+                    &format!("gpu_backends_give_pytorchs_losses on {device}"),
+                    &err.trim(),
+                );
+                break;
+            }
+            let (_, got) = losses(&o, &args, &what);
+            assert_close(&got, &want, 1e-4, &what);
+        }
+    }
 }

@@ -34,7 +34,10 @@
 #   with min_lr = lr / 10, warmup = --warmup (default max(1, steps // 10)).
 # --record FILE writes {"config": {...}, "data": {...}, "train": {...}, "losses": {"f32": [...],
 #   "f64": [...]}}: the loss of each step (before that step's update), for each --dtype.
-# Timing lines (JSON, rank 0): {"system": "torch-gloo" | "torch-cpu", "op": "gpt_train", "config",
+# --device cuda trains on the GPU (one process; the peer of `gflow-bench gpt --device cuda|wgpu`):
+#   each timed step ends with torch.cuda.synchronize(), and the loss is read every step as the
+#   CPU runs do (one small copy to the host).
+# Timing lines (JSON, rank 0): {"system": "torch-gloo" | "torch-cpu" | "torch-cuda", "op": "gpt_train", "config",
 #   "mode": "single" | "ddp" | "fsdp", "ranks", "tokens_per_s", "median_step_s", ...}.
 import argparse
 import hashlib
@@ -161,6 +164,7 @@ ap.add_argument("--record", help="write the losses here (JSON)")
 ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel on Gloo (under torchrun)")
 ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard on Gloo (under torchrun)")
 ap.add_argument("--threads", type=int, default=0)
+ap.add_argument("--device", default="cpu", help="cpu or cuda (one process)")
 ap.add_argument("--quiet", action="store_true", help="no per-step loss lines")
 a = ap.parse_args()
 cfg = dict(CONFIGS[a.config])
@@ -207,7 +211,7 @@ for dname in a.dtype.split(","):
     missing = set(model.state_dict()) ^ set(init)
     assert not missing, f"names that differ between the model and the init: {sorted(missing)}"
     model.load_state_dict({k: v.to(dt) for k, v in init.items()})
-    model = model.to(dt)
+    model = model.to(device=a.device, dtype=dt)
     net = model
     if a.ddp:
         net = nn.parallel.DistributedDataParallel(model)
@@ -225,6 +229,7 @@ for dname in a.dtype.split(","):
         for grp in opt.param_groups:
             grp["lr"] = lr_at(s, a.steps, lr, warmup)
         x, y = batch_at(data, s, my_rows, len_batch, seq, stride)
+        x, y = x.to(a.device), y.to(a.device)
         loss = net(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -234,14 +239,16 @@ for dname in a.dtype.split(","):
             loss = loss.detach().clone()
             dist.all_reduce(loss)
             loss /= world
-        timing.append(time.perf_counter() - t0)
         losses[dname].append(loss.item())
+        if a.device != "cpu":
+            torch.cuda.synchronize()
+        timing.append(time.perf_counter() - t0)
         if rank == 0 and not a.quiet:
             print(json.dumps({"step": s, "dtype": dname, "loss": loss.item(), "lr": lr_at(s, a.steps, lr, warmup)}),
                   flush=True)
     if rank == 0 and len(timing) > 2:
         med = statistics.median(timing[2:])
-        print(json.dumps({"system": "torch-gloo" if dist is not None else "torch-cpu", "op": "gpt_train",
+        print(json.dumps({"system": "torch-gloo" if dist is not None else f"torch-{a.device}", "op": "gpt_train",
                           "config": a.config, "dtype": dname,
                           "mode": "ddp" if a.ddp else "fsdp" if a.fsdp else "single", "ranks": world,
                           "threads": torch.get_num_threads(), "batch": len_batch, "seq": seq,

@@ -35,12 +35,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan of `layout` on `world` ranks; `2d` uses `dp` data-parallel rows (default: the
+    /// The plan of `layout` on `world` ranks computing on `device` (`cpu`, `wgpu`, `cuda`,
+    /// `gpu`: each rank its own device); `2d` uses `dp` data-parallel rows (default: the
     /// largest divisor of `world` not above its square root).
     ///
     /// # Errors
-    /// `InvalidArgument` for a `dp` that does not divide `world`.
-    pub fn new(layout: Layout, world: usize, dp: Option<usize>) -> Result<Plan> {
+    /// `InvalidArgument` for a `dp` that does not divide `world`; `UnknownDeviceType`.
+    pub fn new(layout: Layout, device: &str, world: usize, dp: Option<usize>) -> Result<Plan> {
         let ranks: Vec<usize> = (0..world).collect();
         let (placement, dp) = match layout {
             Layout::TwoD => {
@@ -60,10 +61,10 @@ impl Plan {
                 }
                 let rows: Vec<Vec<usize>> =
                     ranks.chunks(world / dp).map(<[usize]>::to_vec).collect();
-                (Placement::new("cpu", rows)?, dp)
+                (Placement::new(device, rows)?, dp)
             }
-            Layout::Dp | Layout::Fsdp => (Placement::new("cpu", ranks)?, world),
-            Layout::Single | Layout::Tp => (Placement::new("cpu", ranks)?, 1),
+            Layout::Dp | Layout::Fsdp => (Placement::new(device, ranks)?, world),
+            Layout::Single | Layout::Tp => (Placement::new(device, ranks)?, 1),
         };
         Ok(Plan {
             layout,

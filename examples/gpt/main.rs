@@ -34,6 +34,10 @@ pub struct Args {
     /// The parallel layout.
     #[arg(long, value_enum, default_value_t = layout::Layout::Dp)]
     layout: layout::Layout,
+    /// The device every rank computes on: cpu, wgpu, cuda or gpu (each rank its own device,
+    /// `LOCAL_RANK` modulo the devices it sees).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Ranks as threads when not started by a launcher (under gflow-launch: one rank per process).
     #[arg(long, default_value_t = 4)]
     simulate: usize,

@@ -60,7 +60,7 @@ pub fn main(a: &Args) -> Result<()> {
 /// One rank's run.
 fn rank_main(a: &Args, cfg: &Config, dtype: DType, env: &Env) -> Result<()> {
     let (rank, world) = (env.rank(), env.world_size());
-    let plan = Plan::new(a.layout, world, a.dp)?;
+    let plan = Plan::new(a.layout, &a.device, world, a.dp)?;
     let model = build(a, cfg, dtype, &plan)?;
     let params = model.parameters();
     let lr = a.lr.unwrap_or(cfg.lr);
