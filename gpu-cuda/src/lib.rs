@@ -25,7 +25,7 @@ mod device;
 mod launch;
 mod ops;
 
-pub use device::{device_infos, kernels_ptx, libraries_present};
+pub use device::{device_infos, kernels_ptx, libraries_present, nvrtc_archs};
 pub use memory::CudaStorage;
 
 use std::collections::HashMap;
