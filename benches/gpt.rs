@@ -190,14 +190,24 @@ fn profile_lines(rows: &[gflow::profile::Row], steps: usize) {
 
 /// GFLOP/s of a 2048^3 f32 matmul on this process's cores, or on its GPU for `--device wgpu`
 /// or `cuda` (the median of 3 after a warm-up; on a GPU each of 3 rounds times 8 products and
-/// waits for them by reading a sum of the last).
+/// waits for them by reading a sum of the last; a software adapter such as lavapipe, slower
+/// than 10 GFLOP/s on a 256^3 product, is measured at 512^3).
 fn matmul_peak(device: &str) -> Result<f64> {
-    let n = 2048;
     let (dev, per_round) = match device {
         "wgpu" => (Device::Wgpu, 8),
         "cuda" => (Device::Cuda, 8),
         _ => (Device::Cpu, 1),
     };
+    let mut n = 2048;
+    if dev != Device::Cpu {
+        let small = Tensor::randn(&[256, 256], dev)?;
+        small.matmul(&small)?.sum([0, 1], false)?.to_vec::<f32>()?;
+        let s = Instant::now();
+        small.matmul(&small)?.sum([0, 1], false)?.to_vec::<f32>()?;
+        if 2.0 * 256f64.powi(3) / s.elapsed().as_secs_f64() < 10e9 {
+            n = 512;
+        }
+    }
     let x = Tensor::randn(&[n, n], dev)?;
     let mut t = vec![];
     for _ in 0..4 {
