@@ -618,6 +618,20 @@ kernel_table!(faces {
         let w = weight.map(Buffer::host).transpose()?;
         crate::cpu::norm_grad(x.host()?, g.host()?, w, cols, eps, center).map(Buffer::from)
     }
+    /// [`Kernels::norm_grad`]'s input gradient followed by [`Kernels::norm_param_grad`]'s
+    /// `2 * cols` values in one buffer, from one pass over `x` and `g`.
+    fn norm_grads(
+        &self,
+        x: &Buffer,
+        g: &Buffer,
+        weight: Option<&Buffer>,
+        cols: usize,
+        eps: f64,
+        center: bool,
+    ) -> Result<Buffer> {
+        let w = weight.map(Buffer::host).transpose()?;
+        crate::cpu::norm_grads(x.host()?, g.host()?, w, cols, eps, center).map(Buffer::from)
+    }
     /// The weight's and the bias's gradients of [`Kernels::norm`] (`2 * cols` values: column
     /// sums of `g * y`, `y` the normalised rows, then of `g`).
     fn norm_param_grad(

@@ -152,6 +152,12 @@ impl HostData {
         self.len() == 0
     }
 
+    /// The elements from `at` on, moved out into a buffer of their own (this one keeps the
+    /// first `at` without moving them): a kernel's second result appended to its first.
+    pub(crate) fn split_off(&mut self, at: usize) -> HostData {
+        map_same!(self, v => v.split_off(at.min(v.len())))
+    }
+
     /// The bytes of the buffer (native endianness).
     pub fn as_bytes(&self) -> &[u8] {
         with_vec!(self, v => bytemuck::cast_slice(v.as_slice()))

@@ -239,6 +239,22 @@ pub(crate) fn norm_grad(
     })
 }
 
+/// [`norm_grad`] followed by [`norm_param_grad`] in one buffer, computed in one pass (the
+/// same values).
+pub(crate) fn norm_grads(
+    x: &HostData,
+    g: &HostData,
+    weight: Option<&HostData>,
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Result<HostData> {
+    float_pair!(x, g, a, b, T => {
+        let w = weight.map(HostData::to_vec::<T>);
+        kernels::norm_grads::<T>(a, b, w.as_deref(), cols, eps, center)
+    })
+}
+
 /// The affine's parameter gradients of [`norm`]: the weight's then the bias's, `2 * cols`
 /// values in `x`'s dtype.
 pub(crate) fn norm_param_grad(

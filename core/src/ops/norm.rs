@@ -1,8 +1,10 @@
 //! Fused LayerNorm and RMSNorm over trailing dims, their affine weight and bias included: one
-//! kernel forward, and backward one for the input and one for the parameters, instead of the
+//! kernel forward, and one backward for the input and the parameters together, instead of the
 //! ten elementwise and reduction ops of the composed form. Used on the CPU when the normalised
 //! dims are not split (a split one runs composed: partial statistics and small all-reduces,
 //! never gathering the row).
+
+use std::sync::Mutex;
 
 use super::{Kernel, Op, Signature};
 use crate::autograd::record;
@@ -117,10 +119,53 @@ impl Op for Norm {
     }
 }
 
-/// The input gradient of [`Norm`]: inputs (x, the output's gradient, the weight if any).
-struct NormGrad(Norm);
+/// The input gradient of [`Norm`]: inputs (x, the output's gradient, the weight if any). With
+/// a [`Stash`] it computes the parameters' gradients in the same pass and leaves them there
+/// for the [`NormParamGrad`] of the same backward.
+struct NormGrad<'a>(Norm, Option<&'a Stash>);
 
-impl Op for NormGrad {
+/// The parameters' gradients a [`NormGrad`] computed beside the input's, for the
+/// [`NormParamGrad`] of the same backward. Both use it only when their local `x` and `g` are
+/// the tensors' own components (no boxing in between, which could hand either op other rows):
+/// the addresses of those, alive for the whole backward, are the stash's key.
+struct Stash {
+    key: (usize, usize),
+    params: Mutex<Option<Buffer>>,
+}
+
+impl Stash {
+    /// A stash for the backward of `x` with output gradient `g`, or `None` where a component
+    /// is missing (a rank outside the placement).
+    fn new(x: &Tensor, g: &Tensor) -> Result<Option<Stash>> {
+        let (Some(xb), Some(gb)) = (x.read(), g.read()) else {
+            return Ok(None);
+        };
+        Ok(Some(Stash {
+            key: (Stash::address(&xb)?, Stash::address(&gb)?),
+            params: Mutex::new(None),
+        }))
+    }
+
+    /// Where a local input's host data lives.
+    fn address(b: &Buffer) -> Result<usize> {
+        Ok(b.host()?.as_bytes().as_ptr() as usize)
+    }
+
+    /// Whether `x` and `g` are the components the stash was made for.
+    fn matches(&self, x: &Buffer, g: &Buffer) -> Result<bool> {
+        Ok((Stash::address(x)?, Stash::address(g)?) == self.key)
+    }
+
+    fn put(&self, params: Buffer) {
+        *self.params.lock().unwrap_or_else(|e| e.into_inner()) = Some(params);
+    }
+
+    fn take(&self) -> Option<Buffer> {
+        self.params.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Op for NormGrad<'_> {
     fn name(&self) -> &'static str {
         if self.0.center {
             "layer_norm_grad"
@@ -144,22 +189,25 @@ impl Op for NormGrad {
         } else {
             None
         };
-        k.backend.norm_grad(
-            k.inputs[0],
-            k.inputs[1],
-            w,
-            n.cols(&k.shapes[0]),
-            n.eps,
-            n.center,
-        )
+        let (x, g, cols) = (k.inputs[0], k.inputs[1], n.cols(&k.shapes[0]));
+        let Some(stash) = self.1.filter(|s| s.matches(x, g).unwrap_or(false)) else {
+            return k.backend.norm_grad(x, g, w, cols, n.eps, n.center);
+        };
+        let mut dx = k
+            .backend
+            .norm_grads(x, g, w, cols, n.eps, n.center)?
+            .into_host()?;
+        stash.put(Buffer::from(dx.split_off(x.len())));
+        Ok(Buffer::from(dx))
     }
 }
 
 /// The weight's and the bias's gradients of [`Norm`], stacked as (2, normalised shape): inputs
-/// (x, the output's gradient). Rows split on a batch dim give partial sums.
-struct NormParamGrad(Norm);
+/// (x, the output's gradient). Rows split on a batch dim give partial sums. Those a [`Stash`]
+/// holds for the same inputs are taken, not computed again.
+struct NormParamGrad<'a>(Norm, Option<&'a Stash>);
 
-impl Op for NormParamGrad {
+impl Op for NormParamGrad<'_> {
     fn name(&self) -> &'static str {
         if self.0.center {
             "layer_norm_param_grad"
@@ -179,13 +227,14 @@ impl Op for NormParamGrad {
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let n = self.0;
-        k.backend.norm_param_grad(
-            k.inputs[0],
-            k.inputs[1],
-            n.cols(&k.shapes[0]),
-            n.eps,
-            n.center,
-        )
+        let (x, g) = (k.inputs[0], k.inputs[1]);
+        if let Some(stash) = self.1.filter(|s| s.matches(x, g).unwrap_or(false))
+            && let Some(kept) = stash.take()
+        {
+            return Ok(kept);
+        }
+        k.backend
+            .norm_param_grad(x, g, n.cols(&k.shapes[0]), n.eps, n.center)
     }
 }
 
@@ -241,9 +290,12 @@ impl Tensor {
                 if op.affine.0 {
                     grad_in.push(&c.inputs[1]);
                 }
-                let mut grads = vec![Some(super::dispatch(&NormGrad(op), &grad_in)?)];
-                if op.affine != (false, false) {
-                    let both = super::dispatch(&NormParamGrad(op), &[x, g])?;
+                let affine = op.affine != (false, false);
+                let stash = if affine { Stash::new(x, g)? } else { None };
+                let stash = stash.as_ref();
+                let mut grads = vec![Some(super::dispatch(&NormGrad(op, stash), &grad_in)?)];
+                if affine {
+                    let both = super::dispatch(&NormParamGrad(op, stash), &[x, g])?;
                     let norm_shape = &x.shape()[x.ndim() - dims..];
                     let row = |i: usize| both.narrow(0, i, 1)?.reshape(norm_shape);
                     if op.affine.0 {
