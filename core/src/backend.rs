@@ -605,21 +605,9 @@ kernel_table!(faces {
         let (w, b) = (w.map(Buffer::host).transpose()?, b.map(Buffer::host).transpose()?);
         crate::cpu::norm(x.host()?, w, b, cols, eps, center).map(Buffer::from)
     }
-    /// The input gradient of [`Kernels::norm`] for the output gradient `g` and the weight.
-    fn norm_grad(
-        &self,
-        x: &Buffer,
-        g: &Buffer,
-        weight: Option<&Buffer>,
-        cols: usize,
-        eps: f64,
-        center: bool,
-    ) -> Result<Buffer> {
-        let w = weight.map(Buffer::host).transpose()?;
-        crate::cpu::norm_grad(x.host()?, g.host()?, w, cols, eps, center).map(Buffer::from)
-    }
-    /// [`Kernels::norm_grad`]'s input gradient followed by [`Kernels::norm_param_grad`]'s
-    /// `2 * cols` values in one buffer, from one pass over `x` and `g`.
+    /// The gradients of [`Kernels::norm`] for the output gradient `g` and the weight, from one
+    /// pass over `x` and `g`: the input's, then [`Kernels::norm_param_grad`]'s `2 * cols`
+    /// values, in one buffer.
     fn norm_grads(
         &self,
         x: &Buffer,

@@ -1321,50 +1321,6 @@ pub(super) fn norm<T: Float>(
     )
 }
 
-/// The input gradient of [`norm`] for the output gradient `g` and the affine's `weight`: with
-/// `h = g * weight` and `y` the normalised row, `dx = rstd * (h - mean(h) - y * mean(h * y))`
-/// when `center`, without the `mean(h)` term otherwise. Per row three passes over the row
-/// (in cache): the mean; the variance with the sums of `h` and `h * (x - mean)`; `dx`.
-pub(super) fn norm_grad<T: Float>(
-    x: &[T],
-    g: &[T],
-    weight: Option<&[T]>,
-    cols: usize,
-    eps: f64,
-    center: bool,
-) -> Vec<T> {
-    let eps = T::from_f64(eps);
-    let n = T::from_f64(cols as f64);
-    // no weight: `g * 1`, the same bits as `g`
-    let ones;
-    let w = match weight {
-        Some(w) => w,
-        None => {
-            ones = vec![T::one(); cols];
-            &ones
-        }
-    };
-    rows_written(
-        x.len(),
-        cols,
-        3 * cols,
-        #[inline(always)]
-        |i, r| {
-            let (row, grow) = (&x[i * cols..(i + 1) * cols], &g[i * cols..(i + 1) * cols]);
-            prefetch_row(x, i + AHEAD, cols);
-            prefetch_row(g, i + AHEAD, cols);
-            let mean = row_mean(row, center);
-            let (sq, hs, hy) = T::h_sums(grow, w, row, mean);
-            let rstd = rstd(sq, cols, eps);
-            let h_mean = if center { hs / n } else { T::zero() };
-            let hy_mean = hy * rstd / n;
-            for (((o, &v), &gv), &w) in r.iter_mut().zip(row).zip(grow).zip(w) {
-                o.write(rstd * (gv * w - h_mean - (v - mean) * rstd * hy_mean));
-            }
-        },
-    )
-}
-
 /// [`Float::h_sums`]'s portable form, each sum as [`sum_row`]'s.
 #[inline(always)]
 fn h_sums<T: Float>(g: &[T], w: &[T], x: &[T], shift: T) -> (T, T, T) {
@@ -1454,12 +1410,14 @@ pub(super) fn norm_param_grad<T: Float>(
     total
 }
 
-/// [`norm_grad`] and [`norm_param_grad`] in one pass over `x` and `g`: `dx` (`x`'s length)
-/// followed by the weight's and the bias's gradients (`2 * cols`), each with the bits of the
-/// kernel that computes it alone (`dx` row by row as [`norm_grad`]; the parameters' column
-/// sums in pieces of [`PARAM_ROWS`] rows combined in order, as [`norm_param_grad`]). Each
-/// piece reads its rows once, while they are in cache, where the two kernels stream `x` and `g`
-/// from memory twice.
+/// The gradients of [`norm`] for the output gradient `g` and the affine's `weight`, in one pass
+/// over `x` and `g`: the input's (`x`'s length), then the weight's and the bias's (`2 * cols`,
+/// as [`norm_param_grad`], with its bits: column sums in pieces of [`PARAM_ROWS`] rows
+/// combined in order). With `h = g * weight` and `y` the normalised row, `dx = rstd * (h -
+/// mean(h) - y * mean(h * y))` when `center`, without the `mean(h)` term otherwise; per row
+/// three passes over the row, in cache: the mean; the variance with the sums of `h` and
+/// `h * (x - mean)`; `dx` and the column sums. Each piece reads its rows from memory once,
+/// where an input kernel and a parameter kernel would stream `x` and `g` twice.
 pub(super) fn norm_grads<T: Float>(
     x: &[T],
     g: &[T],
@@ -1876,7 +1834,10 @@ mod tests {
                 };
                 close(&norm(&xf, affine, cols, 1e-5, center), &y, 1e-5);
                 let wt = weight.then_some(&wf[..]);
-                close(&norm_grad(&xf, &gf, wt, cols, 1e-5, center), &dx, 1e-4);
+                let mut both = norm_grads(&xf, &gf, wt, cols, 1e-5, center);
+                let fused_params = both.split_off(dx.len());
+                close(&both, &dx, 1e-4);
+                close(&fused_params, &params, 1e-3);
                 close(
                     &norm_param_grad(&xf, &gf, cols, 1e-5, center),
                     &params,
@@ -1886,21 +1847,25 @@ mod tests {
         }
     }
 
-    /// The one-pass gradients are the two kernels' results bit for bit, on one thread and on
-    /// several (rows past `PAR_MIN`), with a partial last piece of rows.
+    /// The one-pass parameter gradients are [`norm_param_grad`]'s bit for bit, on one thread
+    /// and on several (rows past `PAR_MIN`), with a partial last piece of rows; the input
+    /// gradient's rows do not depend on how rows are cut into pieces.
     #[test]
     fn fused_norm_gradients_are_the_separate_kernels_bit_for_bit() {
         fn check<T: Float>(x: &[T], g: &[T], w: &[T], cols: usize) {
             for center in [false, true] {
                 for wt in [None, Some(w)] {
-                    let both = norm_grads(x, g, wt, cols, 1e-5, center);
-                    let mut want = norm_grad(x, g, wt, cols, 1e-5, center);
-                    want.extend(norm_param_grad(x, g, cols, 1e-5, center));
+                    let mut both = norm_grads(x, g, wt, cols, 1e-5, center);
+                    let params = both.split_off(x.len());
+                    let rows = x.len() / cols;
                     assert!(
-                        both == want,
-                        "cols {cols}, rows {}, center {center}",
-                        x.len() / cols
+                        params == norm_param_grad(x, g, cols, 1e-5, center),
+                        "cols {cols}, rows {rows}, center {center}"
                     );
+                    // the last row alone gives the same input gradient as in the whole
+                    let last = x.len() - cols;
+                    let alone = norm_grads(&x[last..], &g[last..], wt, cols, 1e-5, center);
+                    assert!(alone[..cols] == both[last..], "cols {cols}, rows {rows}");
                 }
             }
         }

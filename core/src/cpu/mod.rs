@@ -223,24 +223,9 @@ macro_rules! float_pair {
     }};
 }
 
-/// The input gradient of [`norm`] for the output gradient `g` (same dtype as `x`) and the
-/// affine's weight where there is one.
-pub(crate) fn norm_grad(
-    x: &HostData,
-    g: &HostData,
-    weight: Option<&HostData>,
-    cols: usize,
-    eps: f64,
-    center: bool,
-) -> Result<HostData> {
-    float_pair!(x, g, a, b, T => {
-        let w = weight.map(HostData::to_vec::<T>);
-        kernels::norm_grad::<T>(a, b, w.as_deref(), cols, eps, center)
-    })
-}
-
-/// [`norm_grad`] followed by [`norm_param_grad`] in one buffer, computed in one pass (the
-/// same values).
+/// The gradients of [`norm`] for the output gradient `g` (same dtype as `x`) and the
+/// affine's weight where there is one: the input's, then the parameters' `2 * cols` values (as
+/// [`norm_param_grad`]'s), computed in one pass.
 pub(crate) fn norm_grads(
     x: &HostData,
     g: &HostData,
