@@ -2,8 +2,12 @@
 //! blocks of query rows (FlashAttention's order): a block's scores, their softmax and its
 //! products stay in cache, where the composed form writes and reads the whole (heads, seq_q,
 //! seq_k) score tensor several times. A causal block multiplies only the keys its rows may see
-//! (query `i` sees keys `0..=i`, PyTorch's top-left alignment). The backward recomputes a
-//! block's probabilities from `q` and `k` rather than keeping them.
+//! (query `i` sees keys `0..=i`, PyTorch's top-left alignment). The forward normalises a
+//! block's output rather than its probabilities and, where a backward will follow, saves each
+//! query row's log-sum-exp next to its output row; the backward recomputes a block's
+//! probabilities from `q`, `k` and that log-sum-exp in one pass (`exp(scale q kᵀ - lse)`: no
+//! row max, sum or normalisation) and takes `rowsum(P dP)` as `rowsum(dO O)`, `v_dim` wide
+//! rather than `seq_k` (FlashAttention-2's backward).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -107,10 +111,10 @@ fn visible(d: &AttentionDims, row: usize, keys: usize) -> usize {
     if d.causal { (row + 1).min(keys) } else { keys }
 }
 
-/// One block's probabilities: the scores of rows `r0..r0 + rb` of problem `h`'s queries (`q`
-/// laid out as `at`) against keys `0..keys` (`kt` the head's keys transposed; `keys` wide rows
-/// in `s`), softmaxed in place over the visible keys, zero past them.
-fn probabilities<T: Float>(
+/// One block's scaled scores: rows `r0..r0 + rb` of problem `h`'s queries (`q` laid out as
+/// `at`) against keys `0..keys` (`kt` the head's keys transposed), `scale q kᵀ` in `keys` wide
+/// rows of `s`.
+fn scores<T: Float>(
     d: &AttentionDims,
     (at, q, h, kt): (&Rows, &[T], usize, &Rhs<'_, T>),
     s: &mut [T],
@@ -124,7 +128,19 @@ fn probabilities<T: Float>(
         kt,
         false,
         scale,
-    )?;
+    )
+}
+
+/// A forward block's unnormalised probabilities: [`scores`], then in place `exp(s - max)` over
+/// each row's visible keys and zero past them; per row, `1 / sum` in `inv` and, where `lse`
+/// has room (a saving forward), the log-sum-exp `max + ln(sum)`.
+fn exponentials<T: Float>(
+    d: &AttentionDims,
+    operands: (&Rows, &[T], usize, &Rhs<'_, T>),
+    (s, inv, lse): (&mut [T], &mut [T], &mut [T]),
+    (r0, rb, keys): (usize, usize, usize),
+) -> Result<()> {
+    scores(d, operands, s, (r0, rb, keys))?;
     let max = |a: T, v: T| if v > a || v.is_nan() { v } else { a };
     wide(
         #[inline(always)]
@@ -135,9 +151,10 @@ fn probabilities<T: Float>(
                 for e in live.iter_mut() {
                     *e = (*e - m).exp_v();
                 }
-                let inv = T::one() / fold_row(live, T::zero(), |a, v| a + v);
-                for e in live.iter_mut() {
-                    *e = *e * inv;
+                let sum = fold_row(live, T::zero(), |a, v| a + v);
+                inv[i] = T::one() / sum;
+                if let Some(l) = lse.get_mut(i) {
+                    *l = m + sum.ln();
                 }
                 dead.fill(T::zero());
             }
@@ -235,13 +252,15 @@ impl Rows {
 }
 
 /// Where attention's operands lie: q, k, v and the output (the output gradient shares the
-/// output's places), and the backward's `dq`, `dk`, `dv` in its one output buffer.
+/// output's places), the output saved for the backward (`v_dim + 1` wide rows: the output row,
+/// then its log-sum-exp), and the backward's `dq`, `dk`, `dv` in its one output buffer.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
     q: Rows,
     k: Rows,
     v: Rows,
     out: Rows,
+    saved: Rows,
     grads: [Rows; 3],
 }
 
@@ -256,6 +275,7 @@ impl Layout {
             k: Rows::dense(0, tk * hd, hd),
             v: Rows::dense(0, tk * dv, dv),
             out: Rows::dense(0, tq * dv, dv),
+            saved: Rows::dense(0, tq * (dv + 1), dv + 1),
             grads: [
                 Rows::dense(0, per, hd),
                 Rows::dense(tq * hd, per, hd),
@@ -265,8 +285,8 @@ impl Layout {
     }
 
     /// One (batch, seq, heads, 3, head_dim) tensor holding each head's q, k and v side by
-    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output; the gradients
-    /// where q, k and v are.
+    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output (saved as
+    /// (batch, seq, heads, head_dim + 1)); the gradients where q, k and v are.
     fn packed(d: &AttentionDims, heads: usize) -> Layout {
         let (t, hd) = (d.seq_q, d.head_dim);
         let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
@@ -275,18 +295,27 @@ impl Layout {
             k: part(1),
             v: part(2),
             out: Rows::interleaved(t, heads, hd, 0),
+            saved: Rows::interleaved(t, heads, hd + 1, 0),
             grads: [part(0), part(1), part(2)],
         }
     }
 
-    /// Checks that `q`, `k`, `v` (and `g`, the output's gradient, when given) hold `d`'s
-    /// problems.
-    fn check<T>(&self, d: &AttentionDims, [q, k, v]: [&[T]; 3], g: Option<&[T]>) -> Result<()> {
+    /// Checks that `q`, `k`, `v` (and `g`, the output's gradient, and `saved`, the saved output,
+    /// when given) hold `d`'s problems.
+    fn check<T>(
+        &self,
+        d: &AttentionDims,
+        [q, k, v]: [&[T]; 3],
+        g: Option<[&[T]; 2]>,
+    ) -> Result<()> {
         let (n, tq, tk) = (d.heads, d.seq_q, d.seq_k);
         let ok = self.q.fits((n, tq, d.head_dim), q.len())
             && self.k.fits((n, tk, d.head_dim), k.len())
             && self.v.fits((n, tk, d.v_dim), v.len())
-            && g.is_none_or(|g| self.out.fits((n, tq, d.v_dim), g.len()));
+            && g.is_none_or(|[g, saved]| {
+                self.out.fits((n, tq, d.v_dim), g.len())
+                    && self.saved.fits((n, tq, d.v_dim + 1), saved.len())
+            });
         if !ok {
             return Err(Error::Internal(format!(
                 "attention of {d:?} laid out as {self:?} on q, k, v of {}, {}, {} elements",
@@ -341,6 +370,9 @@ impl<T: Copy> Shared<T> {
     /// No other thread reads or writes those elements meanwhile: each problem's rows belong
     /// to one task, and a layout's problems do not overlap.
     unsafe fn put(&self, rows: &Rows, (p, r0): (usize, usize), src: &[T], width: usize) {
+        if width == 0 {
+            return;
+        }
         for (i, r) in src.chunks_exact(width).enumerate() {
             let at = rows.start(p) + (r0 + i) * rows.row;
             assert!(at + width <= self.len, "attention row outside its buffer");
@@ -351,86 +383,168 @@ impl<T: Copy> Shared<T> {
         self.written
             .fetch_add(src.len() / width * width, Ordering::Relaxed);
     }
+
+    /// [`Shared::put`] of `scale.len()` rows of `src`, each `width` elements multiplied by its
+    /// `scale`, then followed by its element of `extra` where given.
+    ///
+    /// # Safety
+    /// As [`Shared::put`].
+    unsafe fn put_scaled(
+        &self,
+        rows: &Rows,
+        (p, r0): (usize, usize),
+        (src, width): (&[T], usize),
+        scale: &[T],
+        extra: Option<&[T]>,
+    ) where
+        T: Float,
+    {
+        let wide_row = width + usize::from(extra.is_some());
+        assert!(
+            src.len() >= scale.len() * width && extra.is_none_or(|e| e.len() >= scale.len()),
+            "attention rows outside their scratch"
+        );
+        wide(
+            #[inline(always)]
+            || {
+                for (i, &f) in scale.iter().enumerate() {
+                    let at = rows.start(p) + (r0 + i) * rows.row;
+                    assert!(
+                        at + wide_row <= self.len,
+                        "attention row outside its buffer"
+                    );
+                    let row = &src[i * width..(i + 1) * width];
+                    // SAFETY: inside the buffer (asserted); disjoint from other tasks' (the
+                    // caller's promise); `src` and `extra` are other allocations.
+                    unsafe {
+                        let out = self.ptr.add(at);
+                        for (c, &x) in row.iter().enumerate() {
+                            out.add(c).write(x * f);
+                        }
+                        if let Some(e) = extra {
+                            out.add(width).write(e[i]);
+                        }
+                    }
+                }
+            },
+        );
+        self.written
+            .fetch_add(scale.len() * wide_row, Ordering::Relaxed);
+    }
 }
 
 /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq_q, head_dim) `q`, (heads, seq_k,
-/// head_dim) `k` and (heads, seq_k, v_dim) `v`: (heads, seq_q, v_dim), heads on all threads.
-pub(super) fn attention<T: Float>(q: &[T], k: &[T], v: &[T], d: &AttentionDims) -> Result<Vec<T>> {
-    forward([q, k, v], d, &Layout::dense(d))
+/// head_dim) `k` and (heads, seq_k, v_dim) `v`: (heads, seq_q, v_dim), heads on all threads;
+/// with `save`, (heads, seq_q, v_dim + 1), each output row followed by its log-sum-exp (what
+/// [`attention_grad`] takes).
+pub(super) fn attention<T: Float>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    d: &AttentionDims,
+    save: bool,
+) -> Result<Vec<T>> {
+    forward([q, k, v], d, &Layout::dense(d), save)
 }
 
 /// [`attention`] of a packed (batch, seq, heads, 3, head_dim) `qkv` (`d.heads` = batch x
 /// `heads`; self-attention, so `seq_k == seq_q` and `v_dim == head_dim`): (batch, seq, heads,
-/// head_dim), read and written in place.
+/// head_dim), read and written in place; with `save`, (batch, seq, heads, head_dim + 1), each
+/// output row followed by its log-sum-exp.
 pub(super) fn attention_packed<T: Float>(
     qkv: &[T],
     d: &AttentionDims,
     heads: usize,
+    save: bool,
 ) -> Result<Vec<T>> {
-    forward([qkv, qkv, qkv], d, &Layout::packed(d, heads))
+    forward([qkv, qkv, qkv], d, &Layout::packed(d, heads), save)
 }
 
-/// Attention of q, k, v laid out as `lay` says: a new output in `lay.out`'s places.
-fn forward<T: Float>(qkv: [&[T]; 3], d: &AttentionDims, lay: &Layout) -> Result<Vec<T>> {
+/// Attention of q, k, v laid out as `lay` says: a new output in `lay.out`'s places, or with
+/// `save` in `lay.saved`'s, each row's log-sum-exp after it.
+fn forward<T: Float>(
+    qkv: [&[T]; 3],
+    d: &AttentionDims,
+    lay: &Layout,
+    save: bool,
+) -> Result<Vec<T>> {
     lay.check(d, qkv, None)?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
+    let (place, width) = if save {
+        (lay.saved, dv + 1)
+    } else {
+        (lay.out, dv)
+    };
     let rows = BLOCK.min(tq);
-    Shared::build(d.heads * tq * dv, |dst| {
+    // per task: a scores block, its output before normalising, 1 / sum and lse
+    let scratch = || {
+        let z = |n| vec![T::zero(); n];
+        let saving = if save { rows } else { 0 };
+        (z(rows * tk), z(rows * dv), z(rows), z(saving))
+    };
+    Shared::build(d.heads * tq * width, |dst| {
         (0..d.heads)
             .into_par_iter()
-            // one scores block and output block per task rather than per head
-            .try_for_each_init(
-                || (vec![T::zero(); rows * tk], vec![T::zero(); rows * dv]),
-                |(s, o), h| {
-                    let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
-                    let vr = Rhs::packed(lay.v.view(v, h, 0), (tk, dv));
-                    for (r0, rb, keys) in blocks(d) {
-                        probabilities(d, (&lay.q, q, h, &kt), s, (r0, rb, keys))?;
-                        gemm_into(
-                            o,
-                            (rb, dv, keys),
-                            View::rows(s, 0, keys),
-                            &vr,
-                            false,
-                            T::one(),
-                        )?;
-                        // SAFETY: problem h's rows are this task's alone.
-                        unsafe { dst.put(&lay.out, (h, r0), &o[..rb * dv], dv) };
-                    }
-                    Ok::<(), Error>(())
-                },
-            )
+            .try_for_each_init(scratch, |(s, o, inv, lse), h| {
+                let kt = Rhs::packed(lay.k.view_t(k, h), (hd, tk));
+                let vr = Rhs::packed(lay.v.view(v, h, 0), (tk, dv));
+                for (r0, rb, keys) in blocks(d) {
+                    exponentials(d, (&lay.q, q, h, &kt), (s, inv, lse), (r0, rb, keys))?;
+                    gemm_into(
+                        o,
+                        (rb, dv, keys),
+                        View::rows(s, 0, keys),
+                        &vr,
+                        false,
+                        T::one(),
+                    )?;
+                    // the output rows normalised as they are stored (v_dim wide, not the
+                    // probabilities' seq_k), each followed by its log-sum-exp when saving
+                    let lse = lse.get(..rb);
+                    // SAFETY: problem h's rows are this task's alone.
+                    unsafe { dst.put_scaled(&place, (h, r0), (o, dv), &inv[..rb], lse) };
+                }
+                Ok::<(), Error>(())
+            })
     })
 }
 
-/// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim): per head,
-/// `dq` (seq_q, head_dim), then `dk` (seq_k, head_dim), then `dv` (seq_k, v_dim), packed.
+/// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim) and the
+/// output `saved` by [`attention`] with `save`: per head, `dq` (seq_q, head_dim), then `dk`
+/// (seq_k, head_dim), then `dv` (seq_k, v_dim), packed.
 pub(super) fn attention_grad<T: Float>(
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    [q, k, v]: [&[T]; 3],
     g: &[T],
+    saved: &[T],
     d: &AttentionDims,
 ) -> Result<Vec<T>> {
-    backward([q, k, v], g, d, &Layout::dense(d))
+    backward([q, k, v], [g, saved], d, &Layout::dense(d))
 }
 
 /// The gradient of [`attention_packed`] for the output gradient `g` (batch, seq, heads,
-/// head_dim): `dqkv` in `qkv`'s layout.
+/// head_dim) and the output `saved` by [`attention_packed`] with `save`: `dqkv` in `qkv`'s
+/// layout.
 pub(super) fn attention_packed_grad<T: Float>(
     qkv: &[T],
     g: &[T],
+    saved: &[T],
     d: &AttentionDims,
     heads: usize,
 ) -> Result<Vec<T>> {
-    backward([qkv, qkv, qkv], g, d, &Layout::packed(d, heads))
+    backward([qkv, qkv, qkv], [g, saved], d, &Layout::packed(d, heads))
 }
 
 /// The gradients of attention laid out as `lay` says, for the output gradient `g` in
-/// `lay.out`'s places: one buffer holding `dq`, `dk`, `dv` in `lay.grads`' places.
-fn backward<T: Float>(qkv: [&[T]; 3], g: &[T], d: &AttentionDims, lay: &Layout) -> Result<Vec<T>> {
-    lay.check(d, qkv, Some(g))?;
+/// `lay.out`'s places and the saved output and log-sum-exp in `lay.saved`'s: one buffer
+/// holding `dq`, `dk`, `dv` in `lay.grads`' places.
+fn backward<T: Float>(
+    qkv: [&[T]; 3],
+    [g, saved]: [&[T]; 2],
+    d: &AttentionDims,
+    lay: &Layout,
+) -> Result<Vec<T>> {
+    lay.check(d, qkv, Some([g, saved]))?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
     let [dq_at, dk_at, dv_at] = lay.grads;
@@ -457,21 +571,32 @@ fn backward<T: Float>(qkv: [&[T]; 3], g: &[T], d: &AttentionDims, lay: &Layout) 
                 dk.fill(T::zero());
                 dv.fill(T::zero());
                 for (r0, rb, keys) in blocks(d) {
-                    probabilities(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
+                    scores(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
                     let gb = lay.out.view(g, h, r0);
-                    // dP = dO vᵀ, then dS = P (dP - rowsum(P dP)) in its place
+                    let sb = lay.saved.view(saved, h, r0);
+                    // dP = dO vᵀ; then in one pass P = exp(scale q kᵀ - lse) over the visible
+                    // keys (zero past them) and dS = P (dP - rowsum(P dP)) in dP's place, with
+                    // rowsum(P dP) = rowsum(dO O)
                     gemm_into(ds, (rb, keys, dvw), gb, &vt, false, T::one())?;
                     wide(
                         #[inline(always)]
                         || {
-                            for (pr, dr) in p[..rb * keys]
-                                .chunks(keys)
-                                .zip(ds[..rb * keys].chunks_mut(keys))
-                            {
-                                let dot = dot_row(pr, dr, T::zero());
-                                for (e, &x) in dr.iter_mut().zip(pr) {
-                                    *e = x * (*e - dot);
+                            let rows = p[..rb * keys]
+                                .chunks_mut(keys)
+                                .zip(ds[..rb * keys].chunks_mut(keys));
+                            for (i, (pr, dr)) in rows.enumerate() {
+                                let (o, l) = sb.data[i * sb.rs..].split_at(dvw);
+                                let gr = &gb.data[i * gb.rs..i * gb.rs + dvw];
+                                let (dot, l) = (dot_row(gr, o, T::zero()), l[0]);
+                                let n = visible(d, r0 + i, keys);
+                                let (live, dead) = pr.split_at_mut(n);
+                                for (e, x) in live.iter_mut().zip(dr[..n].iter_mut()) {
+                                    let pe = (*e - l).exp_v();
+                                    *e = pe;
+                                    *x = pe * (*x - dot);
                                 }
+                                dead.fill(T::zero());
+                                dr[n..].fill(T::zero());
                             }
                         },
                     );
@@ -563,6 +688,18 @@ mod tests {
         }
     }
 
+    /// [`attention_grad`] after the saving forward it takes.
+    fn grad<T: Float>(q: &[T], k: &[T], v: &[T], g: &[T], d: &AttentionDims) -> Result<Vec<T>> {
+        let saved = attention(q, k, v, d, true)?;
+        attention_grad([q, k, v], g, &saved, d)
+    }
+
+    /// [`attention_packed_grad`] after the saving forward it takes.
+    fn packed_grad<T: Float>(qkv: &[T], g: &[T], d: &AttentionDims, h: usize) -> Result<Vec<T>> {
+        let saved = attention_packed(qkv, d, h, true)?;
+        attention_packed_grad(qkv, g, &saved, d, h)
+    }
+
     /// q, k and v for `d` (all heads), from seeds `seed`, `seed + 1` and `seed + 2`.
     fn inputs(d: &AttentionDims, seed: u64) -> [Vec<f64>; 3] {
         [
@@ -579,12 +716,32 @@ mod tests {
             for causal in [false, true] {
                 let d = dims(3, tq, tk, causal);
                 let [q, k, v] = inputs(&d, 1);
-                let got = attention(&q, &k, &v, &d)?;
-                for (a, b) in got.iter().zip(naive(&q, &k, &v, &d)) {
+                let got = attention(&q, &k, &v, &d, false)?;
+                let want = naive(&q, &k, &v, &d);
+                for (a, b) in got.iter().zip(&want) {
                     assert!(
                         (a - b).abs() < 1e-12,
                         "{tq}x{tk} causal {causal}: {a} vs {b}"
                     );
+                }
+                // saving: each output row, then the log-sum-exp of its visible scaled scores
+                let saved = attention(&q, &k, &v, &d, true)?;
+                assert_eq!(saved.len(), 3 * tq * 4);
+                for (r, row) in saved.chunks(4).enumerate() {
+                    let (h, i) = (r / tq, r % tq);
+                    for (a, b) in row[..3].iter().zip(&want[r * 3..r * 3 + 3]) {
+                        assert!((a - b).abs() < 1e-12, "saved {a} vs {b}");
+                    }
+                    let lse = (0..visible(&d, i, tk))
+                        .map(|j| {
+                            let s: f64 = (0..5)
+                                .map(|c| q[(h * tq + i) * 5 + c] * k[(h * tk + j) * 5 + c])
+                                .sum();
+                            (s * d.scale).exp()
+                        })
+                        .sum::<f64>()
+                        .ln();
+                    assert!((row[3] - lse).abs() < 1e-12, "lse {} vs {lse}", row[3]);
                 }
             }
         }
@@ -598,7 +755,7 @@ mod tests {
                 let d = dims(2, tq, tk, causal);
                 let ins = inputs(&d, 4);
                 let g = data(2 * tq * 3, 7);
-                let grad = attention_grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
+                let grad = grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
                 // unpack the per-head [dq | dk | dv] into one gradient per input
                 let sizes = [tq * 5, tk * 5, tk * 3];
                 let per: usize = sizes.iter().sum();
@@ -645,15 +802,15 @@ mod tests {
             let ins = inputs(&d, 8);
             let g = data(2 * tq * 3, 11);
             let (q, k, v) = (f32s(&ins[0]), f32s(&ins[1]), f32s(&ins[2]));
-            let out = attention(&q, &k, &v, &d)?;
+            let out = attention(&q, &k, &v, &d, false)?;
             for (a, b) in out.iter().zip(naive(&ins[0], &ins[1], &ins[2], &d)) {
                 assert!(
                     (f64::from(*a) - b).abs() < 1e-5,
                     "causal {causal}: {a} vs {b}"
                 );
             }
-            let got = attention_grad(&q, &k, &v, &f32s(&g), &d)?;
-            let want = attention_grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
+            let got = grad(&q, &k, &v, &f32s(&g), &d)?;
+            let want = grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()),
@@ -708,15 +865,15 @@ mod tests {
             let qkv = data(b * t * h * 3 * hd, 3);
             let g = data(b * t * h * hd, 9);
             let [q, k, v] = unpack(&qkv, (b, t, h, hd));
-            let out = attention_packed(&qkv, &d, h)?;
-            let want = interleave(&attention(&q, &k, &v, &d)?, (b, t, h, hd), false);
+            let out = attention_packed(&qkv, &d, h, false)?;
+            let want = interleave(&attention(&q, &k, &v, &d, false)?, (b, t, h, hd), false);
             assert_eq!(out.len(), want.len());
             for (x, y) in out.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "causal {causal}: {x} vs {y}");
             }
             // the dense gradient (per head dq | dk | dv) back in qkv's layout
             let dense_g = interleave(&g, (b, t, h, hd), true);
-            let grads = attention_grad(&q, &k, &v, &dense_g, &d)?;
+            let grads = grad(&q, &k, &v, &dense_g, &d)?;
             let per = 3 * t * hd;
             let mut want = vec![0.0; qkv.len()];
             for p in 0..b * h {
@@ -729,7 +886,7 @@ mod tests {
                     }
                 }
             }
-            let got = attention_packed_grad(&qkv, &g, &d, h)?;
+            let got = packed_grad(&qkv, &g, &d, h)?;
             for (i, (x, y)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (x - y).abs() < 1e-12,
@@ -737,8 +894,8 @@ mod tests {
                 );
             }
             let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-            let out32 = attention_packed(&f32s(&qkv), &d, h)?;
-            let got32 = attention_packed_grad(&f32s(&qkv), &f32s(&g), &d, h)?;
+            let out32 = attention_packed(&f32s(&qkv), &d, h, false)?;
+            let got32 = packed_grad(&f32s(&qkv), &f32s(&g), &d, h)?;
             for (x, y) in out32.iter().zip(&out).chain(got32.iter().zip(&got)) {
                 assert!(
                     (f64::from(*x) - y).abs() < 1e-4 * (1.0 + y.abs()),
@@ -756,7 +913,11 @@ mod tests {
             ..dims(2, 4, 4, false)
         };
         let qkv = vec![0.0f64; 2 * 4 * 3 * 5 - 1];
-        assert!(attention_packed(&qkv, &d, 2).is_err());
-        assert!(attention_packed_grad(&vec![0.0; qkv.len() + 1], &[0.0; 10], &d, 2).is_err());
+        assert!(attention_packed(&qkv, &d, 2, false).is_err());
+        let (full, g) = (vec![0.0; qkv.len() + 1], vec![0.0; 2 * 4 * 5]);
+        let saved = vec![0.0; 2 * 4 * 6];
+        assert!(attention_packed_grad(&full, &g[1..], &saved, &d, 2).is_err());
+        assert!(attention_packed_grad(&full, &g, &saved[1..], &d, 2).is_err());
+        assert!(attention_packed_grad(&full, &g, &saved, &d, 2).is_ok());
     }
 }

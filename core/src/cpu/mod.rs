@@ -341,61 +341,66 @@ pub(crate) fn linear(
     )
 }
 
-/// Fused attention of `q`, `k`, `v` (one float dtype): the host kernel of
-/// [`crate::backend::Kernels::attention`].
+/// Fused attention of `q`, `k`, `v` (one float dtype), with each row's log-sum-exp after it
+/// when `save`: the host kernel of [`crate::backend::Kernels::attention`].
 pub(crate) fn attention(
     q: &HostData,
     k: &HostData,
     v: &HostData,
     d: &AttentionDims,
+    save: bool,
 ) -> Result<HostData> {
     floats(
         &[q, k, v],
-        |x| attention::attention(x[0], x[1], x[2], d),
-        |x| attention::attention(x[0], x[1], x[2], d),
+        |x| attention::attention(x[0], x[1], x[2], d, save),
+        |x| attention::attention(x[0], x[1], x[2], d, save),
     )
 }
 
-/// The gradients of [`attention`] for the output gradient `g`, packed per head: the host
-/// kernel of [`crate::backend::Kernels::attention_grad`].
+/// The gradients of [`attention`] for the output gradient `g` and the output it saved,
+/// packed per head: the host kernel of [`crate::backend::Kernels::attention_grad`].
 pub(crate) fn attention_grad(
     [q, k, v]: [&HostData; 3],
     g: &HostData,
+    saved: &HostData,
     d: &AttentionDims,
 ) -> Result<HostData> {
     floats(
-        &[q, k, v, g],
-        |x| attention::attention_grad(x[0], x[1], x[2], x[3], d),
-        |x| attention::attention_grad(x[0], x[1], x[2], x[3], d),
+        &[q, k, v, g, saved],
+        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], x[4], d),
+        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], x[4], d),
     )
 }
 
 /// Fused self-attention of a packed (batch, seq, heads, 3, head_dim) `qkv`, `heads` per batch
-/// row: the host kernel of [`crate::backend::Kernels::attention_packed`].
+/// row, with each row's log-sum-exp after it when `save`: the host kernel of
+/// [`crate::backend::Kernels::attention_packed`].
 pub(crate) fn attention_packed(
     qkv: &HostData,
     d: &AttentionDims,
     heads: usize,
+    save: bool,
 ) -> Result<HostData> {
     floats(
         &[qkv],
-        |x| attention::attention_packed(x[0], d, heads),
-        |x| attention::attention_packed(x[0], d, heads),
+        |x| attention::attention_packed(x[0], d, heads, save),
+        |x| attention::attention_packed(x[0], d, heads, save),
     )
 }
 
-/// The gradient of [`attention_packed`] for the output gradient `g`, in `qkv`'s layout: the
-/// host kernel of [`crate::backend::Kernels::attention_packed_grad`].
+/// The gradient of [`attention_packed`] for the output gradient `g` and the output it saved,
+/// in `qkv`'s layout: the host kernel of [`crate::backend::Kernels::attention_packed_grad`].
 pub(crate) fn attention_packed_grad(
     qkv: &HostData,
     g: &HostData,
+    saved: &HostData,
     d: &AttentionDims,
     heads: usize,
 ) -> Result<HostData> {
     floats(
-        &[qkv, g],
-        |x| attention::attention_packed_grad(x[0], x[1], d, heads),
-        |x| attention::attention_packed_grad(x[0], x[1], d, heads),
+        &[qkv, g, saved],
+        |x| attention::attention_packed_grad(x[0], x[1], x[2], d, heads),
+        |x| attention::attention_packed_grad(x[0], x[1], x[2], d, heads),
     )
 }
 

@@ -292,16 +292,31 @@ fn shape_ops() {
 fn attention_ops() {
     let shapes = [vec![2, 3, 5, 4], vec![2, 3, 6, 4], vec![2, 3, 6, 3]];
     for causal in [false, true] {
-        let op = attention::Attention { scale: 0.5, causal };
-        check(&op, &shapes, false);
+        for save in [false, true] {
+            let op = attention::Attention {
+                scale: 0.5,
+                causal,
+                save,
+            };
+            check(&op, &shapes, false);
+            // (batch, seq, heads, 3, head_dim): batch and heads uneven over 3 ranks
+            check(
+                &attention::PackedAttention(op),
+                &[vec![4, 5, 3, 3, 2]],
+                false,
+            );
+        }
+        let op = attention::Attention {
+            scale: 0.5,
+            causal,
+            save: true,
+        };
+        // the output gradient, then the saved output (any values: the lse column too)
         let mut with_grad = shapes.to_vec();
-        with_grad.push(vec![2, 3, 5, 3]);
+        with_grad.extend([vec![2, 3, 5, 3], vec![2, 3, 5, 4]]);
         check(&attention::AttentionGrad(op), &with_grad, false);
-        // (batch, seq, heads, 3, head_dim): batch and heads uneven over 3 ranks
-        let packed = attention::PackedAttention(op);
+        let grad = attention::PackedAttentionGrad(attention::PackedAttention(op));
         let qkv = vec![4, 5, 3, 3, 2];
-        check(&packed, std::slice::from_ref(&qkv), false);
-        let grad = attention::PackedAttentionGrad(packed);
-        check(&grad, &[qkv, vec![4, 5, 3, 2]], false);
+        check(&grad, &[qkv, vec![4, 5, 3, 2], vec![4, 5, 3, 3]], false);
     }
 }
