@@ -651,8 +651,8 @@ kernel_table!(faces {
     }
     /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq, dim) `q`, `k`, `v` (one float
     /// dtype): one fused pass per block of queries, the scores never stored whole. With
-    /// `save` (for [`Kernels::attention_grad`]), each output row is followed by its
-    /// log-sum-exp: (heads, seq_q, v_dim + 1).
+    /// `save` (for [`Kernels::attention_grad`]), the output is followed in the buffer by each
+    /// query row's log-sum-exp (heads, seq_q).
     fn attention(
         &self,
         q: &Buffer,
@@ -663,29 +663,29 @@ kernel_table!(faces {
     ) -> Result<Buffer> {
         crate::cpu::attention(q.host()?, k.host()?, v.host()?, &dims, save).map(Buffer::from)
     }
-    /// The gradients of [`Kernels::attention`] for the output gradient `g` and the output
-    /// `saved` with `save`, packed per head: `dq` (seq_q, head_dim), `dk` (seq_k, head_dim),
-    /// `dv` (seq_k, v_dim).
+    /// The gradients of [`Kernels::attention`] for the output gradient `g`, given the output
+    /// and the log-sum-exp it returned with `save`, packed per head: `dq` (seq_q, head_dim),
+    /// `dk` (seq_k, head_dim), `dv` (seq_k, v_dim).
     fn attention_grad(
         &self,
         qkv: [&Buffer; 3],
         g: &Buffer,
-        saved: &Buffer,
+        saved: [&Buffer; 2],
         dims: AttentionDims,
     ) -> Result<Buffer> {
-        let [q, k, v] = qkv;
+        let ([q, k, v], [out, lse]) = (qkv, saved);
         crate::cpu::attention_grad(
             [q.host()?, k.host()?, v.host()?],
             g.host()?,
-            saved.host()?,
+            [out.host()?, lse.host()?],
             &dims,
         )
         .map(Buffer::from)
     }
     /// [`Kernels::attention`] of one packed (batch, seq, heads, 3, head_dim) `qkv` holding
     /// each head's q, k and v side by side (`dims.heads` = batch x `heads`): a (batch, seq,
-    /// heads, head_dim) output, with no transposes in or out; with `save`, (batch, seq, heads,
-    /// head_dim + 1), each output row followed by its log-sum-exp.
+    /// heads, head_dim) output, with no transposes in or out; with `save`, followed in the
+    /// buffer by each query row's log-sum-exp (batch, seq, heads).
     fn attention_packed(
         &self,
         qkv: &Buffer,
@@ -695,18 +695,25 @@ kernel_table!(faces {
     ) -> Result<Buffer> {
         crate::cpu::attention_packed(qkv.host()?, &dims, heads, save).map(Buffer::from)
     }
-    /// The gradient of [`Kernels::attention_packed`] for the output gradient `g` and the
-    /// output `saved` with `save`, in `qkv`'s layout.
+    /// The gradient of [`Kernels::attention_packed`] for the output gradient `g`, given the
+    /// output and the log-sum-exp it returned with `save`, in `qkv`'s layout.
     fn attention_packed_grad(
         &self,
         qkv: &Buffer,
         g: &Buffer,
-        saved: &Buffer,
+        saved: [&Buffer; 2],
         dims: AttentionDims,
         heads: usize,
     ) -> Result<Buffer> {
-        crate::cpu::attention_packed_grad(qkv.host()?, g.host()?, saved.host()?, &dims, heads)
-            .map(Buffer::from)
+        let [out, lse] = saved;
+        crate::cpu::attention_packed_grad(
+            qkv.host()?,
+            g.host()?,
+            [out.host()?, lse.host()?],
+            &dims,
+            heads,
+        )
+        .map(Buffer::from)
     }
     /// `g * op(x)` elementwise in one pass, for `op` a derivative with a fused kernel
     /// (`GeluGrad`, `GeluErfGrad`, `SiluGrad`): an activation's input gradient.

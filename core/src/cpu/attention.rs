@@ -3,8 +3,9 @@
 //! products stay in cache, where the composed form writes and reads the whole (heads, seq_q,
 //! seq_k) score tensor several times. A causal block multiplies only the keys its rows may see
 //! (query `i` sees keys `0..=i`, PyTorch's top-left alignment). The forward normalises a
-//! block's output rather than its probabilities and, where a backward will follow, saves each
-//! query row's log-sum-exp next to its output row; the backward recomputes a block's
+//! block's output rather than its probabilities and, where a backward will follow, also returns
+//! each query row's log-sum-exp (after the output, in the same buffer); the backward takes the
+//! output and the log-sum-exp, recomputes a block's
 //! probabilities from `q`, `k` and that log-sum-exp in one pass (`exp(scale q kᵀ - lse)`: no
 //! row max, sum or normalisation) and takes `rowsum(P dP)` as `rowsum(dO O)`, `v_dim` wide
 //! rather than `seq_k` (FlashAttention-2's backward).
@@ -252,15 +253,15 @@ impl Rows {
 }
 
 /// Where attention's operands lie: q, k, v and the output (the output gradient shares the
-/// output's places), the output saved for the backward (`v_dim + 1` wide rows: the output row,
-/// then its log-sum-exp), and the backward's `dq`, `dk`, `dv` in its one output buffer.
+/// output's places), each query row's log-sum-exp (one element per row), and the backward's
+/// `dq`, `dk`, `dv` in its one output buffer.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Layout {
     q: Rows,
     k: Rows,
     v: Rows,
     out: Rows,
-    saved: Rows,
+    lse: Rows,
     grads: [Rows; 3],
 }
 
@@ -275,7 +276,7 @@ impl Layout {
             k: Rows::dense(0, tk * hd, hd),
             v: Rows::dense(0, tk * dv, dv),
             out: Rows::dense(0, tq * dv, dv),
-            saved: Rows::dense(0, tq * (dv + 1), dv + 1),
+            lse: Rows::dense(0, tq, 1),
             grads: [
                 Rows::dense(0, per, hd),
                 Rows::dense(tq * hd, per, hd),
@@ -285,8 +286,8 @@ impl Layout {
     }
 
     /// One (batch, seq, heads, 3, head_dim) tensor holding each head's q, k and v side by
-    /// side, `heads` per batch row, and a (batch, seq, heads, head_dim) output (saved as
-    /// (batch, seq, heads, head_dim + 1)); the gradients where q, k and v are.
+    /// side, `heads` per batch row, a (batch, seq, heads, head_dim) output and a (batch, seq,
+    /// heads) log-sum-exp; the gradients where q, k and v are.
     fn packed(d: &AttentionDims, heads: usize) -> Layout {
         let (t, hd) = (d.seq_q, d.head_dim);
         let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
@@ -295,26 +296,27 @@ impl Layout {
             k: part(1),
             v: part(2),
             out: Rows::interleaved(t, heads, hd, 0),
-            saved: Rows::interleaved(t, heads, hd + 1, 0),
+            lse: Rows::interleaved(t, heads, 1, 0),
             grads: [part(0), part(1), part(2)],
         }
     }
 
-    /// Checks that `q`, `k`, `v` (and `g`, the output's gradient, and `saved`, the saved output,
+    /// Checks that `q`, `k`, `v` (and the output's gradient, the output and its log-sum-exp,
     /// when given) hold `d`'s problems.
     fn check<T>(
         &self,
         d: &AttentionDims,
         [q, k, v]: [&[T]; 3],
-        g: Option<[&[T]; 2]>,
+        g: Option<[&[T]; 3]>,
     ) -> Result<()> {
         let (n, tq, tk) = (d.heads, d.seq_q, d.seq_k);
         let ok = self.q.fits((n, tq, d.head_dim), q.len())
             && self.k.fits((n, tk, d.head_dim), k.len())
             && self.v.fits((n, tk, d.v_dim), v.len())
-            && g.is_none_or(|[g, saved]| {
+            && g.is_none_or(|[g, out, lse]| {
                 self.out.fits((n, tq, d.v_dim), g.len())
-                    && self.saved.fits((n, tq, d.v_dim + 1), saved.len())
+                    && self.out.fits((n, tq, d.v_dim), out.len())
+                    && self.lse.fits((n, tq, 1), lse.len())
             });
         if !ok {
             return Err(Error::Internal(format!(
@@ -385,7 +387,7 @@ impl<T: Copy> Shared<T> {
     }
 
     /// [`Shared::put`] of `scale.len()` rows of `src`, each `width` elements multiplied by its
-    /// `scale`, then followed by its element of `extra` where given.
+    /// `scale`.
     ///
     /// # Safety
     /// As [`Shared::put`].
@@ -395,13 +397,11 @@ impl<T: Copy> Shared<T> {
         (p, r0): (usize, usize),
         (src, width): (&[T], usize),
         scale: &[T],
-        extra: Option<&[T]>,
     ) where
         T: Float,
     {
-        let wide_row = width + usize::from(extra.is_some());
         assert!(
-            src.len() >= scale.len() * width && extra.is_none_or(|e| e.len() >= scale.len()),
+            src.len() >= scale.len() * width,
             "attention rows outside their scratch"
         );
         wide(
@@ -409,34 +409,28 @@ impl<T: Copy> Shared<T> {
             || {
                 for (i, &f) in scale.iter().enumerate() {
                     let at = rows.start(p) + (r0 + i) * rows.row;
-                    assert!(
-                        at + wide_row <= self.len,
-                        "attention row outside its buffer"
-                    );
+                    assert!(at + width <= self.len, "attention row outside its buffer");
                     let row = &src[i * width..(i + 1) * width];
                     // SAFETY: inside the buffer (asserted); disjoint from other tasks' (the
-                    // caller's promise); `src` and `extra` are other allocations.
+                    // caller's promise); `src` is another allocation.
                     unsafe {
                         let out = self.ptr.add(at);
                         for (c, &x) in row.iter().enumerate() {
                             out.add(c).write(x * f);
-                        }
-                        if let Some(e) = extra {
-                            out.add(width).write(e[i]);
                         }
                     }
                 }
             },
         );
         self.written
-            .fetch_add(scale.len() * wide_row, Ordering::Relaxed);
+            .fetch_add(scale.len() * width, Ordering::Relaxed);
     }
 }
 
 /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq_q, head_dim) `q`, (heads, seq_k,
 /// head_dim) `k` and (heads, seq_k, v_dim) `v`: (heads, seq_q, v_dim), heads on all threads;
-/// with `save`, (heads, seq_q, v_dim + 1), each output row followed by its log-sum-exp (what
-/// [`attention_grad`] takes).
+/// with `save`, followed in the same buffer by each query row's log-sum-exp (heads, seq_q) of
+/// its visible scaled scores (what [`attention_grad`] takes).
 pub(super) fn attention<T: Float>(
     q: &[T],
     k: &[T],
@@ -449,8 +443,8 @@ pub(super) fn attention<T: Float>(
 
 /// [`attention`] of a packed (batch, seq, heads, 3, head_dim) `qkv` (`d.heads` = batch x
 /// `heads`; self-attention, so `seq_k == seq_q` and `v_dim == head_dim`): (batch, seq, heads,
-/// head_dim), read and written in place; with `save`, (batch, seq, heads, head_dim + 1), each
-/// output row followed by its log-sum-exp.
+/// head_dim), read and written in place; with `save`, followed in the same buffer by each
+/// query row's log-sum-exp (batch, seq, heads).
 pub(super) fn attention_packed<T: Float>(
     qkv: &[T],
     d: &AttentionDims,
@@ -460,8 +454,8 @@ pub(super) fn attention_packed<T: Float>(
     forward([qkv, qkv, qkv], d, &Layout::packed(d, heads), save)
 }
 
-/// Attention of q, k, v laid out as `lay` says: a new output in `lay.out`'s places, or with
-/// `save` in `lay.saved`'s, each row's log-sum-exp after it.
+/// Attention of q, k, v laid out as `lay` says: a new output in `lay.out`'s places, and with
+/// `save` after it each row's log-sum-exp in `lay.lse`'s.
 fn forward<T: Float>(
     qkv: [&[T]; 3],
     d: &AttentionDims,
@@ -471,10 +465,11 @@ fn forward<T: Float>(
     lay.check(d, qkv, None)?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-    let (place, width) = if save {
-        (lay.saved, dv + 1)
-    } else {
-        (lay.out, dv)
+    let outputs = d.heads * tq * dv;
+    // the log-sum-exp's places, after the output's
+    let lse_at = Rows {
+        at: outputs + lay.lse.at,
+        ..lay.lse
     };
     let rows = BLOCK.min(tq);
     // per task: a scores block, its output before normalising, 1 / sum and lse
@@ -483,7 +478,8 @@ fn forward<T: Float>(
         let saving = if save { rows } else { 0 };
         (z(rows * tk), z(rows * dv), z(rows), z(saving))
     };
-    Shared::build(d.heads * tq * width, |dst| {
+    let len = outputs + if save { d.heads * tq } else { 0 };
+    Shared::build(len, |dst| {
         (0..d.heads)
             .into_par_iter()
             .try_for_each_init(scratch, |(s, o, inv, lse), h| {
@@ -500,51 +496,54 @@ fn forward<T: Float>(
                         T::one(),
                     )?;
                     // the output rows normalised as they are stored (v_dim wide, not the
-                    // probabilities' seq_k), each followed by its log-sum-exp when saving
-                    let lse = lse.get(..rb);
+                    // probabilities' seq_k), and the log-sum-exp when saving
                     // SAFETY: problem h's rows are this task's alone.
-                    unsafe { dst.put_scaled(&place, (h, r0), (o, dv), &inv[..rb], lse) };
+                    unsafe { dst.put_scaled(&lay.out, (h, r0), (o, dv), &inv[..rb]) };
+                    if let Some(l) = lse.get(..rb) {
+                        // SAFETY: as above.
+                        unsafe { dst.put(&lse_at, (h, r0), l, 1) };
+                    }
                 }
                 Ok::<(), Error>(())
             })
     })
 }
 
-/// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim) and the
-/// output `saved` by [`attention`] with `save`: per head, `dq` (seq_q, head_dim), then `dk`
-/// (seq_k, head_dim), then `dv` (seq_k, v_dim), packed.
+/// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim), given the
+/// output `out` and the log-sum-exp `lse` (heads, seq_q) of [`attention`] with `save`: per
+/// head, `dq` (seq_q, head_dim), then `dk` (seq_k, head_dim), then `dv` (seq_k, v_dim), packed.
 pub(super) fn attention_grad<T: Float>(
     [q, k, v]: [&[T]; 3],
     g: &[T],
-    saved: &[T],
+    [out, lse]: [&[T]; 2],
     d: &AttentionDims,
 ) -> Result<Vec<T>> {
-    backward([q, k, v], [g, saved], d, &Layout::dense(d))
+    backward([q, k, v], [g, out, lse], d, &Layout::dense(d))
 }
 
 /// The gradient of [`attention_packed`] for the output gradient `g` (batch, seq, heads,
-/// head_dim) and the output `saved` by [`attention_packed`] with `save`: `dqkv` in `qkv`'s
-/// layout.
+/// head_dim), given the output `out` and the log-sum-exp `lse` (batch, seq, heads) of
+/// [`attention_packed`] with `save`: `dqkv` in `qkv`'s layout.
 pub(super) fn attention_packed_grad<T: Float>(
     qkv: &[T],
     g: &[T],
-    saved: &[T],
+    [out, lse]: [&[T]; 2],
     d: &AttentionDims,
     heads: usize,
 ) -> Result<Vec<T>> {
-    backward([qkv, qkv, qkv], [g, saved], d, &Layout::packed(d, heads))
+    backward([qkv, qkv, qkv], [g, out, lse], d, &Layout::packed(d, heads))
 }
 
-/// The gradients of attention laid out as `lay` says, for the output gradient `g` in
-/// `lay.out`'s places and the saved output and log-sum-exp in `lay.saved`'s: one buffer
+/// The gradients of attention laid out as `lay` says, for the output gradient `g` and the
+/// output `out` in `lay.out`'s places and the log-sum-exp `lse` in `lay.lse`'s: one buffer
 /// holding `dq`, `dk`, `dv` in `lay.grads`' places.
 fn backward<T: Float>(
     qkv: [&[T]; 3],
-    [g, saved]: [&[T]; 2],
+    [g, out, lse]: [&[T]; 3],
     d: &AttentionDims,
     lay: &Layout,
 ) -> Result<Vec<T>> {
-    lay.check(d, qkv, Some([g, saved]))?;
+    lay.check(d, qkv, Some([g, out, lse]))?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
     let [dq_at, dk_at, dv_at] = lay.grads;
@@ -573,7 +572,8 @@ fn backward<T: Float>(
                 for (r0, rb, keys) in blocks(d) {
                     scores(d, (&lay.q, q, h, &kt), p, (r0, rb, keys))?;
                     let gb = lay.out.view(g, h, r0);
-                    let sb = lay.saved.view(saved, h, r0);
+                    let ob = lay.out.view(out, h, r0);
+                    let lb = lay.lse.view(lse, h, r0);
                     // dP = dO vᵀ; then in one pass P = exp(scale q kᵀ - lse) over the visible
                     // keys (zero past them) and dS = P (dP - rowsum(P dP)) in dP's place, with
                     // rowsum(P dP) = rowsum(dO O)
@@ -585,9 +585,9 @@ fn backward<T: Float>(
                                 .chunks_mut(keys)
                                 .zip(ds[..rb * keys].chunks_mut(keys));
                             for (i, (pr, dr)) in rows.enumerate() {
-                                let (o, l) = sb.data[i * sb.rs..].split_at(dvw);
+                                let o = &ob.data[i * ob.rs..i * ob.rs + dvw];
                                 let gr = &gb.data[i * gb.rs..i * gb.rs + dvw];
-                                let (dot, l) = (dot_row(gr, o, T::zero()), l[0]);
+                                let (dot, l) = (dot_row(gr, o, T::zero()), lb.data[i * lb.rs]);
                                 let n = visible(d, r0 + i, keys);
                                 let (live, dead) = pr.split_at_mut(n);
                                 for (e, x) in live.iter_mut().zip(dr[..n].iter_mut()) {
@@ -691,13 +691,15 @@ mod tests {
     /// [`attention_grad`] after the saving forward it takes.
     fn grad<T: Float>(q: &[T], k: &[T], v: &[T], g: &[T], d: &AttentionDims) -> Result<Vec<T>> {
         let saved = attention(q, k, v, d, true)?;
-        attention_grad([q, k, v], g, &saved, d)
+        let (out, lse) = saved.split_at(d.heads * d.seq_q * d.v_dim);
+        attention_grad([q, k, v], g, [out, lse], d)
     }
 
     /// [`attention_packed_grad`] after the saving forward it takes.
     fn packed_grad<T: Float>(qkv: &[T], g: &[T], d: &AttentionDims, h: usize) -> Result<Vec<T>> {
         let saved = attention_packed(qkv, d, h, true)?;
-        attention_packed_grad(qkv, g, &saved, d, h)
+        let (out, lse) = saved.split_at(d.heads * d.seq_q * d.v_dim);
+        attention_packed_grad(qkv, g, [out, lse], d, h)
     }
 
     /// q, k and v for `d` (all heads), from seeds `seed`, `seed + 1` and `seed + 2`.
@@ -724,14 +726,13 @@ mod tests {
                         "{tq}x{tk} causal {causal}: {a} vs {b}"
                     );
                 }
-                // saving: each output row, then the log-sum-exp of its visible scaled scores
+                // saving: the output, then each row's log-sum-exp of its visible scaled scores
                 let saved = attention(&q, &k, &v, &d, true)?;
                 assert_eq!(saved.len(), 3 * tq * 4);
-                for (r, row) in saved.chunks(4).enumerate() {
+                let (out, lses) = saved.split_at(3 * tq * 3);
+                assert_eq!(out, &got[..]);
+                for (r, &l) in lses.iter().enumerate() {
                     let (h, i) = (r / tq, r % tq);
-                    for (a, b) in row[..3].iter().zip(&want[r * 3..r * 3 + 3]) {
-                        assert!((a - b).abs() < 1e-12, "saved {a} vs {b}");
-                    }
                     let lse = (0..visible(&d, i, tk))
                         .map(|j| {
                             let s: f64 = (0..5)
@@ -741,7 +742,7 @@ mod tests {
                         })
                         .sum::<f64>()
                         .ln();
-                    assert!((row[3] - lse).abs() < 1e-12, "lse {} vs {lse}", row[3]);
+                    assert!((l - lse).abs() < 1e-12, "lse {l} vs {lse}");
                 }
             }
         }
@@ -915,9 +916,10 @@ mod tests {
         let qkv = vec![0.0f64; 2 * 4 * 3 * 5 - 1];
         assert!(attention_packed(&qkv, &d, 2, false).is_err());
         let (full, g) = (vec![0.0; qkv.len() + 1], vec![0.0; 2 * 4 * 5]);
-        let saved = vec![0.0; 2 * 4 * 6];
-        assert!(attention_packed_grad(&full, &g[1..], &saved, &d, 2).is_err());
-        assert!(attention_packed_grad(&full, &g, &saved[1..], &d, 2).is_err());
-        assert!(attention_packed_grad(&full, &g, &saved, &d, 2).is_ok());
+        let lse = vec![0.0; 2 * 4];
+        assert!(attention_packed_grad(&full, &g[1..], [&g, &lse], &d, 2).is_err());
+        assert!(attention_packed_grad(&full, &g, [&g[1..], &lse], &d, 2).is_err());
+        assert!(attention_packed_grad(&full, &g, [&g, &lse[1..]], &d, 2).is_err());
+        assert!(attention_packed_grad(&full, &g, [&g, &lse], &d, 2).is_ok());
     }
 }

@@ -341,7 +341,7 @@ pub(crate) fn linear(
     )
 }
 
-/// Fused attention of `q`, `k`, `v` (one float dtype), with each row's log-sum-exp after it
+/// Fused attention of `q`, `k`, `v` (one float dtype), followed by each row's log-sum-exp
 /// when `save`: the host kernel of [`crate::backend::Kernels::attention`].
 pub(crate) fn attention(
     q: &HostData,
@@ -357,23 +357,24 @@ pub(crate) fn attention(
     )
 }
 
-/// The gradients of [`attention`] for the output gradient `g` and the output it saved,
-/// packed per head: the host kernel of [`crate::backend::Kernels::attention_grad`].
+/// The gradients of [`attention`] for the output gradient `g`, given its output and
+/// log-sum-exp, packed per head: the host kernel of
+/// [`crate::backend::Kernels::attention_grad`].
 pub(crate) fn attention_grad(
     [q, k, v]: [&HostData; 3],
     g: &HostData,
-    saved: &HostData,
+    [out, lse]: [&HostData; 2],
     d: &AttentionDims,
 ) -> Result<HostData> {
     floats(
-        &[q, k, v, g, saved],
-        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], x[4], d),
-        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], x[4], d),
+        &[q, k, v, g, out, lse],
+        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], [x[4], x[5]], d),
+        |x| attention::attention_grad([x[0], x[1], x[2]], x[3], [x[4], x[5]], d),
     )
 }
 
 /// Fused self-attention of a packed (batch, seq, heads, 3, head_dim) `qkv`, `heads` per batch
-/// row, with each row's log-sum-exp after it when `save`: the host kernel of
+/// row, followed by each row's log-sum-exp when `save`: the host kernel of
 /// [`crate::backend::Kernels::attention_packed`].
 pub(crate) fn attention_packed(
     qkv: &HostData,
@@ -388,19 +389,20 @@ pub(crate) fn attention_packed(
     )
 }
 
-/// The gradient of [`attention_packed`] for the output gradient `g` and the output it saved,
-/// in `qkv`'s layout: the host kernel of [`crate::backend::Kernels::attention_packed_grad`].
+/// The gradient of [`attention_packed`] for the output gradient `g`, given its output and
+/// log-sum-exp, in `qkv`'s layout: the host kernel of
+/// [`crate::backend::Kernels::attention_packed_grad`].
 pub(crate) fn attention_packed_grad(
     qkv: &HostData,
     g: &HostData,
-    saved: &HostData,
+    [out, lse]: [&HostData; 2],
     d: &AttentionDims,
     heads: usize,
 ) -> Result<HostData> {
     floats(
-        &[qkv, g, saved],
-        |x| attention::attention_packed_grad(x[0], x[1], x[2], d, heads),
-        |x| attention::attention_packed_grad(x[0], x[1], x[2], d, heads),
+        &[qkv, g, out, lse],
+        |x| attention::attention_packed_grad(x[0], x[1], [x[2], x[3]], d, heads),
+        |x| attention::attention_packed_grad(x[0], x[1], [x[2], x[3]], d, heads),
     )
 }
 

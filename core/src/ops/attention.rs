@@ -4,27 +4,85 @@
 //! split (no communication); with q, k and v broadcast and v a partial sum, the output is a
 //! partial sum (attention is linear in v), and the backward is linear in the output gradient.
 //!
-//! Where a backward will follow, the forward op saves each query row's log-sum-exp after its
-//! output row (one more column: (batch, heads, seq, v_dim + 1), or (batch, seq, heads,
-//! head_dim + 1) packed); the caller's output is that buffer narrowed to `v_dim` (a copy of
-//! the output, not recorded), and the backward op takes the saved buffer as one more input, so
-//! it recomputes the probabilities in one pass (FlashAttention's backward). The log-sum-exp is
-//! not linear in v, so a saving forward has no partial-sum signature (a partial v is reduced
-//! first).
+//! Where a backward will follow, the forward kernel also returns each query row's log-sum-exp
+//! (after the output, in its buffer); the op splits it off (the output keeps its buffer, the
+//! log-sum-exp is copied: one element per row) and hands it to its caller beside the output
+//! (an op has one output), as a tensor of the output's layout without its last dim. The
+//! backward op takes the output and the log-sum-exp as two more inputs, so it recomputes the
+//! probabilities in one pass and takes `rowsum(P dP)` as `rowsum(dO O)` (FlashAttention's
+//! backward). The log-sum-exp depends on q and k alone: where v is a partial sum (q and k
+//! broadcast) every rank holds all of it, so it is broadcast.
 
-use super::shape_ops::Narrow;
+use std::cell::RefCell;
+
 use super::{Kernel, Op, Signature};
 use crate::autograd::{is_grad_enabled, record};
 use crate::backend::AttentionDims;
+use crate::boxing::Dist;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
-use crate::sbp::Sbp;
-use crate::storage::Buffer;
+use crate::sbp::{NdSbp, Sbp};
+use crate::storage::{Buffer, HostData};
 use crate::tensor::{Device, Tensor};
 
-/// Attention of (batch, heads, seq, dim) inputs q, k, v; with `save`, each output row is
-/// followed by its log-sum-exp for [`AttentionGrad`].
+thread_local! {
+    /// The log-sum-exp of this thread's (rank's) last saving forward, until its caller takes
+    /// it ([`take_lse`]).
+    static LSE: RefCell<Option<Buffer>> = const { RefCell::new(None) };
+}
+
+/// Splits a saving forward kernel's buffer into the output (its first `outputs` elements, in
+/// place) and the log-sum-exp after them, which it keeps for [`take_lse`].
+fn split_lse(buf: Buffer, outputs: usize) -> Result<Buffer> {
+    let (out, lse) = match buf.into_host()? {
+        HostData::F32(mut v) => {
+            let lse = v.split_off(outputs.min(v.len()));
+            (HostData::F32(v), HostData::F32(lse))
+        }
+        HostData::F64(mut v) => {
+            let lse = v.split_off(outputs.min(v.len()));
+            (HostData::F64(v), HostData::F64(lse))
+        }
+        other => {
+            return Err(Error::Internal(format!(
+                "attention returned {:?} data",
+                other.dtype()
+            )));
+        }
+    };
+    LSE.with(|l| *l.borrow_mut() = Some(Buffer::from(lse)));
+    Ok(Buffer::from(out))
+}
+
+/// The log-sum-exp the saving forward that made `out` left on this thread, as a tensor of
+/// `out`'s layout without its last dim (a partial-sum output's broadcast: see the module docs).
+fn take_lse(out: &Tensor) -> Result<Tensor> {
+    let buf = LSE.with(|l| l.borrow_mut().take());
+    let shape = &out.shape()[..out.ndim() - 1];
+    match out.dist() {
+        None => {
+            let buf = buf.ok_or_else(|| Error::Internal("attention kept no log-sum-exp".into()))?;
+            Tensor::from_vec_data(buf, shape, out.device())
+        }
+        Some(d) => {
+            let sbp: Vec<Sbp> = d
+                .nd_sbp
+                .as_slice()
+                .iter()
+                .map(|s| match s {
+                    Sbp::Partial(_) => Sbp::Broadcast,
+                    other => *other,
+                })
+                .collect();
+            let dist = Dist::new(d.placement.clone(), NdSbp::from(sbp));
+            Tensor::from_component(buf, shape, out.dtype(), dist)
+        }
+    }
+}
+
+/// Attention of (batch, heads, seq, dim) inputs q, k, v; with `save`, it keeps the
+/// log-sum-exp for [`AttentionGrad`] (see the module docs).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Attention {
     pub(super) scale: f64,
@@ -46,28 +104,18 @@ impl Attention {
         }
     }
 
-    /// Every operand split alike on batch or heads, or all broadcast; operand `linear` (where
-    /// given) a partial sum makes a partial sum when the rest are broadcast.
-    fn signatures(inputs: usize, linear: Option<usize>) -> Vec<Signature> {
+    /// Every operand split alike on batch or heads, or all broadcast; operand `linear` a
+    /// partial sum makes a partial sum when the rest are broadcast.
+    fn signatures(inputs: usize, linear: usize) -> Vec<Signature> {
         let mut v: Vec<Signature> = (0..2)
             .map(|d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
             .collect();
         v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
-        if let Some(linear) = linear {
-            let sum = Sbp::Partial(ReduceOp::Sum);
-            let mut partial = vec![Sbp::Broadcast; inputs];
-            partial[linear] = sum;
-            v.push(Signature::new(partial, sum));
-        }
+        let sum = Sbp::Partial(ReduceOp::Sum);
+        let mut partial = vec![Sbp::Broadcast; inputs];
+        partial[linear] = sum;
+        v.push(Signature::new(partial, sum));
         v
-    }
-
-    /// This op without saving: the shape of the output the user sees.
-    fn plain(self) -> Attention {
-        Attention {
-            save: false,
-            ..self
-        }
     }
 }
 
@@ -90,51 +138,41 @@ impl Op for Attention {
                     .into(),
             });
         }
-        Ok(vec![q[0], q[1], q[2], v[3] + usize::from(self.save)])
+        Ok(vec![q[0], q[1], q[2], v[3]])
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        Attention::signatures(3, (!self.save).then_some(2))
+        Attention::signatures(3, 2)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let dims = self.dims(&k.shapes[0], &k.shapes[2]);
-        k.backend
-            .attention(k.inputs[0], k.inputs[1], k.inputs[2], dims, self.save)
+        let [q, kk, v] = [k.inputs[0], k.inputs[1], k.inputs[2]];
+        let out = k.backend.attention(q, kk, v, dims, self.save)?;
+        if !self.save {
+            return Ok(out);
+        }
+        split_lse(out, dims.heads * dims.seq_q * dims.v_dim)
     }
 }
 
-/// Checks that a backward op's output gradient `g` has the forward's output shape `out` and
-/// its `saved` output the saving forward's shape `with_lse`.
-fn output_grad(
-    op: &'static str,
-    [out, with_lse]: [Vec<usize>; 2],
-    [g, saved]: [&[usize]; 2],
-) -> Result<()> {
-    if g != out.as_slice() || saved != with_lse.as_slice() {
+/// Checks that a backward op's output gradient `g` and output `o` have the forward's output
+/// shape `out`, and its log-sum-exp `lse` that shape without its last dim.
+fn output_grad(op: &'static str, out: Vec<usize>, [g, o, lse]: [&[usize]; 3]) -> Result<()> {
+    if g != out.as_slice() || o != out.as_slice() || lse != &out[..out.len() - 1] {
         return Err(Error::ShapeMismatch {
             op,
-            shapes: vec![out, g.to_vec(), saved.to_vec()],
-            reason: "the output gradient must have the output's shape, and the saved output \
-                     one more column"
+            shapes: vec![out, g.to_vec(), o.to_vec(), lse.to_vec()],
+            reason: "the output gradient and the output must have the output's shape, and the \
+                     log-sum-exp that shape without its last dim"
                 .into(),
         });
     }
     Ok(())
 }
 
-/// The signatures of a backward op with `inputs` operands, the output gradient at `g` and the
-/// saved output last: a partial-sum output gradient (the rest broadcast) makes the gradients
-/// partial sums (the backward is linear in it: `rowsum(dO O)` too, `O` broadcast).
-fn grad_signatures(mut v: Vec<Signature>, inputs: usize, g: usize) -> Vec<Signature> {
-    let sum = Sbp::Partial(ReduceOp::Sum);
-    let mut partial = vec![Sbp::Broadcast; inputs];
-    partial[g] = sum;
-    v.push(Signature::new(partial, sum));
-    v
-}
-
-/// The gradients of [`Attention`]: inputs (q, k, v, the output's gradient, the output saved
-/// by the saving forward), output (batch, heads, packed) holding per head `dq`, then `dk`,
-/// then `dv`, flattened.
+/// The gradients of [`Attention`]: inputs (q, k, v, the output's gradient, the output and its
+/// log-sum-exp from the saving forward), output (batch, heads, packed) holding per head `dq`,
+/// then `dk`, then `dv`, flattened. A partial-sum output gradient (the rest broadcast) makes
+/// the gradients partial sums: the backward is linear in it (`rowsum(dO O)` too).
 pub(super) struct AttentionGrad(pub(super) Attention);
 
 impl Op for AttentionGrad {
@@ -142,21 +180,20 @@ impl Op for AttentionGrad {
         "scaled_dot_product_attention_grad"
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let fwd = &shapes[..3];
-        let outs = [self.0.plain().infer(fwd)?, self.0.infer(fwd)?];
-        output_grad(self.name(), outs, [shapes[3], shapes[4]])?;
+        let out = self.0.infer(&shapes[..3])?;
+        output_grad(self.name(), out, [shapes[3], shapes[4], shapes[5]])?;
         let [q, k, v] = [shapes[0], shapes[1], shapes[2]];
         Ok(vec![q[0], q[1], q[2] * q[3] + k[2] * k[3] + v[2] * v[3]])
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        grad_signatures(Attention::signatures(5, None), 5, 3)
+        Attention::signatures(6, 3)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let dims = self.0.dims(&k.shapes[0], &k.shapes[2]);
         k.backend.attention_grad(
             [k.inputs[0], k.inputs[1], k.inputs[2]],
             k.inputs[3],
-            k.inputs[4],
+            [k.inputs[4], k.inputs[5]],
             dims,
         )
     }
@@ -185,13 +222,20 @@ impl PackedAttention {
         (dims, qkv[2])
     }
 
-    /// Every operand split alike on batch (0) or heads (2), or all broadcast.
+    /// Every operand split alike on batch (0) or heads (2), or all broadcast; the output
+    /// gradient (operand 1 of the backward) a partial sum makes the gradient one.
     fn signatures(inputs: usize) -> Vec<Signature> {
         let mut v: Vec<Signature> = [0, 2]
             .iter()
             .map(|&d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
             .collect();
         v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
+        if inputs > 1 {
+            let sum = Sbp::Partial(ReduceOp::Sum);
+            let mut partial = vec![Sbp::Broadcast; inputs];
+            partial[1] = sum;
+            v.push(Signature::new(partial, sum));
+        }
         v
     }
 }
@@ -209,20 +253,25 @@ impl Op for PackedAttention {
                 reason: "qkv must be (batch, seq, heads, 3, head_dim)".into(),
             });
         }
-        Ok(vec![s[0], s[1], s[2], s[4] + usize::from(self.0.save)])
+        Ok(vec![s[0], s[1], s[2], s[4]])
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         PackedAttention::signatures(1)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let (dims, heads) = self.dims(&k.shapes[0]);
-        k.backend
-            .attention_packed(k.inputs[0], dims, heads, self.0.save)
+        let out = k
+            .backend
+            .attention_packed(k.inputs[0], dims, heads, self.0.save)?;
+        if !self.0.save {
+            return Ok(out);
+        }
+        split_lse(out, dims.heads * dims.seq_q * dims.v_dim)
     }
 }
 
-/// The gradient of [`PackedAttention`]: inputs (qkv, the output's gradient, the output saved
-/// by the saving forward), output `dqkv` in `qkv`'s layout.
+/// The gradient of [`PackedAttention`]: inputs (qkv, the output's gradient, the output and its
+/// (batch, seq, heads) log-sum-exp from the saving forward), output `dqkv` in `qkv`'s layout.
 pub(super) struct PackedAttentionGrad(pub(super) PackedAttention);
 
 impl Op for PackedAttentionGrad {
@@ -230,19 +279,18 @@ impl Op for PackedAttentionGrad {
         "qkv_packed_attention_grad"
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let fwd = &shapes[..1];
-        let plain = PackedAttention(self.0.0.plain());
-        let outs = [plain.infer(fwd)?, self.0.infer(fwd)?];
-        output_grad(self.name(), outs, [shapes[1], shapes[2]])?;
+        let out = self.0.infer(&shapes[..1])?;
+        output_grad(self.name(), out, [shapes[1], shapes[2], shapes[3]])?;
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        grad_signatures(PackedAttention::signatures(3), 3, 1)
+        PackedAttention::signatures(4)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let (dims, heads) = self.0.dims(&k.shapes[0]);
+        let saved = [k.inputs[2], k.inputs[3]];
         k.backend
-            .attention_packed_grad(k.inputs[0], k.inputs[1], k.inputs[2], dims, heads)
+            .attention_packed_grad(k.inputs[0], k.inputs[1], saved, dims, heads)
     }
 }
 
@@ -283,17 +331,18 @@ impl Tensor {
         if !save {
             return Some(super::dispatch(&op, &ins));
         }
-        let saved = match super::dispatch(&op, &ins) {
-            Ok(t) => t,
+        let (out, lse) = match with_lse(&op, &ins) {
+            Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         Some(record(
-            without_lse(&saved),
+            Ok(out),
             "scaled_dot_product_attention",
             &ins,
             move |c, g| {
                 let [q, k, v] = [&c.inputs[0], &c.inputs[1], &c.inputs[2]];
-                let packed = super::dispatch(&AttentionGrad(op), &[q, k, v, g, &saved])?;
+                let grad = AttentionGrad(op);
+                let packed = super::dispatch(&grad, &[q, k, v, g, c.out, &lse])?;
                 let mut at = 0;
                 let mut part = |t: &Tensor| -> Result<Option<Tensor>> {
                     let s = t.shape();
@@ -332,33 +381,27 @@ impl Tensor {
         if !save {
             return Some(super::dispatch(&op, &ins));
         }
-        let saved = match super::dispatch(&op, &ins) {
-            Ok(t) => t,
+        let (out, lse) = match with_lse(&op, &ins) {
+            Ok(x) => x,
             Err(e) => return Some(Err(e)),
         };
         Some(record(
-            without_lse(&saved),
+            Ok(out),
             "qkv_packed_attention",
             &ins,
             move |c, g| {
-                let grad = super::dispatch(&PackedAttentionGrad(op), &[&c.inputs[0], g, &saved])?;
-                Ok(vec![Some(grad)])
+                let grad = PackedAttentionGrad(op);
+                let dqkv = super::dispatch(&grad, &[&c.inputs[0], g, c.out, &lse])?;
+                Ok(vec![Some(dqkv)])
             },
         ))
     }
 }
 
-/// The output in a saving forward's `saved` buffer: all but its last column (the
-/// log-sum-exp), copied, not recorded.
-fn without_lse(saved: &Tensor) -> Result<Tensor> {
-    let last = saved.ndim() - 1;
-    let len = saved.shape()[last] - 1;
-    super::dispatch(
-        &Narrow {
-            dim: last,
-            start: 0,
-            len,
-        },
-        &[saved],
-    )
+/// A saving forward `op` on `ins`: its output and the log-sum-exp it kept.
+fn with_lse(op: &dyn Op, ins: &[&Tensor]) -> Result<(Tensor, Tensor)> {
+    LSE.with(|l| l.borrow_mut().take());
+    let out = super::dispatch(op, ins)?;
+    let lse = take_lse(&out)?;
+    Ok((out, lse))
 }

@@ -311,12 +311,12 @@ fn attention_ops() {
             causal,
             save: true,
         };
-        // the output gradient, then the saved output (any values: the lse column too)
+        // the output gradient, then the output and its log-sum-exp (any values)
         let mut with_grad = shapes.to_vec();
-        with_grad.extend([vec![2, 3, 5, 3], vec![2, 3, 5, 4]]);
+        with_grad.extend([vec![2, 3, 5, 3], vec![2, 3, 5, 3], vec![2, 3, 5]]);
         check(&attention::AttentionGrad(op), &with_grad, false);
         let grad = attention::PackedAttentionGrad(attention::PackedAttention(op));
-        let qkv = vec![4, 5, 3, 3, 2];
-        check(&grad, &[qkv, vec![4, 5, 3, 2], vec![4, 5, 3, 3]], false);
+        let (qkv, out) = (vec![4, 5, 3, 3, 2], vec![4, 5, 3, 2]);
+        check(&grad, &[qkv, out.clone(), out, vec![4, 5, 3]], false);
     }
 }
