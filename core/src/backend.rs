@@ -664,8 +664,8 @@ kernel_table!(faces {
         crate::cpu::attention(q.host()?, k.host()?, v.host()?, &dims, save).map(Buffer::from)
     }
     /// The gradients of [`Kernels::attention`] for the output gradient `g`, given the output
-    /// and the log-sum-exp it returned with `save`, packed per head: `dq` (seq_q, head_dim),
-    /// `dk` (seq_k, head_dim), `dv` (seq_k, v_dim).
+    /// and the log-sum-exp it returned with `save`, one after another in one buffer: `dq`
+    /// (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv` (heads, seq_k, v_dim).
     fn attention_grad(
         &self,
         qkv: [&Buffer; 3],

@@ -246,3 +246,69 @@ fn tensor_parallel_attention_from_a_head_ordered_projection_moves_nothing() {
         assert!(close(&y, &one.2) && close(&grad, &one.3));
     }
 }
+
+/// Attention's backward (the fused kernel's dq, dk, dv, which leave it in one buffer) with q,
+/// k and v split on heads or on batch rows over 2 and 3 ranks (uneven), or broadcast, gives
+/// the single-device gradients of the composed form (a float mask of zeros takes it), each
+/// in its input's layout.
+#[test]
+fn attention_gradients_keep_the_heads_or_batch_split() -> Result<()> {
+    let (b, h, tq, tk, d) = (3, 3, 5, 4, 2);
+    let vals =
+        |n: usize, s: f64| -> Vec<f64> { (0..n).map(|i| ((i as f64 + s) * 0.37).sin()).collect() };
+    let (q, k, v) = (
+        vals(b * h * tq * d, 1.0),
+        vals(b * h * tk * d, 2.0),
+        vals(b * h * tk * d, 3.0),
+    );
+    let w = vals(b * h * tq * d, 4.0);
+    let grads = |q: &Tensor, k: &Tensor, v: &Tensor, w: &Tensor, mask: Option<&Tensor>| {
+        let a = gflow_core::nn::functional::scaled_dot_product_attention(q, k, v, mask, false)?;
+        a.mul(w)?.sum([0, 1, 2, 3], false)?.backward()?;
+        [q, k, v]
+            .iter()
+            .map(|t| t.grad().expect("a gradient").to_vec::<f64>())
+            .collect::<Result<Vec<Vec<f64>>>>()
+    };
+    let leaf = |data: &[f64], shape: &[usize], to: Option<(&Placement, Sbp)>| -> Result<Tensor> {
+        let t = match to {
+            None => Tensor::from_vec(data.to_vec(), shape, Device::Cpu)?,
+            Some((p, sbp)) => Tensor::from_vec(data.to_vec(), shape, (p, sbp))?,
+        };
+        Ok(t.set_requires_grad(true))
+    };
+    let (sq, sk) = ([b, h, tq, d], [b, h, tk, d]);
+    let want = simulate(1, |_| {
+        grads(
+            &leaf(&q, &sq, None)?,
+            &leaf(&k, &sk, None)?,
+            &leaf(&v, &sk, None)?,
+            &Tensor::from_vec(w.clone(), &sq, Device::Cpu)?,
+            Some(&Tensor::zeros(&[tq, tk], Device::Cpu)?),
+        )
+    })?
+    .remove(0);
+    for ranks in [2, 3] {
+        for sbp in [Sbp::split(0), Sbp::split(1), Sbp::broadcast()] {
+            let got = simulate(ranks, |_| {
+                let p = Placement::new("cpu", (0..ranks).collect::<Vec<_>>())?;
+                let on = Some((&p, sbp));
+                let (q, k, v) = (leaf(&q, &sq, on)?, leaf(&k, &sk, on)?, leaf(&v, &sk, on)?);
+                let wt = Tensor::from_vec(w.clone(), &sq, (&p, sbp))?;
+                let out = grads(&q, &k, &v, &wt, None)?;
+                for t in [&q, &k, &v] {
+                    assert_eq!(t.grad().expect("a gradient").sbp(), t.sbp(), "{sbp:?}");
+                }
+                Ok(out)
+            })?;
+            for rank in got {
+                for (g, w) in rank.iter().zip(&want) {
+                    for (x, y) in g.iter().zip(w) {
+                        assert!((x - y).abs() < 1e-12, "{ranks} ranks, {sbp:?}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -266,11 +266,12 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    /// Separate dense (heads, seq, dim) q, k, v and output; the gradients packed per head,
-    /// `dq` (seq_q, head_dim) then `dk` (seq_k, head_dim) then `dv` (seq_k, v_dim).
+    /// Separate dense (heads, seq, dim) q, k, v and output; the gradients one after another,
+    /// `dq` (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv` (heads, seq_k, v_dim).
     fn dense(d: &AttentionDims) -> Layout {
         let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-        let per = tq * hd + tk * hd + tk * dv;
+        // the gradients one after another, each whole: dq, dk, dv
+        let (dq, dk) = (d.heads * tq * hd, d.heads * tk * hd);
         Layout {
             q: Rows::dense(0, tq * hd, hd),
             k: Rows::dense(0, tk * hd, hd),
@@ -278,9 +279,9 @@ impl Layout {
             out: Rows::dense(0, tq * dv, dv),
             lse: Rows::dense(0, tq, 1),
             grads: [
-                Rows::dense(0, per, hd),
-                Rows::dense(tq * hd, per, hd),
-                Rows::dense(tq * hd + tk * hd, per, dv),
+                Rows::dense(0, tq * hd, hd),
+                Rows::dense(dq, tk * hd, hd),
+                Rows::dense(dq + dk, tk * dv, dv),
             ],
         }
     }
@@ -510,8 +511,9 @@ fn forward<T: Float>(
 }
 
 /// The gradients of [`attention`] for the output gradient `g` (heads, seq_q, v_dim), given the
-/// output `out` and the log-sum-exp `lse` (heads, seq_q) of [`attention`] with `save`: per
-/// head, `dq` (seq_q, head_dim), then `dk` (seq_k, head_dim), then `dv` (seq_k, v_dim), packed.
+/// output `out` and the log-sum-exp `lse` (heads, seq_q) of [`attention`] with `save`: `dq`
+/// (heads, seq_q, head_dim), then `dk` (heads, seq_k, head_dim), then `dv` (heads, seq_k,
+/// v_dim), each whole, so that the caller splits them off without copying.
 pub(super) fn attention_grad<T: Float>(
     [q, k, v]: [&[T]; 3],
     g: &[T],
@@ -757,9 +759,8 @@ mod tests {
                 let ins = inputs(&d, 4);
                 let g = data(2 * tq * 3, 7);
                 let grad = grad(&ins[0], &ins[1], &ins[2], &g, &d)?;
-                // unpack the per-head [dq | dk | dv] into one gradient per input
+                // [dq | dk | dv], each whole (heads, seq, width)
                 let sizes = [tq * 5, tk * 5, tk * 3];
-                let per: usize = sizes.iter().sum();
                 let loss = |x: &[Vec<f64>; 3]| -> f64 {
                     naive(&x[0], &x[1], &x[2], &d)
                         .iter()
@@ -768,7 +769,7 @@ mod tests {
                         .sum()
                 };
                 for (which, size) in sizes.iter().enumerate() {
-                    let at: usize = sizes[..which].iter().sum();
+                    let at: usize = 2 * sizes[..which].iter().sum::<usize>();
                     // a few elements of each head's gradient
                     for h in 0..2 {
                         for e in [0, size / 3, size - 1] {
@@ -778,7 +779,7 @@ mod tests {
                             let mut minus = ins.clone();
                             minus[which][idx] -= 1e-6;
                             let fd = (loss(&plus) - loss(&minus)) / 2e-6;
-                            let got = grad[h * per + at + e];
+                            let got = grad[at + h * size + e];
                             assert!(
                                 (got - fd).abs() < 1e-6 * (1.0 + fd.abs()),
                                 "input {which} head {h} element {e} ({tq}x{tk} causal \
@@ -872,16 +873,16 @@ mod tests {
             for (x, y) in out.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "causal {causal}: {x} vs {y}");
             }
-            // the dense gradient (per head dq | dk | dv) back in qkv's layout
+            // the dense gradient (dq | dk | dv, each (b h, t, hd)) back in qkv's layout
             let dense_g = interleave(&g, (b, t, h, hd), true);
             let grads = grad(&q, &k, &v, &dense_g, &d)?;
-            let per = 3 * t * hd;
+            let whole = b * h * t * hd;
             let mut want = vec![0.0; qkv.len()];
             for p in 0..b * h {
                 let (bi, hi) = (p / h, p % h);
                 for i in 0..3 {
                     for ti in 0..t {
-                        let from = p * per + i * t * hd + ti * hd;
+                        let from = i * whole + p * t * hd + ti * hd;
                         let to = (((bi * t + ti) * h + hi) * 3 + i) * hd;
                         want[to..to + hd].copy_from_slice(&grads[from..from + hd]);
                     }

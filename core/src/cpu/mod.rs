@@ -358,7 +358,7 @@ pub(crate) fn attention(
 }
 
 /// The gradients of [`attention`] for the output gradient `g`, given its output and
-/// log-sum-exp, packed per head: the host kernel of
+/// log-sum-exp, `dq`, `dk`, `dv` one after another: the host kernel of
 /// [`crate::backend::Kernels::attention_grad`].
 pub(crate) fn attention_grad(
     [q, k, v]: [&HostData; 3],

@@ -23,36 +23,47 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::{NdSbp, Sbp};
-use crate::storage::{Buffer, HostData};
+use crate::storage::Buffer;
 use crate::tensor::{Device, Tensor};
 
 thread_local! {
     /// The log-sum-exp of this thread's (rank's) last saving forward, until its caller takes
     /// it ([`take_lse`]).
     static LSE: RefCell<Option<Buffer>> = const { RefCell::new(None) };
+    /// `dk` and `dv` of this thread's last [`AttentionGrad`], until its caller takes them
+    /// ([`take_grads`]).
+    static GRADS: RefCell<Option<[Buffer; 2]>> = const { RefCell::new(None) };
 }
 
 /// Splits a saving forward kernel's buffer into the output (its first `outputs` elements, in
 /// place) and the log-sum-exp after them, which it keeps for [`take_lse`].
 fn split_lse(buf: Buffer, outputs: usize) -> Result<Buffer> {
-    let (out, lse) = match buf.into_host()? {
-        HostData::F32(mut v) => {
-            let lse = v.split_off(outputs.min(v.len()));
-            (HostData::F32(v), HostData::F32(lse))
-        }
-        HostData::F64(mut v) => {
-            let lse = v.split_off(outputs.min(v.len()));
-            (HostData::F64(v), HostData::F64(lse))
-        }
-        other => {
-            return Err(Error::Internal(format!(
-                "attention returned {:?} data",
-                other.dtype()
-            )));
-        }
-    };
+    let mut out = buf.into_host()?;
+    let lse = out.split_off(outputs);
     LSE.with(|l| *l.borrow_mut() = Some(Buffer::from(lse)));
     Ok(Buffer::from(out))
+}
+
+/// A tensor of shape `shape` in `like`'s layout (its SBP on the leading batch and head dims,
+/// which the attention gradients share) from this rank's component (`None` off the placement).
+fn component_like(buf: Option<Buffer>, shape: &[usize], like: &Tensor) -> Result<Tensor> {
+    match (like.dist(), buf) {
+        (None, Some(buf)) => Tensor::from_vec_data(buf, shape, like.device()),
+        (Some(d), buf) => Tensor::from_component(buf, shape, like.dtype(), d.clone()),
+        (None, None) => Err(Error::Internal(
+            "attention's backward kept no dk, dv".into(),
+        )),
+    }
+}
+
+/// `dk` and `dv` of shapes `k` and `v` that the [`AttentionGrad`] that made `dq` left on this
+/// thread (none on a rank off the placement), in `dq`'s layout.
+fn take_grads(dq: &Tensor, [k, v]: [&[usize]; 2]) -> Result<[Tensor; 2]> {
+    let (dk, dv) = match GRADS.with(|l| l.borrow_mut().take()) {
+        Some([dk, dv]) => (Some(dk), Some(dv)),
+        None => (None, None),
+    };
+    Ok([component_like(dk, k, dq)?, component_like(dv, v, dq)?])
 }
 
 /// The log-sum-exp the saving forward that made `out` left on this thread, as a tensor of
@@ -170,9 +181,10 @@ fn output_grad(op: &'static str, out: Vec<usize>, [g, o, lse]: [&[usize]; 3]) ->
 }
 
 /// The gradients of [`Attention`]: inputs (q, k, v, the output's gradient, the output and its
-/// log-sum-exp from the saving forward), output (batch, heads, packed) holding per head `dq`,
-/// then `dk`, then `dv`, flattened. A partial-sum output gradient (the rest broadcast) makes
-/// the gradients partial sums: the backward is linear in it (`rowsum(dO O)` too).
+/// log-sum-exp from the saving forward), output `dq`; `dk` and `dv` (in the kernel's buffer
+/// after `dq`, split off without copying) wait for [`take_grads`], as the log-sum-exp does. A
+/// partial-sum output gradient (the rest broadcast) makes the gradients partial sums: the
+/// backward is linear in it (`rowsum(dO O)` too).
 pub(super) struct AttentionGrad(pub(super) Attention);
 
 impl Op for AttentionGrad {
@@ -182,20 +194,22 @@ impl Op for AttentionGrad {
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let out = self.0.infer(&shapes[..3])?;
         output_grad(self.name(), out, [shapes[3], shapes[4], shapes[5]])?;
-        let [q, k, v] = [shapes[0], shapes[1], shapes[2]];
-        Ok(vec![q[0], q[1], q[2] * q[3] + k[2] * k[3] + v[2] * v[3]])
+        Ok(shapes[0].to_vec())
     }
     fn signatures(&self, _: &[&[usize]], _: &[usize]) -> Vec<Signature> {
         Attention::signatures(6, 3)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let dims = self.0.dims(&k.shapes[0], &k.shapes[2]);
-        k.backend.attention_grad(
-            [k.inputs[0], k.inputs[1], k.inputs[2]],
-            k.inputs[3],
-            [k.inputs[4], k.inputs[5]],
-            dims,
-        )
+        let [q, kk, v] = [k.inputs[0], k.inputs[1], k.inputs[2]];
+        let mut dq = k
+            .backend
+            .attention_grad([q, kk, v], k.inputs[3], [k.inputs[4], k.inputs[5]], dims)?
+            .into_host()?;
+        let mut dk = dq.split_off(q.len());
+        let dv = dk.split_off(kk.len());
+        GRADS.with(|l| *l.borrow_mut() = Some([Buffer::from(dk), Buffer::from(dv)]));
+        Ok(Buffer::from(dq))
     }
 }
 
@@ -341,17 +355,10 @@ impl Tensor {
             &ins,
             move |c, g| {
                 let [q, k, v] = [&c.inputs[0], &c.inputs[1], &c.inputs[2]];
-                let grad = AttentionGrad(op);
-                let packed = super::dispatch(&grad, &[q, k, v, g, c.out, &lse])?;
-                let mut at = 0;
-                let mut part = |t: &Tensor| -> Result<Option<Tensor>> {
-                    let s = t.shape();
-                    let n = s[2] * s[3];
-                    let grad = packed.narrow(2, at, n)?.reshape(s)?;
-                    at += n;
-                    Ok(Some(grad))
-                };
-                Ok(vec![part(q)?, part(k)?, part(v)?])
+                GRADS.with(|l| l.borrow_mut().take());
+                let dq = super::dispatch(&AttentionGrad(op), &[q, k, v, g, c.out, &lse])?;
+                let [dk, dv] = take_grads(&dq, [k.shape(), v.shape()])?;
+                Ok(vec![Some(dq), Some(dk), Some(dv)])
             },
         ))
     }
