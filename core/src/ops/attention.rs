@@ -13,9 +13,7 @@
 //! backward). The log-sum-exp depends on q and k alone: where v is a partial sum (q and k
 //! broadcast) every rank holds all of it, so it is broadcast.
 
-use std::cell::RefCell;
-
-use super::{Kernel, Op, Signature};
+use super::{Kernel, Op, Signature, side};
 use crate::autograd::{is_grad_enabled, record};
 use crate::backend::AttentionDims;
 use crate::boxing::Dist;
@@ -26,21 +24,17 @@ use crate::sbp::{NdSbp, Sbp};
 use crate::storage::Buffer;
 use crate::tensor::{Device, Tensor};
 
-thread_local! {
-    /// The log-sum-exp of this thread's (rank's) last saving forward, until its caller takes
-    /// it ([`take_lse`]).
-    static LSE: RefCell<Option<Buffer>> = const { RefCell::new(None) };
-    /// `dk` and `dv` of this thread's last [`AttentionGrad`], until its caller takes them
-    /// ([`take_grads`]).
-    static GRADS: RefCell<Option<[Buffer; 2]>> = const { RefCell::new(None) };
-}
+/// The tags of attention's second results (see [`side`]): they are taken right after the op
+/// that left them, by the code that dispatched it.
+const LSE: side::Tag = ("attention log-sum-exp", [0, 0]);
+const DK_DV: side::Tag = ("attention dk, dv", [0, 0]);
 
 /// Splits a saving forward kernel's buffer into the output (its first `outputs` elements, in
-/// place) and the log-sum-exp after them, which it keeps for [`take_lse`].
+/// place) and the log-sum-exp after them, which it leaves for [`take_lse`].
 fn split_lse(buf: Buffer, outputs: usize) -> Result<Buffer> {
     let mut out = buf.into_host()?;
     let lse = out.split_off(outputs);
-    LSE.with(|l| *l.borrow_mut() = Some(Buffer::from(lse)));
+    side::leave(LSE, vec![Buffer::from(lse)]);
     Ok(Buffer::from(out))
 }
 
@@ -56,20 +50,18 @@ fn component_like(buf: Option<Buffer>, shape: &[usize], like: &Tensor) -> Result
     }
 }
 
-/// `dk` and `dv` of shapes `k` and `v` that the [`AttentionGrad`] that made `dq` left on this
-/// thread (none on a rank off the placement), in `dq`'s layout.
+/// `dk` and `dv` of shapes `k` and `v` that the [`AttentionGrad`] that made `dq` left (none on
+/// a rank off the placement), in `dq`'s layout.
 fn take_grads(dq: &Tensor, [k, v]: [&[usize]; 2]) -> Result<[Tensor; 2]> {
-    let (dk, dv) = match GRADS.with(|l| l.borrow_mut().take()) {
-        Some([dk, dv]) => (Some(dk), Some(dv)),
-        None => (None, None),
-    };
+    let mut left = side::take(DK_DV).unwrap_or_default().into_iter();
+    let (dk, dv) = (left.next(), left.next());
     Ok([component_like(dk, k, dq)?, component_like(dv, v, dq)?])
 }
 
-/// The log-sum-exp the saving forward that made `out` left on this thread, as a tensor of
+/// The log-sum-exp the saving forward that made `out` left, as a tensor of
 /// `out`'s layout without its last dim (a partial-sum output's broadcast: see the module docs).
 fn take_lse(out: &Tensor) -> Result<Tensor> {
-    let buf = LSE.with(|l| l.borrow_mut().take());
+    let buf = side::take(LSE).and_then(|v| v.into_iter().next());
     let shape = &out.shape()[..out.ndim() - 1];
     match out.dist() {
         None => {
@@ -208,7 +200,7 @@ impl Op for AttentionGrad {
             .into_host()?;
         let mut dk = dq.split_off(q.len());
         let dv = dk.split_off(kk.len());
-        GRADS.with(|l| *l.borrow_mut() = Some([Buffer::from(dk), Buffer::from(dv)]));
+        side::leave(DK_DV, vec![Buffer::from(dk), Buffer::from(dv)]);
         Ok(Buffer::from(dq))
     }
 }
@@ -355,7 +347,7 @@ impl Tensor {
             &ins,
             move |c, g| {
                 let [q, k, v] = [&c.inputs[0], &c.inputs[1], &c.inputs[2]];
-                GRADS.with(|l| l.borrow_mut().take());
+                side::take(DK_DV);
                 let dq = super::dispatch(&AttentionGrad(op), &[q, k, v, g, c.out, &lse])?;
                 let [dk, dv] = take_grads(&dq, [k.shape(), v.shape()])?;
                 Ok(vec![Some(dq), Some(dk), Some(dv)])
@@ -407,7 +399,7 @@ impl Tensor {
 
 /// A saving forward `op` on `ins`: its output and the log-sum-exp it kept.
 fn with_lse(op: &dyn Op, ins: &[&Tensor]) -> Result<(Tensor, Tensor)> {
-    LSE.with(|l| l.borrow_mut().take());
+    side::take(LSE);
     let out = super::dispatch(op, ins)?;
     let lse = take_lse(&out)?;
     Ok((out, lse))

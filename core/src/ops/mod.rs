@@ -18,6 +18,7 @@ mod norm;
 mod reduce;
 mod select;
 mod shape_ops;
+mod side;
 mod softmax;
 mod unary;
 

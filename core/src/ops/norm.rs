@@ -4,9 +4,7 @@
 //! dims are not split (a split one runs composed: partial statistics and small all-reduces,
 //! never gathering the row).
 
-use std::sync::Mutex;
-
-use super::{Kernel, Op, Signature};
+use super::{Kernel, Op, Signature, side};
 use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
@@ -119,70 +117,45 @@ impl Op for Norm {
     }
 }
 
-/// The input gradient of [`Norm`]: inputs (x, the output's gradient, the weight if any). With
-/// a [`Stash`] it computes the parameters' gradients in the same pass and leaves them there
-/// for the [`NormParamGrad`] of the same backward.
-struct NormGrad<'a>(Norm, Option<&'a Stash>);
-
-/// The parameters' gradients a [`NormGrad`] computed beside the input's, for the
-/// [`NormParamGrad`] of the same backward. Both use it only when their local `x` and `g` are
-/// the tensors' own components (no boxing in between, which could hand either op other rows):
-/// the addresses of those, alive for the whole backward, are the stash's key.
-struct Stash {
-    key: (usize, usize),
-    params: Mutex<Option<Buffer>>,
+/// The input gradient of [`Norm`]: inputs (x, the output's gradient, the weight if any). Its
+/// kernel computes the parameters' gradients in the same pass; where its local `x` and `g` are
+/// the components named by `own` (the tensors' own, no boxing in between, which could hand
+/// either op other rows), it leaves them (see [`side`]) for the [`NormParamGrad`] of the same
+/// backward.
+struct NormGrad {
+    norm: Norm,
+    own: Option<[usize; 2]>,
 }
 
-impl Stash {
-    /// A stash for the backward of `x` with output gradient `g`, or `None` where a component
-    /// is missing (a rank outside the placement).
-    fn new(x: &Tensor, g: &Tensor) -> Result<Option<Stash>> {
-        let (Some(xb), Some(gb)) = (x.read(), g.read()) else {
-            return Ok(None);
-        };
-        Ok(Some(Stash {
-            key: (Stash::address(&xb)?, Stash::address(&gb)?),
-            params: Mutex::new(None),
-        }))
-    }
-
-    /// Where a local input's host data lives.
-    fn address(b: &Buffer) -> Result<usize> {
-        Ok(b.host()?.as_bytes().as_ptr() as usize)
-    }
-
-    /// Whether `x` and `g` are the components the stash was made for.
-    fn matches(&self, x: &Buffer, g: &Buffer) -> Result<bool> {
-        Ok((Stash::address(x)?, Stash::address(g)?) == self.key)
-    }
-
-    fn put(&self, params: Buffer) {
-        *self.params.lock().unwrap_or_else(|e| e.into_inner()) = Some(params);
-    }
-
-    fn take(&self) -> Option<Buffer> {
-        self.params.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
+/// What a [`NormGrad`] leaves for the [`NormParamGrad`] given the components `own`.
+fn params_tag(own: [usize; 2]) -> side::Tag {
+    ("norm parameter gradients", own)
 }
 
-impl Op for NormGrad<'_> {
+/// Whether the local inputs `x` and `g` are the components `own`.
+fn are(own: Option<[usize; 2]>, x: &Buffer, g: &Buffer) -> Option<[usize; 2]> {
+    let seen = [side::address(x).ok()?, side::address(g).ok()?];
+    own.filter(|o| *o == seen)
+}
+
+impl Op for NormGrad {
     fn name(&self) -> &'static str {
-        if self.0.center {
+        if self.norm.center {
             "layer_norm_grad"
         } else {
             "rms_norm_grad"
         }
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        self.0.check(shapes[0])?;
+        self.norm.check(shapes[0])?;
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        self.0
-            .signatures(shapes, (2, usize::from(self.0.affine.0)), Sbp::Split)
+        self.norm
+            .signatures(shapes, (2, usize::from(self.norm.affine.0)), Sbp::Split)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
-        let n = self.0;
+        let n = self.norm;
         // inputs (x, g, the weight if any)
         let w = if n.affine.0 {
             k.inputs.get(2).copied()
@@ -195,43 +168,46 @@ impl Op for NormGrad<'_> {
             .norm_grads(x, g, w, cols, n.eps, n.center)?
             .into_host()?;
         let params = dx.split_off(x.len());
-        if let Some(stash) = self.1.filter(|s| s.matches(x, g).unwrap_or(false)) {
-            stash.put(Buffer::from(params));
+        if let Some(own) = are(self.own, x, g) {
+            side::leave(params_tag(own), vec![Buffer::from(params)]);
         }
         Ok(Buffer::from(dx))
     }
 }
 
 /// The weight's and the bias's gradients of [`Norm`], stacked as (2, normalised shape): inputs
-/// (x, the output's gradient). Rows split on a batch dim give partial sums. Those a [`Stash`]
-/// holds for the same inputs are taken, not computed again.
-struct NormParamGrad<'a>(Norm, Option<&'a Stash>);
+/// (x, the output's gradient). Rows split on a batch dim give partial sums. Those a
+/// [`NormGrad`] left for the same components `own` are taken, not computed again.
+struct NormParamGrad {
+    norm: Norm,
+    own: Option<[usize; 2]>,
+}
 
-impl Op for NormParamGrad<'_> {
+impl Op for NormParamGrad {
     fn name(&self) -> &'static str {
-        if self.0.center {
+        if self.norm.center {
             "layer_norm_param_grad"
         } else {
             "rms_norm_param_grad"
         }
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        self.0.check(shapes[0])?;
+        self.norm.check(shapes[0])?;
         let mut out = vec![2];
-        out.extend_from_slice(&shapes[0][shapes[0].len() - self.0.dims..]);
+        out.extend_from_slice(&shapes[0][shapes[0].len() - self.norm.dims..]);
         Ok(out)
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        self.0
+        self.norm
             .signatures(shapes, (2, 0), |_| Sbp::Partial(ReduceOp::Sum))
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
-        let n = self.0;
+        let n = self.norm;
         let (x, g) = (k.inputs[0], k.inputs[1]);
-        if let Some(stash) = self.1.filter(|s| s.matches(x, g).unwrap_or(false))
-            && let Some(kept) = stash.take()
+        if let Some(own) = are(self.own, x, g)
+            && let Some(left) = side::take(params_tag(own)).and_then(|v| v.into_iter().next())
         {
-            return Ok(kept);
+            return Ok(left);
         }
         k.backend
             .norm_param_grad(x, g, n.cols(&k.shapes[0]), n.eps, n.center)
@@ -291,11 +267,15 @@ impl Tensor {
                     grad_in.push(&c.inputs[1]);
                 }
                 let affine = op.affine != (false, false);
-                let stash = if affine { Stash::new(x, g)? } else { None };
-                let stash = stash.as_ref();
-                let mut grads = vec![Some(super::dispatch(&NormGrad(op, stash), &grad_in)?)];
+                // the components the two ops share, alive for the whole backward
+                let own = match (affine, x.read(), g.read()) {
+                    (true, Some(xb), Some(gb)) => Some([side::address(&xb)?, side::address(&gb)?]),
+                    _ => None,
+                };
+                let grad = NormGrad { norm: op, own };
+                let mut grads = vec![Some(super::dispatch(&grad, &grad_in)?)];
                 if affine {
-                    let both = super::dispatch(&NormParamGrad(op, stash), &[x, g])?;
+                    let both = super::dispatch(&NormParamGrad { norm: op, own }, &[x, g])?;
                     let norm_shape = &x.shape()[x.ndim() - dims..];
                     let row = |i: usize| both.narrow(0, i, 1)?.reshape(norm_shape);
                     if op.affine.0 {
