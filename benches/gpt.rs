@@ -51,6 +51,10 @@ struct Flags {
     /// Also print where rank 0's step time goes (gflow's profiler: one JSON line per scope).
     #[arg(long)]
     profile: bool,
+    /// With `--profile` on a GPU: each kernel waits for the device, so that its row holds its
+    /// device time rather than its launch's (the step runs slower).
+    #[arg(long)]
+    profile_sync: bool,
 }
 
 /// Runs the benchmark with the arguments after `gpt`, printing one JSON line (rank 0).
@@ -101,9 +105,15 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
         let on_device = f.device != "cpu";
         if f.profile {
             gflow::profile::enable(true);
+            gflow::profile::enable_sync(f.profile_sync);
             gflow::profile::reset();
         }
         let t = super::time_collective(&env, f.runs, || {
+            if step == 2 {
+                // the profile covers the timed steps, not the two warm-ups (first launches
+                // load the GPU libraries' kernels)
+                gflow::profile::reset();
+            }
             let (x, y) = sampler.global(&plan, env.rank(), &text, step)?;
             step += 1;
             let loss = gpt.loss(&x, &y)?;
@@ -124,7 +134,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             return Ok(None);
         }
         if f.profile {
-            profile_lines(&rows, step);
+            profile_lines(&rows, step - 2);
         }
         // Measured after the run, by rank 0 alone (any local tensor made before the job starts
         // would make this process a world of one).

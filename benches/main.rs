@@ -267,12 +267,12 @@ fn matmul(a: &Args) -> Result<()> {
         "wgpu" => {
             let b = gflow_wgpu::WgpuBackend::new()?;
             eprintln!("wgpu adapter: {}", b.adapter());
-            return matmul_on(a, "gflow-wgpu", &b, |b| b.sync(), |b, x| b.copy(x));
+            return matmul_on(a, "gflow-wgpu", &b, |b, x| b.copy(x));
         }
         "cuda" => {
             let b = gflow_cuda::CudaBackend::new()?;
             eprintln!("cuda device: {}", b.device_name());
-            return matmul_on(a, "gflow-cuda", &b, |b| b.sync(), |b, x| b.copy(x));
+            return matmul_on(a, "gflow-cuda", &b, |b, x| b.copy(x));
         }
         _ => {}
     }
@@ -295,17 +295,16 @@ fn matmul(a: &Args) -> Result<()> {
 
 /// f32 matmul GFLOP/s and elementwise add GB/s of a device backend's kernels on
 /// device-resident buffers (no staging), with a device-to-device copy's GB/s as the bandwidth
-/// peer. `sync` waits for the device; `copy` is its device-to-device copy.
+/// peer. `copy` is its device-to-device copy.
 fn matmul_on<B: gflow::backend::Backend>(
     a: &Args,
     system: &str,
     b: &B,
-    sync: impl Fn(&B) -> Result<()>,
     copy: impl Fn(&B, &B::Storage) -> Result<B::Storage>,
 ) -> Result<()> {
     use gflow::backend::{BinaryOp, MatmulDims};
     // each timed call waits for the device to finish
-    let time = |f: &mut dyn FnMut() -> Result<()>| timed(a.runs, || f().and_then(|()| sync(b)));
+    let time = |f: &mut dyn FnMut() -> Result<()>| timed(a.runs, || f().and_then(|()| b.sync()));
     for &n in &a.sizes {
         let data: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
         let x = b.upload(&gflow::HostData::F32(data))?;

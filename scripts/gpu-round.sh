@@ -147,8 +147,11 @@ if want profile; then
 say "where the GPT's step goes (JSON lines in $OUT/profile.jsonl)"
 for dev in cuda wgpu; do
     for cfg in small 50m; do
-        timeout 60 target/release/gflow-bench gpt --config $cfg --layout single --ranks 1 --runs 3 \
-            --device $dev --profile 2>>"$OUT/bench.err" | grep '^{' >>"$OUT/profile.jsonl"
+        for sync in "" --profile-sync; do
+            timeout 60 target/release/gflow-bench gpt --config $cfg --layout single --ranks 1 \
+                --runs 3 --device $dev --profile $sync 2>>"$OUT/bench.err" | grep '^{' |
+                sed "s/\"config\": \"$cfg\"/\"config\": \"$cfg${sync:+ (sync)}\"/" >>"$OUT/profile.jsonl"
+        done
     done
 done
 python3 - "$OUT/profile.jsonl" <<'EOF' | tee -a "$log"

@@ -301,6 +301,17 @@ macro_rules! kernel_list {
             fn dtype(&self, s: &Self::Storage) -> DType;
             /// The number of elements of a buffer.
             fn len(&self, s: &Self::Storage) -> usize;
+            /// Waits until the device has finished the work submitted so far (the profiler's
+            /// `GFLOW_PROFILE=sync` times each kernel so); the host's work is always done.
+            fn sync(&self) -> Result<()> {
+                Ok(())
+            }
+            /// A buffer of `len` elements of `dtype`, each `value` (converted as
+            /// [`HostData::filled`] does): by default made on the host and uploaded; a device
+            /// that can write it in place (a memset) does so.
+            fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Self::Storage> {
+                self.upload(&HostData::filled(dtype, len, value))
+            }
             /// A new buffer of `len` elements of `dtype` written by strided copies, which
             /// together write every element: each moves the box of its [`StridedCopy`] out of
             /// its input into the contiguous output (`put` false: permute's and slice's
@@ -328,6 +339,10 @@ macro_rules! kernel_list {
             fn name(&self) -> &'static str;
             /// See [`Backend::computes`].
             fn computes(&self, dtype: DType) -> bool;
+            /// See [`Backend::sync`].
+            fn sync(&self) -> Result<()>;
+            /// See [`Backend::full`] (a host buffer for a dtype the device does not hold).
+            fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer>;
             $(
                 $(#[$doc])*
                 fn $name(
@@ -346,6 +361,15 @@ macro_rules! kernel_list {
             }
             fn computes(&self, dtype: DType) -> bool {
                 self.backend().computes(dtype)
+            }
+            fn sync(&self) -> Result<()> {
+                self.backend().sync()
+            }
+            fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer> {
+                if !self.backend().stores(dtype) {
+                    return Ok(HostData::filled(dtype, len, value).into());
+                }
+                Ok(self.keep(self.backend().full(dtype, len, value)?))
             }
             $(
                 fn $name(
@@ -376,6 +400,12 @@ macro_rules! kernel_list {
             }
             fn computes(&self, dtype: DType) -> bool {
                 Backend::computes(self, dtype)
+            }
+            fn sync(&self) -> Result<()> {
+                Backend::sync(self)
+            }
+            fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer> {
+                Backend::full(self, dtype, len, value).map(Buffer::from)
             }
             $(
                 fn $name(

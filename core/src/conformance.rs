@@ -58,7 +58,7 @@ macro_rules! conformance_tests {
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
-            half_moves, half_casts, half_arithmetic, int32_moves);
+            half_moves, half_casts, half_arithmetic, int32_moves, fills);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -188,6 +188,38 @@ pub fn round_trip<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                 op: "conformance",
                 reason: format!("round trip of {d:?} gave {got:?}"),
             });
+        }
+    }
+    Ok(())
+}
+
+/// [`Backend::full`] of every dtype, zero (written on the device) and not, equals
+/// [`HostData::filled`], also where the memory was used before (a pool's recycled buffer).
+pub fn fills<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    use crate::backend::Kernels;
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::I64,
+        DType::I32,
+        DType::F16,
+        DType::BF16,
+        DType::Bool,
+    ] {
+        for n in [1, 257, 70_000] {
+            for value in [0.0, -0.0, 1.5, -3.0] {
+                // a used buffer of this size, dropped into the pool first
+                drop(Kernels::full(b, dtype, n, 7.0)?.host()?.len());
+                let got = Kernels::full(b, dtype, n, value)?;
+                let want = HostData::filled(dtype, n, value);
+                let placed = got.resident_on().is_some() == b.backend().stores(dtype);
+                if !placed || got.host()? != &want {
+                    return Err(Error::InvalidArgument {
+                        op: "conformance",
+                        reason: format!("full({dtype}, {n}, {value}) gave {:?}", got.host()?),
+                    });
+                }
+            }
         }
     }
     Ok(())

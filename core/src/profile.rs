@@ -1,7 +1,9 @@
 //! Where a rank's time goes: an opt-in profiler of scopes (an operator's kernel, its dispatch,
 //! a backward step, boxing, the optimizer), each timed exclusively of the scopes nested in it,
 //! per thread (one rank). Off by default; on with `GFLOW_PROFILE=1` or [`enable`]. When off a
-//! scope costs one relaxed atomic load.
+//! scope costs one relaxed atomic load. On a GPU a kernel's scope times its launch only, unless
+//! `GFLOW_PROFILE=sync` (or [`enable_sync`]): then each kernel waits for the device, so that its
+//! scope holds its device time (and the step runs slower).
 //!
 //! ```
 //! use gflow_core::{profile, Device, Tensor};
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 static ON: AtomicBool = AtomicBool::new(false);
+static SYNC: AtomicBool = AtomicBool::new(false);
 static FROM_ENV: Once = Once::new();
 
 /// One profiled scope: its name, how often it ran and its time excluding nested scopes.
@@ -54,10 +57,23 @@ pub fn enable(on: bool) {
 /// Whether scopes are being timed.
 pub fn enabled() -> bool {
     FROM_ENV.call_once(|| {
-        let on = std::env::var("GFLOW_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0");
-        ON.store(on, Ordering::Relaxed);
+        let v = std::env::var("GFLOW_PROFILE").unwrap_or_default();
+        ON.store(!v.is_empty() && v != "0", Ordering::Relaxed);
+        SYNC.store(v == "sync", Ordering::Relaxed);
     });
     ON.load(Ordering::Relaxed)
+}
+
+/// Turns the profiler on, each kernel waiting for its device (`GFLOW_PROFILE=sync`), or back to
+/// timing launches only.
+pub fn enable_sync(on: bool) {
+    enable(on || enabled());
+    SYNC.store(on, Ordering::Relaxed);
+}
+
+/// Whether each kernel waits for its device when profiled.
+pub(crate) fn syncs() -> bool {
+    enabled() && SYNC.load(Ordering::Relaxed)
 }
 
 /// Clears this thread's table.

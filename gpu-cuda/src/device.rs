@@ -290,14 +290,6 @@ impl CudaBackend {
     pub fn device_name(&self) -> &str {
         &self.name
     }
-
-    /// Waits until the device has finished all submitted work (for timing).
-    ///
-    /// # Errors
-    /// `Device` when the device reports an error.
-    pub fn sync(&self) -> Result<()> {
-        self.stream.synchronize().map_err(device_error)
-    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,22 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(device_error)
+    }
+
+    /// Zeros are a memset on the stream, other values uploaded.
+    fn full(&self, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
+        if HostData::filled(dtype, 1, value)
+            .as_bytes()
+            .iter()
+            .any(|&b| b != 0)
+        {
+            return self.upload(&HostData::filled(dtype, len, value));
+        }
+        self.zeros(dtype, len)
+    }
+
     /// F32 and F64: 16-bit floats compute in f32 through core's `Resident` (cast on the
     /// device), I32 and I64 arithmetic runs on the host copy.
     fn computes(&self, dtype: DType) -> bool {

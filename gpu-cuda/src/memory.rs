@@ -157,15 +157,36 @@ impl CudaBackend {
         unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(device_error)
     }
 
+    /// An uninitialised buffer of `len` elements of `dtype` (the kernels write all of them).
     pub(crate) fn alloc_like(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
+        self.alloc_dtype(dtype, len, false)
+    }
+
+    /// `len` zeros of `dtype` (a memset on the stream).
+    pub(crate) fn zeros(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
+        self.alloc_dtype(dtype, len, true)
+    }
+
+    fn alloc_dtype(&self, dtype: DType, len: usize, zeroed: bool) -> Result<CudaStorage> {
+        fn one<T: DeviceRepr + ValidAsZeroBits>(
+            c: &CudaBackend,
+            len: usize,
+            zeroed: bool,
+        ) -> Result<CudaSlice<T>> {
+            if zeroed {
+                c.stream.alloc_zeros(len.max(1)).map_err(device_error)
+            } else {
+                c.alloc(len)
+            }
+        }
         let buf = match dtype {
-            DType::F32 => Buf::F32(self.alloc(len)?),
-            DType::F64 => Buf::F64(self.alloc(len)?),
-            DType::I64 => Buf::I64(self.alloc(len)?),
-            DType::F16 => Buf::F16(self.alloc(len)?),
-            DType::BF16 => Buf::BF16(self.alloc(len)?),
-            DType::I32 => Buf::I32(self.alloc(len)?),
-            DType::Bool => Buf::Bool(self.alloc(len)?),
+            DType::F32 => Buf::F32(one(self, len, zeroed)?),
+            DType::F64 => Buf::F64(one(self, len, zeroed)?),
+            DType::I64 => Buf::I64(one(self, len, zeroed)?),
+            DType::F16 => Buf::F16(one(self, len, zeroed)?),
+            DType::BF16 => Buf::BF16(one(self, len, zeroed)?),
+            DType::I32 => Buf::I32(one(self, len, zeroed)?),
+            DType::Bool => Buf::Bool(one(self, len, zeroed)?),
             other => return Err(device_error(format!("CUDA holds no {other}"))),
         };
         Ok(CudaStorage { buf, len })

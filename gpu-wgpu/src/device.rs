@@ -158,17 +158,6 @@ impl WgpuBackend {
         &self.adapter
     }
 
-    /// Waits until the device has finished all submitted work (for timing).
-    ///
-    /// # Errors
-    /// `Device` when the device is lost.
-    pub fn sync(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(drop)
-            .map_err(device_error)
-    }
-
     /// The largest buffer one binding may hold, in bytes (kernels work on larger tensors in
     /// pieces).
     pub fn max_binding(&self) -> u64 {

@@ -91,6 +91,27 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    /// Zeros are cleared on the device (`clear_buffer`), other values uploaded.
+    fn full(&self, dtype: DType, len: usize, value: f64) -> Result<WgpuStorage> {
+        if HostData::filled(dtype, 1, value)
+            .as_bytes()
+            .iter()
+            .any(|&b| b != 0)
+        {
+            return self.upload(&HostData::filled(dtype, len, value));
+        }
+        let s = self.new_storage(len, dtype)?;
+        self.zero(&s)?;
+        Ok(s)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(drop)
+            .map_err(device_error)
+    }
+
     /// F32 only: 16-bit floats compute in f32 through core's `Resident` (cast on the device),
     /// I32, I64 and F64 arithmetic runs on the host copy.
     fn computes(&self, dtype: DType) -> bool {

@@ -133,7 +133,16 @@ pub(crate) fn dispatch(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {
 
 /// An op's kernel on one component, profiled as `kernel <op>`.
 fn compute(op: &dyn Op, k: &Kernel) -> Result<Buffer> {
-    crate::profile::scope(|| format!("kernel {}", op.name()), || op.compute(k))
+    crate::profile::scope(
+        || format!("kernel {}", op.name()),
+        || {
+            let out = op.compute(k)?;
+            if crate::profile::syncs() {
+                k.backend.sync()?;
+            }
+            Ok(out)
+        },
+    )
 }
 
 fn dispatch_unprofiled(op: &dyn Op, inputs: &[&Tensor]) -> Result<Tensor> {

@@ -106,26 +106,43 @@ impl Tensor {
         target: Target,
         fill: impl Fn(&Region) -> HostData,
     ) -> Result<Tensor> {
+        Tensor::build_buffers(shape, dtype, target, |r, _| Ok(fill(r).into()))
+    }
+
+    /// [`Tensor::build`] with `fill` making each component's buffer for a region on a device
+    /// (so that a constant is written where it lives, not uploaded).
+    fn build_buffers(
+        shape: &[usize],
+        dtype: DType,
+        target: Target,
+        fill: impl Fn(&Region, Device) -> Result<Buffer>,
+    ) -> Result<Tensor> {
         checked_numel(shape)?;
         match target {
             Target::Local(device) => {
-                Tensor::from_vec_data(fill(&full_region(shape)).into(), shape, device)
+                Tensor::from_vec_data(fill(&full_region(shape), device)?, shape, device)
             }
             Target::Global(placement, nd_sbp) => {
                 let env = env::current();
                 placement.check_world(env.world_size())?;
                 nd_sbp.check(&placement, shape.len())?;
-                Device::for_placement(placement.device_type())?;
+                let device = Device::for_placement(placement.device_type())?;
                 let dist = Dist::new(placement, nd_sbp);
-                let data = dist.placement.index_of(env.rank()).map(|i| {
-                    let coords = dist.placement.coords_of_index(i);
-                    let region = dist.region_of_index(shape, i);
-                    match dist.identity_op(&coords) {
-                        Some(op) => HostData::identity(dtype, numel(&region_shape(&region)), op),
-                        None => fill(&region),
-                    }
-                    .into()
-                });
+                let data = dist
+                    .placement
+                    .index_of(env.rank())
+                    .map(|i| {
+                        let coords = dist.placement.coords_of_index(i);
+                        let region = dist.region_of_index(shape, i);
+                        match dist.identity_op(&coords) {
+                            Some(op) => {
+                                Ok(HostData::identity(dtype, numel(&region_shape(&region)), op)
+                                    .into())
+                            }
+                            None => fill(&region, device),
+                        }
+                    })
+                    .transpose()?;
                 Ok(Tensor::global_from(data, shape.to_vec(), dtype, dist))
             }
         }
@@ -196,8 +213,12 @@ impl Tensor {
         dtype: DType,
         target: impl IntoTarget,
     ) -> Result<Tensor> {
-        Tensor::build(shape, dtype, target.into_target(), |r| {
-            HostData::filled(dtype, numel(&region_shape(r)), value)
+        Tensor::build_buffers(shape, dtype, target.into_target(), |r, device| {
+            let n = numel(&region_shape(r));
+            match device {
+                Device::Cpu => Ok(HostData::filled(dtype, n, value).into()),
+                device => device.kernels()?.full(dtype, n, value),
+            }
         })
     }
 
