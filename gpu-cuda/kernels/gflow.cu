@@ -13,6 +13,15 @@ typedef unsigned long long u64;
 // Threads per block of the block-wide kernels (the launch uses exactly this many).
 #define BLOCK 256
 
+// The shapes and strides of the strided and broadcasting kernels, passed by value: a kernel
+// parameter (constant memory, `__grid_constant__` so that its address is taken without a
+// copy), so that a launch uploads nothing (an upload from pageable memory waits for the
+// stream). The host coalesces dims and checks the count.
+#define META_LEN 128
+struct Meta {
+    i64 v[META_LEN];
+};
+
 __device__ __forceinline__ float g_exp(float x) { return expf(x); }
 __device__ __forceinline__ double g_exp(double x) { return exp(x); }
 __device__ __forceinline__ float g_log(float x) { return logf(x); }
@@ -350,8 +359,8 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
         binary_flat_k<T>(a, b, out, n, op);                                                      \
     }                                                                                            \
     extern "C" __global__ void binary_bcast_##S(const T *a, const T *b, T *out, u64 n, int op,   \
-                                                int nd, const i64 *meta) {                       \
-        binary_bcast_k<T>(a, b, out, n, op, nd, meta);                                           \
+                                                int nd, const __grid_constant__ Meta meta) {    \
+        binary_bcast_k<T>(a, b, out, n, op, nd, meta.v);                                        \
     }                                                                                            \
     extern "C" __global__ void reduce_rows_##S(const T *x, T *out, u64 rows, u64 count,          \
                                                u64 parts, int op) {                              \
@@ -378,14 +387,14 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
     }                                                                                            \
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
-                                           int nd, const i64 *meta) {                            \
-        compare_k<T>(a, b, out, n, op, nd, meta);                                                \
+                                           int nd, const __grid_constant__ Meta meta) {         \
+        compare_k<T>(a, b, out, n, op, nd, meta.v);                                             \
     }
 
 #define WORD_KERNELS(W, S)                                                                       \
-    extern "C" __global__ void strided_##S(const W *x, W *out, u64 n, int nd, const i64 *meta,  \
-                                           u64 base, int put) {                                  \
-        strided_k<W>(x, out, n, nd, meta, base, put);                                            \
+    extern "C" __global__ void strided_##S(const W *x, W *out, u64 n, int nd,                   \
+                                           const __grid_constant__ Meta meta, u64 base, int put) {\
+        strided_k<W>(x, out, n, nd, meta.v, base, put);                                          \
     }                                                                                            \
     extern "C" __global__ void gather_rows_##S(const W *table, const i64 *idx, W *out,          \
                                                u64 n_idx, u64 len) {                             \
@@ -400,12 +409,13 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
         gather_rows_partial_k<W>(table, idx, out, n_idx, len, rows, start);                      \
     }                                                                                            \
     extern "C" __global__ void gather_dim_##S(const W *x, const i64 *idx, W *out, u64 n, int nd, \
-                                              int dim, u64 dim_len, const i64 *meta) {           \
-        gather_dim_k<W>(x, idx, out, n, nd, dim, dim_len, meta);                                 \
+                                              int dim, u64 dim_len,                              \
+                                              const __grid_constant__ Meta meta) {               \
+        gather_dim_k<W>(x, idx, out, n, nd, dim, dim_len, meta.v);                              \
     }                                                                                            \
     extern "C" __global__ void where_##S(const unsigned *cond, const W *a, const W *b, W *out,  \
-                                         u64 n, int nd, const i64 *meta) {                       \
-        where_k<W>(cond, a, b, out, n, nd, meta);                                                \
+                                         u64 n, int nd, const __grid_constant__ Meta meta) {    \
+        where_k<W>(cond, a, b, out, n, nd, meta.v);                                             \
     }
 
 FLOAT_KERNELS(float, f32)

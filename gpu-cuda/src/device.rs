@@ -11,7 +11,7 @@ use gflow_core::{DeviceInfo, DeviceKind, DeviceType, Error, Result};
 use crate::{CudaBackend, device_error};
 
 /// The kernels' CUDA C++ source: the kernels, then the casts (which use the kernels' helpers).
-const SOURCE: [&str; 2] = [
+pub(crate) const SOURCE: [&str; 2] = [
     include_str!("../kernels/gflow.cu"),
     include_str!("../kernels/convert.cu"),
 ];

@@ -192,13 +192,6 @@ impl CudaBackend {
         Ok(CudaStorage { buf, len })
     }
 
-    /// A small parameter array on the device (shapes and strides of the strided kernels).
-    pub(crate) fn meta(&self, values: impl IntoIterator<Item = usize>) -> Result<CudaSlice<i64>> {
-        let v: Vec<i64> = values.into_iter().map(|x| x as i64).collect();
-        let v = if v.is_empty() { vec![0] } else { v };
-        self.stream.clone_htod(&v).map_err(device_error)
-    }
-
     pub(crate) fn float<'a, T: Float>(&self, s: &'a CudaStorage) -> Result<&'a CudaSlice<T>> {
         T::of(s).ok_or(Error::DTypeMismatch {
             expected: T::DTYPE,

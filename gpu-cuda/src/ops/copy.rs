@@ -4,7 +4,7 @@ use cudarc::driver::PushKernelArg;
 use gflow_core::shape::StridedCopy;
 use gflow_core::{DType, Result};
 
-use crate::launch::threads;
+use crate::launch::{Meta, merge_dims, threads};
 use crate::{CudaBackend, CudaStorage};
 
 /// The boxes of `copies` between their inputs and a new contiguous buffer (see
@@ -38,9 +38,10 @@ impl CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        let meta = self.meta(shape.iter().chain(&copy.strides).copied())?;
+        let (dims, steps) = merge_dims(shape, std::slice::from_ref(&copy.strides));
+        let meta = Meta::new("strided copy", dims.iter().chain(&steps[0]).copied())?;
         let name = format!("strided_{}", x.words());
-        let (nd, put) = (shape.len() as i32, i32::from(put));
+        let (nd, put) = (dims.len() as i32, i32::from(put));
         // SAFETY: strided_w* takes (x, out, n, nd, meta of 2 * nd, base, put); core checked
         // that the box lies inside both buffers, whose words are this dtype's size.
         unsafe {

@@ -1,12 +1,12 @@
 //! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
 //! and comparisons with broadcasting.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 use gflow_core::Result;
 use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
 
-use crate::launch::threads;
+use crate::launch::{Meta, merge_dims, threads};
 use crate::memory::{Buf, Float};
 use crate::{CudaBackend, CudaStorage};
 
@@ -109,15 +109,19 @@ impl CudaBackend {
     }
 
     /// The broadcasting kernels' (nd, meta): `out_shape`, then each input's element strides
-    /// along it (0 where it broadcasts).
+    /// along it (0 where it broadcasts), with the dims they all step over alike merged.
     pub(crate) fn broadcast_meta(
         &self,
         shapes: &[&[usize]],
         out_shape: &[usize],
-    ) -> Result<(i32, CudaSlice<i64>)> {
-        let strides = shapes.iter().flat_map(|s| broadcast_strides(s, out_shape));
-        let meta = self.meta(out_shape.iter().copied().chain(strides))?;
-        Ok((out_shape.len() as i32, meta))
+    ) -> Result<(i32, Meta)> {
+        let strides: Vec<Vec<usize>> = shapes
+            .iter()
+            .map(|s| broadcast_strides(s, out_shape))
+            .collect();
+        let (dims, steps) = merge_dims(out_shape, &strides);
+        let meta = Meta::new("broadcast", dims.iter().chain(steps.iter().flatten()).copied())?;
+        Ok((dims.len() as i32, meta))
     }
 
     pub(crate) fn binary_t<T: Float>(

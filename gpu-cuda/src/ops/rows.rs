@@ -6,7 +6,7 @@ use cudarc::driver::PushKernelArg;
 use gflow_core::shape::strides;
 use gflow_core::{Error, Result};
 
-use crate::launch::threads;
+use crate::launch::{Meta, threads};
 use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage, device_error};
 
@@ -87,7 +87,7 @@ pub(crate) fn gather_dim(
     let n = idx.len;
     let out = c.alloc_like(x.dtype(), n)?;
     if n > 0 {
-        let meta = c.meta(idx_shape.iter().copied().chain(strides(x_shape)))?;
+        let meta = Meta::new("gather", idx_shape.iter().copied().chain(strides(x_shape)))?;
         let (nd, d, dim_len) = (idx_shape.len() as i32, dim as i32, x_shape[dim]);
         // SAFETY: gather_dim_w* takes (x, idx, out of n elements, n, nd, dim, dim_len, meta of
         // 2 * nd); core checked idx's shape against x's, and indices outside 0..dim_len are

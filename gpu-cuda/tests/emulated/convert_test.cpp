@@ -29,13 +29,13 @@ uint64_t element(const std::vector<unsigned char> &v, size_t i, size_t size) {
 void moves16(const std::vector<unsigned char> &x, uint64_t n) {
   std::vector<unsigned short> in(n), out(n);
   memcpy(in.data(), x.data(), 2 * n);
-  std::vector<long long> meta{(long long)n / 2, 2};
-  launch(2, [&] { strided_w2(in.data(), out.data(), n / 2, 1, meta.data(), 1, 0); });
+  Meta meta{{(long long)n / 2, 2}};
+  launch(2, [&] { strided_w2(in.data(), out.data(), n / 2, 1, meta, 1, 0); });
   for (uint64_t i = 0; i < n / 2; ++i)
     if (out[i] != in[1 + 2 * i] && fails++ < 20) printf("FAIL strided_w2 at %" PRIu64 "\n", i);
   std::vector<unsigned short> put(2 * n, 0xabcd);
-  std::vector<long long> every_other{(long long)n, 2};
-  launch(1, [&] { strided_w2(in.data(), put.data(), n, 1, every_other.data(), 1, 1); });
+  Meta every_other{{(long long)n, 2}};
+  launch(1, [&] { strided_w2(in.data(), put.data(), n, 1, every_other, 1, 1); });
   for (uint64_t i = 0; i < 2 * n; ++i) {
     unsigned short w = i % 2 ? in[i / 2] : 0xabcd;
     if (put[i] != w && fails++ < 20) printf("FAIL strided_w2 put at %" PRIu64 "\n", i);

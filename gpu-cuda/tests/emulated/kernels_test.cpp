@@ -49,8 +49,8 @@ int main() {
     CHECK(o[0] == 1 && o[1] == -5 && std::isnan(o[2]) && std::isnan(o[3]), "minimum %f %f %f %f", o[0], o[1], o[2], o[3]); }
   // binary broadcast: a (3,1,4) + b (5,1) -> (3,5,4)
   { std::vector<double> a(12), b(5), o(60); for (int i = 0; i < 12; ++i) a[i] = i; for (int i = 0; i < 5; ++i) b[i] = 100 * i;
-    std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
-    launch(1, [&] { binary_bcast_f64(a.data(), b.data(), o.data(), 60, 1, 3, meta.data()); });
+    Meta meta{{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0}};
+    launch(1, [&] { binary_bcast_f64(a.data(), b.data(), o.data(), 60, 1, 3, meta); });
     for (int i = 0; i < 3; ++i) for (int j = 0; j < 5; ++j) for (int k = 0; k < 4; ++k)
       CHECK(o[(i * 5 + j) * 4 + k] == a[i * 4 + k] - b[j], "bcast %d %d %d", i, j, k); }
   // reduce rows (block per row) with rows > grid, and count > BLOCK
@@ -86,11 +86,11 @@ int main() {
         for (int j = 0; j < 3; ++j) { double w = lg ? x[j * 300 + c] - m - std::log(s) : std::exp(x[j * 300 + c] - m) / s; CHECK(close(o[j * 300 + c], w, 1e-12), "softmax strided"); } } } }
   // strided gather (permute 2x3x4 -> [2,0,1]) and put (cat)
   { std::vector<unsigned> x(24), o(24); for (int i = 0; i < 24; ++i) x[i] = i;
-    std::vector<long long> meta{4, 2, 3, /*strides*/ 1, 12, 4};
-    launch(1, [&] { strided_w4(x.data(), o.data(), 24, 3, meta.data(), 0, 0); });
+    Meta meta{{4, 2, 3, /*strides*/ 1, 12, 4}};
+    launch(1, [&] { strided_w4(x.data(), o.data(), 24, 3, meta, 0, 0); });
     for (int c = 0; c < 4; ++c) for (int a = 0; a < 2; ++a) for (int b = 0; b < 3; ++b) CHECK(o[(c * 2 + a) * 3 + b] == x[a * 12 + b * 4 + c], "permute");
-    std::vector<unsigned long long> y{7, 8}, z(6, 0); std::vector<long long> m2{2, 1, 3, 1};
-    launch(1, [&] { strided_w8(y.data(), z.data(), 2, 2, m2.data(), 2, 1); });
+    std::vector<unsigned long long> y{7, 8}, z(6, 0); Meta m2{{2, 1, 3, 1}};
+    launch(1, [&] { strided_w8(y.data(), z.data(), 2, 2, m2, 2, 1); });
     CHECK(z[2] == 7 && z[5] == 8 && z[0] == 0, "put"); }
   // gather / scatter-add rows with repeated indices
   { std::vector<long long> idx{4, 0, 2, 4, 1, 4}; std::vector<double> src(18), out(15, 0);
@@ -139,9 +139,9 @@ int main() {
   { std::vector<float> a(12), b(5); std::vector<unsigned> o(60);
     for (int i = 0; i < 12; ++i) a[i] = (i % 5) - 2; for (int i = 0; i < 5; ++i) b[i] = i - 2;
     a[7] = NAN;
-    std::vector<long long> meta{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0};
+    Meta meta{{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0}};
     for (int op = 0; op <= CMP_GE; ++op) {
-      launch(2, [&] { compare_f32(a.data(), b.data(), o.data(), 60, op, 3, meta.data()); });
+      launch(2, [&] { compare_f32(a.data(), b.data(), o.data(), 60, op, 3, meta); });
       for (int i = 0; i < 3; ++i) for (int j = 0; j < 5; ++j) for (int k = 0; k < 4; ++k) {
         float p = a[i * 4 + k], q = b[j]; bool w;
         switch (op) { case CMP_EQ: w = p == q; break; case CMP_NE: w = p != q; break; case CMP_LT: w = p < q; break;
@@ -150,20 +150,20 @@ int main() {
       } } }
   // where: cond (2, 1), a (3) of 8-byte words, b (2, 3) -> (2, 3); a 0-d b with 4-byte words
   { std::vector<unsigned> cond{1, 0}; std::vector<unsigned long long> a{1, 2, 3}, b{10, 20, 30, 40, 50, 60}, o(6);
-    std::vector<long long> meta{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1};
-    launch(1, [&] { where_w8(cond.data(), a.data(), b.data(), o.data(), 6, 2, meta.data()); });
+    Meta meta{{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1}};
+    launch(1, [&] { where_w8(cond.data(), a.data(), b.data(), o.data(), 6, 2, meta); });
     for (int i = 0; i < 6; ++i) CHECK(o[i] == (i < 3 ? a[i] : b[i]), "where w8 at %d: %llu", i, o[i]);
     std::vector<unsigned> a4{5, 6, 7}, s{9}, o4(6);
-    std::vector<long long> meta4{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 0, 0};
+    Meta meta4{{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 0, 0}};
     std::vector<unsigned> c2{0, 7};
-    launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4.data()); });
+    launch(1, [&] { where_w4(c2.data(), a4.data(), s.data(), o4.data(), 6, 2, meta4); });
     for (int i = 0; i < 6; ++i) CHECK(o4[i] == (i < 3 ? 9u : a4[i % 3]), "where w4 at %d: %u", i, o4[i]); }
   // 16-bit words (F16/BF16 bits, NaN and -0.0 patterns among them) through every moving
   // kernel, against plain loops
   { std::vector<unsigned short> x(24); for (int i = 0; i < 24; ++i) x[i] = (unsigned short)(0x7c01 + i * 0x9e37);
     x[3] = 0x8000; x[4] = 0xffc1;
-    std::vector<unsigned short> o(24); std::vector<long long> meta{4, 2, 3, /*strides*/ 1, 12, 4};
-    launch(1, [&] { strided_w2(x.data(), o.data(), 24, 3, meta.data(), 0, 0); });
+    std::vector<unsigned short> o(24); Meta meta{{4, 2, 3, /*strides*/ 1, 12, 4}};
+    launch(1, [&] { strided_w2(x.data(), o.data(), 24, 3, meta, 0, 0); });
     for (int c = 0; c < 4; ++c) for (int a = 0; a < 2; ++a) for (int b = 0; b < 3; ++b) CHECK(o[(c * 2 + a) * 3 + b] == x[a * 12 + b * 4 + c], "permute w2");
     std::vector<long long> idx{4, 0, 2, 4, 1, 7}; std::vector<unsigned short> g(18), p(18);
     launch(1, [&] { gather_rows_w2(x.data(), idx.data(), g.data(), 5, 3); });
@@ -172,12 +172,12 @@ int main() {
     for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) {
       long long l = idx[r] - 2; unsigned short w = l >= 0 && l < 4 ? x[6 + l * 3 + c] : 0;
       CHECK(p[r * 3 + c] == w, "gather_rows_partial w2 %d %d", r, c); }
-    std::vector<long long> gi{2, 0, 3, 1}, gm{2, 2, /*x strides*/ 3, 1}; std::vector<unsigned short> gd(4);
-    launch(1, [&] { gather_dim_w2(x.data(), gi.data(), gd.data(), 4, 2, 1, 3, gm.data()); });
+    std::vector<long long> gi{2, 0, 3, 1}; Meta gm{{2, 2, /*x strides*/ 3, 1}}; std::vector<unsigned short> gd(4);
+    launch(1, [&] { gather_dim_w2(x.data(), gi.data(), gd.data(), 4, 2, 1, 3, gm); });
     CHECK(gd[0] == x[2] && gd[1] == x[0] && gd[2] == 0 && gd[3] == x[4], "gather_dim w2");
     std::vector<unsigned> cond{1, 0}; std::vector<unsigned short> w(6);
-    std::vector<long long> wm{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1};
-    launch(1, [&] { where_w2(cond.data(), x.data(), x.data() + 10, w.data(), 6, 2, wm.data()); });
+    Meta wm{{2, 3, /*cond*/ 1, 0, /*a*/ 0, 1, /*b*/ 3, 1}};
+    launch(1, [&] { where_w2(cond.data(), x.data(), x.data() + 10, w.data(), 6, 2, wm); });
     for (int i = 0; i < 6; ++i) CHECK(w[i] == (i < 3 ? x[i] : x[10 + i]), "where w2 at %d", i);
     for (int k = -2; k <= 2; ++k) for (int up = 0; up < 2; ++up) {
       launch(1, [&] { triangle_w2(x.data(), o.data(), 24, 3, 4, k, up, 1, 0); });
@@ -194,8 +194,8 @@ int main() {
       CHECK(o[r * 3 + c] == w, "gather_rows_partial %d %d: %u", r, c, o[r * 3 + c]); }
     // x (2, 3) f64 words, idx (2, 2) along dim 1 with one index outside
     std::vector<unsigned long long> x{1, 2, 3, 4, 5, 6}, g(4); std::vector<long long> gi{2, 0, 3, 1};
-    std::vector<long long> meta{2, 2, /*x strides*/ 3, 1};
-    launch(1, [&] { gather_dim_w8(x.data(), gi.data(), g.data(), 4, 2, 1, 3, meta.data()); });
+    Meta meta{{2, 2, /*x strides*/ 3, 1}};
+    launch(1, [&] { gather_dim_w8(x.data(), gi.data(), g.data(), 4, 2, 1, 3, meta); });
     CHECK(g[0] == 3 && g[1] == 1 && g[2] == 0 && g[3] == 5, "gather_dim %llu %llu %llu %llu", g[0], g[1], g[2], g[3]); }
   printf("fails: %d\n", fails);
   return fails != 0;

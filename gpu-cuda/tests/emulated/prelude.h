@@ -15,6 +15,7 @@ thread_local dim3_ blockIdx, threadIdx;
 dim3_ blockDim, gridDim;
 std::barrier<> *g_bar;
 #define __global__
+#define __grid_constant__
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
