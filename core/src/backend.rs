@@ -26,6 +26,37 @@ use crate::error::Result;
 use crate::shape::StridedCopy;
 use crate::storage::{Buffer, HostData};
 
+/// One Adam or AdamW step's constants, as core's host update uses them (derived in f64, each
+/// rounded once to the parameter's dtype): for every element, with `g` the gradient,
+/// `p *= shrink` when `decoupled` (AdamW) else `g += weight_decay * p`; then
+/// `m = beta1 * m + c1 * g`, `v = beta2 * v + c2 * g * g`,
+/// `p -= lr * (m * k1) / (sqrt(v * k2) + eps)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamStep {
+    /// The learning rate.
+    pub lr: f64,
+    /// The first moment's decay.
+    pub beta1: f64,
+    /// The second moment's decay.
+    pub beta2: f64,
+    /// `1 - beta1`.
+    pub c1: f64,
+    /// `1 - beta2`.
+    pub c2: f64,
+    /// `1 / (1 - beta1^step)`.
+    pub k1: f64,
+    /// `1 / (1 - beta2^step)`.
+    pub k2: f64,
+    /// Added to the denominator.
+    pub eps: f64,
+    /// The weight decay (added to the gradient, or shrinking `p` when `decoupled`).
+    pub weight_decay: f64,
+    /// `1 - lr * weight_decay`.
+    pub shrink: f64,
+    /// AdamW's decoupled weight decay.
+    pub decoupled: bool,
+}
+
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
 /// all batches when `b_batched` is false. A transposed operand is stored as its transpose
 /// ((k, m) for `a`, (n, k) for `b`) and read with swapped strides, so no copy is made.
@@ -312,6 +343,19 @@ macro_rules! kernel_list {
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Self::Storage> {
                 self.upload(&HostData::filled(dtype, len, value))
             }
+            /// One [`AdamStep`] in place on the parameter `p`, its gradient `g` and moments
+            /// `m`, `v` (one float dtype, one length): one kernel where a chain of a dozen
+            /// would each write a new buffer. `false` where the backend has no such kernel
+            /// for these buffers (the caller then composes the step).
+            fn adam_step(
+                &self,
+                _p: &mut Self::Storage,
+                _g: &Self::Storage,
+                _moments: [&mut Self::Storage; 2],
+                _h: &AdamStep,
+            ) -> Result<bool> {
+                Ok(false)
+            }
             /// A new buffer of `len` elements of `dtype` written by strided copies, which
             /// together write every element: each moves the box of its [`StridedCopy`] out of
             /// its input into the contiguous output (`put` false: permute's and slice's
@@ -343,6 +387,16 @@ macro_rules! kernel_list {
             fn sync(&self) -> Result<()>;
             /// See [`Backend::full`] (a host buffer for a dtype the device does not hold).
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer>;
+            /// See [`Backend::adam_step`]: in place where `p`, `m` and `v` live on this device
+            /// and no other buffer shares their memory, else `false` (nothing written). The
+            /// host's update is core's own (`false` on the CPU).
+            fn adam_step(
+                &self,
+                p: &mut Buffer,
+                g: &Buffer,
+                moments: [&mut Buffer; 2],
+                h: &AdamStep,
+            ) -> Result<bool>;
             $(
                 $(#[$doc])*
                 fn $name(
@@ -364,6 +418,15 @@ macro_rules! kernel_list {
             }
             fn sync(&self) -> Result<()> {
                 self.backend().sync()
+            }
+            fn adam_step(
+                &self,
+                p: &mut Buffer,
+                g: &Buffer,
+                moments: [&mut Buffer; 2],
+                h: &AdamStep,
+            ) -> Result<bool> {
+                self.adam_in_place(p, g, moments, h)
             }
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer> {
                 if !self.backend().stores(dtype) {
@@ -406,6 +469,15 @@ macro_rules! kernel_list {
             }
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer> {
                 Backend::full(self, dtype, len, value).map(Buffer::from)
+            }
+            fn adam_step(
+                &self,
+                _p: &mut Buffer,
+                _g: &Buffer,
+                _moments: [&mut Buffer; 2],
+                _h: &AdamStep,
+            ) -> Result<bool> {
+                Ok(false)
             }
             $(
                 fn $name(

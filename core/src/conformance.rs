@@ -58,7 +58,7 @@ macro_rules! conformance_tests {
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
-            half_moves, half_casts, half_arithmetic, int32_moves, fills);
+            half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -209,7 +209,7 @@ pub fn fills<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         for n in [1, 257, 70_000] {
             for value in [0.0, -0.0, 1.5, -3.0] {
                 // a used buffer of this size, dropped into the pool first
-                drop(Kernels::full(b, dtype, n, 7.0)?.host()?.len());
+                drop(Kernels::full(b, dtype, n, 7.0)?);
                 let got = Kernels::full(b, dtype, n, value)?;
                 let want = HostData::filled(dtype, n, value);
                 let placed = got.resident_on().is_some() == b.backend().stores(dtype);
@@ -219,6 +219,76 @@ pub fn fills<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                         reason: format!("full({dtype}, {n}, {value}) gave {:?}", got.host()?),
                     });
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`Backend::adam_step`] in place on buffers the device holds alone (Adam and AdamW, two steps)
+/// against the update in f64; declined (`false`, nothing written) where a buffer is shared.
+/// A backend without the kernel declines everything.
+pub fn adam_steps<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    use crate::backend::{AdamStep, Kernels};
+    let n = 1000;
+    for dtype in computed(b).collect::<Vec<_>>() {
+        for decoupled in [false, true] {
+            let (lr, b1, b2, wd, eps) = (0.01f64, 0.9f64, 0.999f64, 0.1, 1e-8);
+            let g0 = rounded(dtype, &vals(n, 3, false));
+            let p0 = rounded(dtype, &vals(n, 4, false));
+            let (mut p, mut m, mut v) = (p0, vec![0.0; n], vec![0.0; n]);
+            // the device's own copies (a kernel's results), so that no other buffer shares them
+            let own = |x: &[f64]| b.scale(&buf(dtype, x), 1.0);
+            let (mut pd, gd, mut md, mut vd) = (own(&p)?, own(&g0)?, own(&m)?, own(&v)?);
+            for step in 1..=2 {
+                let (k1, k2) = (1.0 / (1.0 - b1.powi(step)), 1.0 / (1.0 - b2.powi(step)));
+                let h = AdamStep {
+                    lr,
+                    beta1: b1,
+                    beta2: b2,
+                    c1: 1.0 - b1,
+                    c2: 1.0 - b2,
+                    k1,
+                    k2,
+                    eps,
+                    weight_decay: wd,
+                    shrink: 1.0 - lr * wd,
+                    decoupled,
+                };
+                let shared = pd.clone();
+                let declined = !Kernels::adam_step(b, &mut pd, &gd, [&mut md, &mut vd], &h)?;
+                drop(shared);
+                let done = Kernels::adam_step(b, &mut pd, &gd, [&mut md, &mut vd], &h)?;
+                if !done {
+                    // no such kernel on this backend: it must decline every time
+                    if b.backend().name() != "cpu" && matches!(dtype, DType::F32) {
+                        return Err(Error::InvalidArgument {
+                            op: "conformance",
+                            reason: format!("adam_step declined unshared {dtype} buffers"),
+                        });
+                    }
+                    break;
+                }
+                for i in 0..n {
+                    let mut gi = g0[i];
+                    if decoupled {
+                        p[i] *= 1.0 - lr * wd;
+                    } else {
+                        gi += wd * p[i];
+                    }
+                    m[i] = b1 * m[i] + (1.0 - b1) * gi;
+                    v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+                    p[i] -= lr * (m[i] * k1) / ((v[i] * k2).sqrt() + eps);
+                }
+                if !declined {
+                    return Err(Error::InvalidArgument {
+                        op: "conformance",
+                        reason: "adam_step wrote a parameter another buffer shares".into(),
+                    });
+                }
+                expect(b, "adam_step p", &pd, &p, dtype)?;
+                expect(b, "adam_step m", &md, &m, dtype)?;
+                expect(b, "adam_step v", &vd, &v, dtype)?;
             }
         }
     }

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use crate::backend::{BinaryOp, Kernels, UnaryOp};
+use crate::backend::{AdamStep, BinaryOp, Kernels, UnaryOp};
 use crate::cpu::Float;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -229,7 +229,8 @@ fn grad_of(p: &Tensor) -> Result<Option<Tensor>> {
 
 /// A parameter update on a device: parameter and gradient in, the new parameter out, state
 /// buffers replaced in place, all with the device's kernels.
-type DeviceStep<'a> = &'a dyn Fn(&dyn Kernels, &Buffer, &Buffer, &mut [Buffer]) -> Result<Buffer>;
+type DeviceStep<'a> =
+    &'a dyn Fn(&dyn Kernels, &mut Buffer, &Buffer, &mut [&mut Buffer]) -> Result<()>;
 
 /// Updates this rank's parameter component from its gradient and state; does nothing off the
 /// placement. On the CPU `f32_step`/`f64_step` update
@@ -267,12 +268,7 @@ fn update_component(
     let device = p.device();
     let k = device.kernels()?;
     if device != Device::Cpu && k.computes(pd.dtype()) {
-        let mut owned: Vec<Buffer> = state.iter().map(|s| (**s).clone()).collect();
-        *pd = device_step(&*k, &pd, &gd, &mut owned)?;
-        for (s, new) in state.iter_mut().zip(owned) {
-            **s = new;
-        }
-        return Ok(());
+        return device_step(&*k, &mut pd, &gd, state);
     }
     let mut hosts: Vec<&mut HostData> = state
         .iter_mut()
@@ -390,15 +386,16 @@ impl Sgd {
                         let b = match s.first_mut() {
                             None => d,
                             Some(b) => {
-                                *b = if fresh {
+                                **b = if fresh {
                                     d
                                 } else {
                                     flat(k, BinaryOp::Add, &k.scale(b, mu)?, &d)?
                                 };
-                                b.clone()
+                                (**b).clone()
                             }
                         };
-                        flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)
+                        *p = flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)?;
+                        Ok(())
                     },
                 )
             })?;
@@ -655,33 +652,55 @@ fn adam<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32
     }
 }
 
-/// [`adam`] with a device's kernels.
+/// [`adam`] with a device's kernels: one in-place kernel where the device has it and the
+/// buffers are the optimizer's alone, else composed of elementwise kernels.
 fn adam_on_device(
     k: &dyn Kernels,
-    p: &Buffer,
+    p: &mut Buffer,
     g: &Buffer,
-    s: &mut [Buffer],
+    s: &mut [&mut Buffer],
     h: &Hyper,
     step: u32,
-) -> Result<Buffer> {
+) -> Result<()> {
     let [m, v] = s else {
         return Err(Error::Internal("Adam without its two moments".into()));
     };
     let (b1, b2) = h.betas;
     let bc1 = 1.0 - b1.powi(step as i32);
     let bc2 = 1.0 - b2.powi(step as i32);
-    let (mut p, mut g) = (p.clone(), g.clone());
-    if h.decoupled {
-        p = k.scale(&p, 1.0 - h.lr * h.wd)?;
-    } else if h.wd != 0.0 {
-        g = flat(k, BinaryOp::Add, &g, &k.scale(&p, h.wd)?)?;
+    let fused = AdamStep {
+        lr: h.lr,
+        beta1: b1,
+        beta2: b2,
+        c1: 1.0 - b1,
+        c2: 1.0 - b2,
+        k1: 1.0 / bc1,
+        k2: 1.0 / bc2,
+        eps: h.eps,
+        weight_decay: h.wd,
+        shrink: 1.0 - h.lr * h.wd,
+        decoupled: h.decoupled,
+    };
+    let in_place = crate::profile::scope(
+        || "kernel adam_step".into(),
+        || k.adam_step(p, g, [&mut **m, &mut **v], &fused),
+    )?;
+    if in_place {
+        return Ok(());
     }
-    *m = flat(k, BinaryOp::Add, &k.scale(m, b1)?, &k.scale(&g, 1.0 - b1)?)?;
+    let mut g = g.clone();
+    if h.decoupled {
+        *p = k.scale(p, 1.0 - h.lr * h.wd)?;
+    } else if h.wd != 0.0 {
+        g = flat(k, BinaryOp::Add, &g, &k.scale(p, h.wd)?)?;
+    }
+    **m = flat(k, BinaryOp::Add, &k.scale(m, b1)?, &k.scale(&g, 1.0 - b1)?)?;
     let g2 = k.scale(&k.unary(UnaryOp::Square, &g)?, 1.0 - b2)?;
-    *v = flat(k, BinaryOp::Add, &k.scale(v, b2)?, &g2)?;
+    **v = flat(k, BinaryOp::Add, &k.scale(v, b2)?, &g2)?;
     let denom = k.add_scalar(&k.unary(UnaryOp::Sqrt, &k.scale(v, 1.0 / bc2)?)?, h.eps)?;
     let update = flat(k, BinaryOp::Div, &k.scale(m, h.lr / bc1)?, &denom)?;
-    flat(k, BinaryOp::Sub, &p, &update)
+    *p = flat(k, BinaryOp::Sub, p, &update)?;
+    Ok(())
 }
 
 impl Optimizer for Adam {

@@ -263,6 +263,8 @@ pub trait DeviceBuffer: Send + Sync {
     fn download(&self) -> Result<HostData>;
     /// The concrete type, for the owning backend to recover its storage.
     fn as_any(&self) -> &dyn Any;
+    /// The same, for writing in place.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// A tensor component's data: a host copy, a device copy, or both (never neither). A device
@@ -349,6 +351,15 @@ impl Buffer {
         self.device.get()
     }
 
+    /// The device copy for writing in place, where no other buffer shares it (a clone, a
+    /// reshape or a detach would see the write); the host copy, stale after it, is dropped.
+    /// `None` for a buffer on the host only or shared.
+    pub fn device_mut(&mut self) -> Option<&mut (dyn DeviceBuffer + 'static)> {
+        Arc::get_mut(self.device.get_mut()?)?;
+        self.host.take();
+        Arc::get_mut(self.device.get_mut()?)
+    }
+
     /// Keeps `device` as the device copy of a buffer that has none (an upload made for a
     /// kernel, reused by the next one); a buffer that already has one keeps its own.
     pub fn keep_device_copy(&self, device: Arc<dyn DeviceBuffer>) {
@@ -417,6 +428,9 @@ mod tests {
             Ok(self.0.clone())
         }
         fn as_any(&self) -> &dyn Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn Any {
             self
         }
     }

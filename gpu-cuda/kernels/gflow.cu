@@ -351,6 +351,23 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
     }
 }
 
+// One Adam or AdamW step in place (core's host update: the same operations in the same order;
+// the constants are gflow's AdamStep, each rounded once to T).
+template <typename T>
+__device__ void adam_k(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2, T c1, T c2, T k1,
+                       T k2, T eps, T wd, T shrink, int decoupled) {
+    FOR_EACH(i, n) {
+        T gi = g[i], pi = p[i];
+        if (decoupled) pi = pi * shrink;
+        else gi = gi + wd * pi;
+        T mi = b1 * m[i] + c1 * gi;
+        T vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - lr * (mi * k1) / (g_sqrt(vi * k2) + eps);
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -385,6 +402,11 @@ __device__ void gather_dim_k(const W *x, const i64 *idx, W *out, u64 n, int nd, 
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void adam_##S(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2,   \
+                                        T c1, T c2, T k1, T k2, T eps, T wd, T shrink,           \
+                                        int decoupled) {                                         \
+        adam_k<T>(p, g, m, v, n, lr, b1, b2, c1, c2, k1, k2, eps, wd, shrink, decoupled);        \
     }                                                                                            \
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
                                            int nd, const __grid_constant__ Meta meta) {         \

@@ -17,7 +17,7 @@ pub(crate) const SOURCE: [&str; 2] = [
 ];
 
 /// The kernels `kernels/gflow.cu` and `kernels/convert.cu` define.
-const FUNCTIONS: [&str; 12] = [
+const FUNCTIONS: [&str; 14] = [
     "unary_f32",
     "unary_f64",
     "binary_flat_f32",
@@ -30,6 +30,8 @@ const FUNCTIONS: [&str; 12] = [
     "reduce_strided_f64",
     "softmax_rows_f32",
     "softmax_rows_f64",
+    "adam_f32",
+    "adam_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
 const MORE_FUNCTIONS: [&str; 27] = [

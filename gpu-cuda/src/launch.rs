@@ -94,7 +94,12 @@ pub(crate) fn merge_dims(shape: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>
             continue;
         }
         let k = dims.len();
-        if k > 0 && strides.iter().zip(&steps).all(|(x, y)| y[k - 1] == x[d] * len) {
+        if k > 0
+            && strides
+                .iter()
+                .zip(&steps)
+                .all(|(x, y)| y[k - 1] == x[d] * len)
+        {
             dims[k - 1] *= len;
             for (y, x) in steps.iter_mut().zip(strides) {
                 y[k - 1] = x[d];

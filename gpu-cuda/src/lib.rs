@@ -65,6 +65,16 @@ impl Backend for CudaBackend {
         self.stream.synchronize().map_err(device_error)
     }
 
+    fn adam_step(
+        &self,
+        p: &mut CudaStorage,
+        g: &CudaStorage,
+        [m, v]: [&mut CudaStorage; 2],
+        h: &gflow_core::backend::AdamStep,
+    ) -> Result<bool> {
+        ops::adam_step(self, p, g, [m, v], h)
+    }
+
     /// Zeros are a memset on the stream, other values uploaded.
     fn full(&self, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
         if HostData::filled(dtype, 1, value)

@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 16] = [
+const KERNELS: [(&str, &str); 17] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -27,6 +27,7 @@ const KERNELS: [(&str, &str); 16] = [
     ("convert_f16", include_str!("../shaders/convert_f16.wgsl")),
     ("halves", include_str!("../shaders/halves.wgsl")),
     ("strided16", include_str!("../shaders/strided16.wgsl")),
+    ("adam", include_str!("../shaders/adam.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).

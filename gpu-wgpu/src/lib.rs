@@ -91,6 +91,16 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn adam_step(
+        &self,
+        p: &mut WgpuStorage,
+        g: &WgpuStorage,
+        [m, v]: [&mut WgpuStorage; 2],
+        h: &gflow_core::backend::AdamStep,
+    ) -> Result<bool> {
+        ops::adam_step(self, p, g, [m, v], h)
+    }
+
     /// Zeros are cleared on the device (`clear_buffer`), other values uploaded.
     fn full(&self, dtype: DType, len: usize, value: f64) -> Result<WgpuStorage> {
         if HostData::filled(dtype, 1, value)

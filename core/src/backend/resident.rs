@@ -92,6 +92,31 @@ impl<B: Backend + 'static> Resident<B> {
             .ok_or_else(|| Error::Internal("a device buffer of another backend".into()))
     }
 
+    /// [`Backend::adam_step`] on buffers of this device that are theirs alone (see
+    /// [`Buffer::device_mut`]); `false`, with nothing written, otherwise.
+    pub(super) fn adam_in_place(
+        &self,
+        p: &mut Buffer,
+        g: &Buffer,
+        [m, v]: [&mut Buffer; 2],
+        h: &super::AdamStep,
+    ) -> Result<bool> {
+        let dtype = p.dtype();
+        let same = [&*g, &*m, &*v]
+            .iter()
+            .all(|b| b.dtype() == dtype && b.len() == p.len());
+        if !same || !self.computes_all(&[p]) {
+            return Ok(false);
+        }
+        let g = self.input(g)?;
+        let g = Self::storage(&g)?;
+        let mine = |b| held_mut(b, &self.backend);
+        let (Some(p), Some(m), Some(v)) = (mine(p), mine(m), mine(v)) else {
+            return Ok(false);
+        };
+        self.backend.adam_step(p, g, [m, v], h)
+    }
+
     /// The backend this wraps (for its own methods beyond [`Kernels`](super::Kernels)).
     pub fn backend(&self) -> &B {
         &self.backend
@@ -133,6 +158,15 @@ fn device_label(label: &str) -> &'static str {
     l
 }
 
+/// `b`'s storage on `backend`'s device for writing in place, where no other buffer shares it.
+fn held_mut<'a, B: Backend + 'static>(
+    b: &'a mut Buffer,
+    backend: &Arc<B>,
+) -> Option<&'a mut B::Storage> {
+    let held = b.device_mut()?.as_any_mut().downcast_mut::<Held<B>>()?;
+    Arc::ptr_eq(&held.backend, backend).then_some(&mut held.storage)
+}
+
 impl<B: Backend + 'static> DeviceBuffer for Held<B> {
     fn backend(&self) -> &'static str {
         self.label
@@ -141,6 +175,9 @@ impl<B: Backend + 'static> DeviceBuffer for Held<B> {
         self.backend.download(&self.storage)
     }
     fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
 }

@@ -2,9 +2,9 @@
 //! and comparisons with broadcasting.
 
 use cudarc::driver::PushKernelArg;
-use gflow_core::Result;
-use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
+use gflow_core::backend::{AFFINE_CODE, AdamStep, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
+use gflow_core::{DType, Result};
 
 use crate::launch::{Meta, merge_dims, threads};
 use crate::memory::{Buf, Float};
@@ -27,6 +27,29 @@ pub(crate) fn binary(
 ) -> Result<CudaStorage> {
     let code = op.code() as i32;
     by_float!(a, "binary", T => c.binary_t::<T>(code, a, a_shape, b, b_shape, out_shape))
+}
+
+/// [`Backend::adam_step`](gflow_core::backend::Backend::adam_step) on this device: one kernel
+/// for f32 and f64 buffers of one length (`false` for others).
+pub(crate) fn adam_step(
+    c: &CudaBackend,
+    p: &CudaStorage,
+    g: &CudaStorage,
+    moments: [&CudaStorage; 2],
+    h: &AdamStep,
+) -> Result<bool> {
+    let [m, v] = moments;
+    if [g, m, v]
+        .iter()
+        .any(|b| b.len != p.len || b.dtype() != p.dtype())
+    {
+        return Ok(false);
+    }
+    match p.dtype() {
+        DType::F32 => c.adam_t::<f32>(p, g, moments, h),
+        DType::F64 => c.adam_t::<f64>(p, g, moments, h),
+        _ => Ok(false),
+    }
 }
 
 /// [`Backend::compare`](gflow_core::backend::Backend::compare) on this device: a Bool word per
@@ -108,6 +131,46 @@ impl CudaBackend {
         })
     }
 
+    fn adam_t<T: Float>(
+        &self,
+        p: &CudaStorage,
+        g: &CudaStorage,
+        [m, v]: [&CudaStorage; 2],
+        h: &AdamStep,
+    ) -> Result<bool> {
+        let n = p.len;
+        let (pb, gb) = (self.float::<T>(p)?, self.float::<T>(g)?);
+        let (mb, vb) = (self.float::<T>(m)?, self.float::<T>(v)?);
+        let k = [
+            h.lr,
+            h.beta1,
+            h.beta2,
+            h.c1,
+            h.c2,
+            h.k1,
+            h.k2,
+            h.eps,
+            h.weight_decay,
+            h.shrink,
+        ]
+        .map(T::from_f64);
+        let decoupled = i32::from(h.decoupled);
+        if n > 0 {
+            // SAFETY: adam_* takes (p, g, m, v of n elements each, n, ten T constants, int):
+            // the caller checked the four lengths and dtypes.
+            unsafe {
+                self.launch(&format!("adam_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(pb).arg(gb).arg(mb).arg(vb).arg(&n);
+                    for x in &k {
+                        l.arg(x);
+                    }
+                    l.arg(&decoupled);
+                })
+            }?;
+        }
+        Ok(true)
+    }
+
     /// The broadcasting kernels' (nd, meta): `out_shape`, then each input's element strides
     /// along it (0 where it broadcasts), with the dims they all step over alike merged.
     pub(crate) fn broadcast_meta(
@@ -120,7 +183,10 @@ impl CudaBackend {
             .map(|s| broadcast_strides(s, out_shape))
             .collect();
         let (dims, steps) = merge_dims(out_shape, &strides);
-        let meta = Meta::new("broadcast", dims.iter().chain(steps.iter().flatten()).copied())?;
+        let meta = Meta::new(
+            "broadcast",
+            dims.iter().chain(steps.iter().flatten()).copied(),
+        )?;
         Ok((dims.len() as i32, meta))
     }
 

@@ -197,6 +197,32 @@ int main() {
     Meta meta{{2, 2, /*x strides*/ 3, 1}};
     launch(1, [&] { gather_dim_w8(x.data(), gi.data(), g.data(), 4, 2, 1, 3, meta); });
     CHECK(g[0] == 3 && g[1] == 1 && g[2] == 0 && g[3] == 5, "gather_dim %llu %llu %llu %llu", g[0], g[1], g[2], g[3]); }
+  // Adam and AdamW steps in place over 1000 elements with 2 blocks, against the update written
+  // out (hand-worked: the first step moves each weight by lr against its gradient's sign)
+  for (int decoupled = 0; decoupled <= 1; ++decoupled) {
+    int n = 1000; std::vector<double> p(n), g(n), m(n, 0.0), v(n, 0.0);
+    for (int i = 0; i < n; ++i) { p[i] = std::sin(i); g[i] = std::cos(3.0 * i); }
+    std::vector<double> p0 = p;
+    double lr = 0.01, b1 = 0.9, b2 = 0.999, wd = 0.1;
+    for (int step = 1; step <= 2; ++step) {
+      double k1 = 1 / (1 - std::pow(b1, step)), k2 = 1 / (1 - std::pow(b2, step));
+      std::vector<double> wp = p, wm = m, wv = v;
+      for (int i = 0; i < n; ++i) {
+        double gi = g[i];
+        if (decoupled) wp[i] *= 1 - lr * wd; else gi += wd * wp[i];
+        wm[i] = b1 * wm[i] + (1 - b1) * gi; wv[i] = b2 * wv[i] + (1 - b2) * gi * gi;
+        wp[i] -= lr * (wm[i] * k1) / (std::sqrt(wv[i] * k2) + 1e-8);
+      }
+      launch(2, [&] { adam_f64(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, 1 - b1, 1 - b2, k1, k2, 1e-8, wd, 1 - lr * wd, decoupled); });
+      for (int i = 0; i < n; ++i)
+        CHECK(close(p[i], wp[i], 1e-14) && close(m[i], wm[i], 1e-14) && close(v[i], wv[i], 1e-14), "adam %d step %d at %d: %f vs %f", decoupled, step, i, p[i], wp[i]);
+      if (step == 1 && !decoupled)
+        for (int i = 0; i < n; ++i) {
+          double gi = g[i] + wd * p0[i];
+          CHECK(std::fabs(gi) < 1e-6 || close(p[i], p0[i] - (gi > 0 ? lr : -lr), 1e-6), "adam's first step at %d", i);
+        }
+    }
+  }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

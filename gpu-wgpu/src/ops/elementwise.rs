@@ -1,7 +1,7 @@
 //! Elementwise kernels: unary functions, the affine map (scale, add_scalar), binary functions
 //! and comparisons with broadcasting.
 
-use gflow_core::backend::{AFFINE_CODE, BinaryOp, CmpOp, UnaryOp};
+use gflow_core::backend::{AFFINE_CODE, AdamStep, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
 use gflow_core::{DType, Result};
 
@@ -20,6 +20,45 @@ pub(crate) fn unary(w: &WgpuBackend, op: UnaryOp, x: &WgpuStorage) -> Result<Wgp
         &[&x.buf, &out.buf],
     )?;
     Ok(out)
+}
+
+/// [`Backend::adam_step`](gflow_core::backend::Backend::adam_step) on this device: one kernel
+/// for f32 buffers of one length (`false` for others), in pieces of a binding each.
+pub(crate) fn adam_step(
+    w: &WgpuBackend,
+    p: &WgpuStorage,
+    g: &WgpuStorage,
+    [m, v]: [&WgpuStorage; 2],
+    h: &AdamStep,
+) -> Result<bool> {
+    if [p, g, m, v]
+        .iter()
+        .any(|b| b.len != p.len || b.dtype != DType::F32)
+    {
+        return Ok(false);
+    }
+    let k = [
+        h.lr,
+        h.beta1,
+        h.beta2,
+        h.c1,
+        h.c2,
+        h.k1,
+        h.k2,
+        h.eps,
+        h.weight_decay,
+        h.shrink,
+    ]
+    .map(|x| (x as f32).to_bits());
+    let decoupled = u32::from(h.decoupled);
+    w.run_pieces(
+        "adam",
+        p.len,
+        4,
+        &|n| [&[n as u32, decoupled][..], &k].concat(),
+        &[&p.buf, &g.buf, &m.buf, &v.buf],
+    )?;
+    Ok(true)
 }
 
 /// [`Backend::binary`](gflow_core::backend::Backend::binary) on this device.
