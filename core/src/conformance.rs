@@ -445,10 +445,17 @@ pub fn scale<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
 
 /// Sum and max over single, several and all dims of a 3-D tensor.
 pub fn reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
-    let shape = [3usize, 4, 5];
+    // small; long runs over few outputs (cut into parts by GPU backends, as a bias's gradient)
+    for shape in [[3usize, 4, 5], [3, 1000, 5], [1, 2048, 24]] {
+        reductions_of(b, shape)?;
+    }
+    Ok(())
+}
+
+fn reductions_of<B: Backend + 'static>(b: &Resident<B>, shape: [usize; 3]) -> Result<()> {
     let st = strides(&shape);
     for dtype in computed(b) {
-        let x = rounded(dtype, &vals(60, 5, false));
+        let x = rounded(dtype, &vals(numel(&shape), 5, false));
         for dims in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2]] {
             for &op in ReduceKind::ALL {
                 let out_shape: Vec<usize> = (0..3)

@@ -10,6 +10,12 @@ use crate::launch::{MAX_BLOCKS, blocks, threads};
 use crate::memory::Float;
 use crate::{CudaBackend, CudaStorage};
 
+/// Threads a strided reduction keeps busy at least: outputs with long runs get more, shorter
+/// runs.
+const WIDE: usize = 1 << 15;
+/// The shortest run a thread is given when runs are cut for [`WIDE`].
+const MIN_RUN: usize = 32;
+
 /// Elements one block of a row reduction should take at least before a row is cut in parts.
 const PER_BLOCK: usize = 1 << 14;
 
@@ -64,6 +70,38 @@ impl CudaBackend {
         Ok(out)
     }
 
+    /// `x` viewed as (outer, count, inner), reduced over count: one thread per output.
+    fn reduce_strided<T: Float>(
+        &self,
+        code: i32,
+        x: &CudaSlice<T>,
+        outer: usize,
+        count: usize,
+        inner: usize,
+    ) -> Result<CudaSlice<T>> {
+        let n_out = outer * inner;
+        let out = self.alloc::<T>(n_out)?;
+        if n_out > 0 {
+            // SAFETY: reduce_strided_* takes (x of outer * count * inner, out of
+            // outer * inner, outer, count, inner, op).
+            unsafe {
+                self.launch(
+                    &format!("reduce_strided_{}", T::SUFFIX),
+                    threads(n_out),
+                    |l| {
+                        l.arg(x)
+                            .arg(&out)
+                            .arg(&outer)
+                            .arg(&count)
+                            .arg(&inner)
+                            .arg(&code);
+                    },
+                )
+            }?;
+        }
+        Ok(out)
+    }
+
     pub(crate) fn reduce_t<T: Float>(
         &self,
         code: i32,
@@ -88,25 +126,16 @@ impl CudaBackend {
             if inner == 1 {
                 return Ok(T::wrap(self.reduce_rows(code, xs, outer, count)?, n_out));
             }
-            let out = self.alloc::<T>(n_out)?;
-            if n_out > 0 {
-                // SAFETY: reduce_strided_* takes (x of outer * count * inner, out of
-                // outer * inner, outer, count, inner, op).
-                unsafe {
-                    self.launch(
-                        &format!("reduce_strided_{}", T::SUFFIX),
-                        threads(n_out),
-                        |l| {
-                            l.arg(xs)
-                                .arg(&out)
-                                .arg(&outer)
-                                .arg(&count)
-                                .arg(&inner)
-                                .arg(&code);
-                        },
-                    )
-                }?;
-            }
+            // Few outputs with long runs (a bias's gradient: 768 column sums of 2048 rows):
+            // the runs cut into `p` parts, each its own output, then the parts reduced.
+            let want = (WIDE / n_out.max(1)).min(count / MIN_RUN);
+            let out = match (2..=want).rev().find(|p| count % p == 0) {
+                Some(p) => {
+                    let partial = self.reduce_strided(code, xs, outer * p, count / p, inner)?;
+                    self.reduce_strided(code, &partial, outer, p, inner)?
+                }
+                None => self.reduce_strided(code, xs, outer, count, inner)?,
+            };
             return Ok(T::wrap(out, n_out));
         }
         // scattered dims: move them last, then reduce rows

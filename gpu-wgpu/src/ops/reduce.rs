@@ -7,6 +7,11 @@ use gflow_core::{DType, Result};
 
 use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage};
 
+/// Threads a reduction keeps busy at least: outputs with long runs get more, shorter runs.
+const WIDE: usize = 1 << 15;
+/// The shortest run a thread is given when runs are cut for [`WIDE`].
+const MIN_RUN: usize = 32;
+
 /// The bits of the value a reduction starts from (the sum's 0 is the shader's own).
 fn reduce_start(op: ReduceKind) -> u32 {
     match op {
@@ -44,9 +49,13 @@ pub(crate) fn reduce(
         let moved = w.permute(x, shape, &perm)?;
         return w.reduce_matrix(op, &moved, n_out, count);
     }
-    // Each output's elements in runs of at most LOOP_MAX; several runs leave partials,
-    // reduced again below.
-    let parts = count.div_ceil(LOOP_MAX).max(1);
+    // Each output's elements in runs of at most LOOP_MAX, and in more runs where there are too
+    // few outputs to keep the device busy (a bias's gradient: 768 column sums of 2048 rows);
+    // several runs leave partials, reduced again below.
+    let parts = count
+        .div_ceil(LOOP_MAX)
+        .max((WIDE / n_out.max(1)).min(count / MIN_RUN))
+        .max(1);
     let part_len = count.div_ceil(parts);
     let out = w.new_storage(n_out * parts, DType::F32)?;
     let code = op.code();
