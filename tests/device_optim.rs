@@ -1,6 +1,7 @@
 //! Optimizer steps on a GPU placement run with the device's kernels: parameters and their state
 //! stay in device memory (no host copy after a step), and SGD (momentum, weight decay), Adam
-//! and AdamW reach the parameters the CPU reaches. Skips loudly without a wgpu adapter, unless
+//! and AdamW reach the parameters the CPU reaches, with the gradients clipped on the device to
+//! the CPU's norm. Skips loudly without a wgpu adapter, unless
 //! `GFLOW_REQUIRE_BACKEND` names wgpu.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -9,13 +10,14 @@ mod common;
 use gflow::optim::{Adam, AdamW, Sgd};
 use gflow::prelude::*;
 
-/// Three steps of each optimizer on `device`; the parameters after each optimizer's steps.
+/// Three steps of each optimizer on `device`; the parameters after each optimizer's steps, then
+/// the gradient norms `clip_grad_norm` returned.
 fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
     let out = gflow::simulate(1, move |_| {
         let p = Placement::new(device, [0])?;
         gflow::manual_seed(5);
         let x = Tensor::randn(&[6, 4], (&p, Sbp::broadcast()))?;
-        let mut finals = vec![];
+        let (mut finals, mut norms) = (vec![], vec![]);
         for which in 0..3 {
             let w = Tensor::randn(&[4, 3], (&p, Sbp::broadcast()))?.set_requires_grad(true);
             let mut opt: Box<dyn Optimizer> = match which {
@@ -31,6 +33,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                 opt.zero_grad();
                 let y = x.matmul(&w)?;
                 (&y * &y)?.sum([0, 1], false)?.backward()?;
+                norms.push(gflow::nn::utils::clip_grad_norm(&[w.clone()], 0.5)? as f32);
                 opt.step()?;
                 if device != "cpu" {
                     assert_eq!(
@@ -46,6 +49,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
             }
             finals.push(w.to_vec::<f32>()?);
         }
+        finals.push(norms);
         Ok(finals)
     })?;
     Ok(out.into_iter().next().unwrap_or_default())

@@ -529,8 +529,10 @@ macro_rules! kernel_table {
             /// `x + s` elementwise.
             fn add_scalar(&self, x: compute, s: val<f64>);
             /// Rows of `table` (shape `(rows, row_len)`) picked by the integer `indices`: the
-            /// output holds `indices.len()` rows. An index outside `0..rows` is an
-            /// `InvalidArgument` error.
+            /// output holds `indices.len()` rows. Core refuses an index outside `0..rows`
+            /// before any kernel runs (`IndexOutOfRange`, from the host copy it reads); given
+            /// one anyway, the CPU's kernel errs and a GPU's reads nothing for it (no download
+            /// to check, which would wait for the device).
             fn gather_rows(
                 &self,
                 table: hold,
@@ -539,7 +541,7 @@ macro_rules! kernel_table {
                 indices: hold
             );
             /// The transpose of `gather_rows`: a `(rows, row_len)` table of zeros to which row `i`
-            /// of `src` is added at row `indices[i]`.
+            /// of `src` is added at row `indices[i]` (indices as `gather_rows`'s).
             fn scatter_add_rows(
                 &self,
                 src: compute,

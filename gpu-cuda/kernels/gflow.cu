@@ -218,10 +218,15 @@ __device__ void softmax_strided_k(const T *x, T *out, u64 outer, u64 len, u64 in
     }
 }
 
-// out (rows, len) += src rows at the rows `idx` names (checked in range by the host).
+// out (rows, len) += src rows at the rows `idx` names (core checks the indices; one outside
+// 0..rows adds nothing).
 template <typename T>
-__device__ void scatter_add_rows_k(const T *src, const i64 *idx, T *out, u64 n_idx, u64 len) {
-    FOR_EACH(i, n_idx * len) atomicAdd(&out[(u64)idx[i / len] * len + i % len], src[i]);
+__device__ void scatter_add_rows_k(const T *src, const i64 *idx, T *out, u64 n_idx, u64 len,
+                                   u64 rows) {
+    FOR_EACH(i, n_idx * len) {
+        i64 r = idx[i / len];
+        if (r >= 0 && (u64)r < rows) atomicAdd(&out[(u64)r * len + i % len], src[i]);
+    }
 }
 
 // The elements addressed by (shape, strides) from `base` (meta: shape, strides; nd each),
@@ -239,10 +244,14 @@ __device__ void strided_k(const W *x, W *out, u64 n, int nd, const i64 *meta, u6
     }
 }
 
-// out[r, :] = table[idx[r], :] (indices checked in range by the host).
+// out[r, :] = table[idx[r], :] (core checks the indices; one outside 0..rows gives a zero row).
 template <typename W>
-__device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx, u64 len) {
-    FOR_EACH(i, n_idx * len) out[i] = table[(u64)idx[i / len] * len + i % len];
+__device__ void gather_rows_k(const W *table, const i64 *idx, W *out, u64 n_idx, u64 len,
+                              u64 rows) {
+    FOR_EACH(i, n_idx * len) {
+        i64 r = idx[i / len];
+        out[i] = r >= 0 && (u64)r < rows ? table[(u64)r * len + i % len] : W(0);
+    }
 }
 
 // The offsets in each of k inputs of output element i under broadcasting (meta: the output
@@ -396,8 +405,8 @@ __device__ void adam_k(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2, T 
         softmax_strided_k<T>(x, out, outer, len, inner, log_);                                   \
     }                                                                                            \
     extern "C" __global__ void scatter_add_rows_##S(const T *src, const i64 *idx, T *out,        \
-                                                    u64 n_idx, u64 len) {                        \
-        scatter_add_rows_k<T>(src, idx, out, n_idx, len);                                        \
+                                                    u64 n_idx, u64 len, u64 rows) {              \
+        scatter_add_rows_k<T>(src, idx, out, n_idx, len, rows);                                  \
     }                                                                                            \
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
@@ -419,8 +428,8 @@ __device__ void adam_k(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2, T 
         strided_k<W>(x, out, n, nd, meta.v, base, put);                                          \
     }                                                                                            \
     extern "C" __global__ void gather_rows_##S(const W *table, const i64 *idx, W *out,          \
-                                               u64 n_idx, u64 len) {                             \
-        gather_rows_k<W>(table, idx, out, n_idx, len);                                           \
+                                               u64 n_idx, u64 len, u64 rows) {                   \
+        gather_rows_k<W>(table, idx, out, n_idx, len, rows);                                     \
     }                                                                                            \
     extern "C" __global__ void triangle_##S(const W *x, W *out, u64 n, u64 rows, u64 cols,      \
                                             i64 k, int upper, u64 orow, u64 ocol) {             \

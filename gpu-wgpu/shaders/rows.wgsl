@@ -4,7 +4,8 @@
 // in pieces. params: mode, count, row_words,
 // block_rows, first_row (global: the table may hold rows from a start on), first_idx, src
 // base, out base, accumulate. Indices are i64, read as
-// their low word (checked on the host beforehand).
+// their low word (core refuses ones outside the table; given one, no word is read or written
+// for it).
 // mode 0: out[r, c] = table[idx[r], c] for the block's indices that fall in its rows, one
 //   thread per output word of the index block;
 // mode 1: out[row, c] (+)= sum of src[i, c] over the block's indices with idx[i] == row, one

@@ -39,6 +39,9 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
     // layout has split axes sums its ranks' parts with one all-reduce (not one per gradient),
     // and a fully broadcast one needs none. Partial gradients are reduced first.
     let mut groups: Vec<(Option<Dist>, Vec<f64>)> = vec![];
+    // Sums computed on a device, read back together once all are queued (a read per gradient
+    // would wait for the device each time): (group, index in it, the sum as a device scalar).
+    let mut queued: Vec<(usize, usize, Tensor)> = vec![];
     for g in &grads {
         let g = match g.dist() {
             Some(d) if d.nd_sbp.has_partial() => {
@@ -50,9 +53,30 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
         let key = g
             .dist()
             .map(|d| Dist::new(d.placement.clone(), summands(&d.nd_sbp)));
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, sums)) => sums.push(sum),
-            None => groups.push((key, vec![sum])),
+        let group = match groups.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                groups.push((key, vec![]));
+                groups.len() - 1
+            }
+        };
+        let sums = &mut groups[group].1;
+        match sum {
+            Squares::Known(v) => sums.push(v),
+            Squares::OnDevice(t) => {
+                queued.push((group, sums.len(), t));
+                sums.push(0.0);
+            }
+        }
+    }
+    if !queued.is_empty() {
+        let scalars: Vec<Tensor> = queued
+            .iter()
+            .map(|(_, _, t)| t.to_dtype(crate::DType::F64))
+            .collect::<Result<_>>()?;
+        let values = crate::no_grad(|| Tensor::cat(&scalars, 0))?.to_vec::<f64>()?;
+        for ((group, at, _), v) in queued.iter().zip(values) {
+            groups[*group].1[*at] = v;
         }
     }
     // Each group's total, on every rank of its placement; ranks outside a placement learn its
@@ -132,16 +156,27 @@ fn summands(sbp: &NdSbp) -> NdSbp {
     )
 }
 
+/// A gradient's local squared sum: known, or a one-element tensor on the device that
+/// computed it (read later, with the others).
+enum Squares {
+    Known(f64),
+    OnDevice(Tensor),
+}
+
 /// The sum of the squares of this rank's part of `g` (a local tensor, or a global one without
-/// partial axes), accumulated in f64: read in place where it lives on the host, through
-/// operators on a device; 0 on a rank outside its placement.
-fn local_squared_sum(g: &Tensor) -> Result<f64> {
+/// partial axes): read in place in f64 where it lives on the host; on a device, by operators
+/// in f64 where the device computes it, else in f32 (as PyTorch's norm of an f32 gradient);
+/// 0 on a rank outside its placement.
+fn local_squared_sum(g: &Tensor) -> Result<Squares> {
     let local = match g.to_local() {
         Ok(t) => t,
-        Err(Error::NotInPlacement { .. }) => return Ok(0.0),
+        Err(Error::NotInPlacement { .. }) => return Ok(Squares::Known(0.0)),
         Err(e) => return Err(e),
     };
     let on_host = local.read().and_then(|data| {
+        if data.resident_on().is_some() {
+            return None;
+        }
         let sq = |x: f64| x * x;
         Some(match data.host().ok()? {
             HostData::F32(v) => crate::cpu::squared_sum(v),
@@ -152,15 +187,21 @@ fn local_squared_sum(g: &Tensor) -> Result<f64> {
         })
     });
     if let Some(sum) = on_host {
-        return Ok(sum);
+        return Ok(Squares::Known(sum));
     }
+    let wide = if local.device().kernels()?.computes(crate::DType::F64) {
+        crate::DType::F64
+    } else {
+        crate::DType::F32
+    };
     let sq = crate::no_grad(|| {
         local
-            .to_dtype(crate::DType::F64)?
+            .to_dtype(wide)?
             .square()?
-            .sum(Vec::new(), false)
+            .sum(Vec::new(), false)?
+            .reshape(&[1])
     })?;
-    Ok(sq.to_vec::<f64>()?.first().copied().unwrap_or(0.0))
+    Ok(Squares::OnDevice(sq))
 }
 
 #[cfg(test)]

@@ -1,10 +1,9 @@
 //! Row gathers (embedding lookups, whole or from a piece of a table split over its rows) and
 //! scatter-adds; `torch.gather` along a dim.
 
-use cudarc::driver::CudaSlice;
 use cudarc::driver::PushKernelArg;
+use gflow_core::Result;
 use gflow_core::shape::strides;
-use gflow_core::{Error, Result};
 
 use crate::launch::{Meta, threads};
 use crate::memory::Float;
@@ -19,19 +18,19 @@ pub(crate) fn gather_rows(
     indices: &CudaStorage,
 ) -> Result<CudaStorage> {
     let mut keep = None;
-    let ix = c.check_indices(indices, &mut keep, rows, "gather_rows")?;
+    let ix = c.indices(indices, &mut keep)?;
     let n_idx = indices.len;
     let out = c.alloc_like(table.dtype(), n_idx * row_len)?;
     if n_idx * row_len > 0 {
         let name = format!("gather_rows_{}", table.words());
-        // SAFETY: gather_rows_w* takes (table of rows * len, idx (checked in range), out of
-        // n_idx * len, n_idx, len), in words of the dtype's size.
+        // SAFETY: gather_rows_w* takes (table of rows * len, idx, out of n_idx * len, n_idx,
+        // len, rows), in words of the dtype's size; an index outside 0..rows reads nothing.
         unsafe {
             c.launch(&name, threads(n_idx * row_len), |l| {
                 arg_buf!(l, &table.buf);
                 l.arg(ix);
                 arg_buf!(l, &out.buf);
-                l.arg(&n_idx).arg(&row_len);
+                l.arg(&n_idx).arg(&row_len).arg(&rows);
             })
         }?;
     }
@@ -116,32 +115,6 @@ pub(crate) fn scatter_add_rows(
 }
 
 impl CudaBackend {
-    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires;
-    /// the I64 indices on the device (I32 ones cast into `keep`).
-    pub(crate) fn check_indices<'a>(
-        &self,
-        indices: &'a CudaStorage,
-        keep: &'a mut Option<CudaStorage>,
-        rows: usize,
-        op: &'static str,
-    ) -> Result<&'a CudaSlice<i64>> {
-        let ix = self.indices(indices, keep)?;
-        let host = if indices.len == 0 {
-            vec![]
-        } else {
-            self.stream
-                .clone_dtoh(&ix.slice(..indices.len))
-                .map_err(device_error)?
-        };
-        if let Some(i) = host.iter().find(|&&i| i < 0 || i as usize >= rows) {
-            return Err(Error::InvalidArgument {
-                op,
-                reason: format!("index {i} is outside 0..{rows}"),
-            });
-        }
-        Ok(ix)
-    }
-
     pub(crate) fn scatter_add_t<T: Float>(
         &self,
         src: &CudaStorage,
@@ -150,7 +123,7 @@ impl CudaBackend {
         indices: &CudaStorage,
     ) -> Result<CudaStorage> {
         let mut keep = None;
-        let ix = self.check_indices(indices, &mut keep, rows, "scatter_add_rows")?;
+        let ix = self.indices(indices, &mut keep)?;
         let out = self
             .stream
             .alloc_zeros::<T>((rows * row_len).max(1))
@@ -158,14 +131,19 @@ impl CudaBackend {
         let n_idx = indices.len;
         if n_idx * row_len > 0 {
             let xs = self.float::<T>(src)?;
-            // SAFETY: scatter_add_rows_* takes (src of n_idx * len, idx (checked in range), out
-            // of rows * len, n_idx, len).
+            // SAFETY: scatter_add_rows_* takes (src of n_idx * len, idx, out of rows * len,
+            // n_idx, len, rows); an index outside 0..rows writes nothing.
             unsafe {
                 self.launch(
                     &format!("scatter_add_rows_{}", T::SUFFIX),
                     threads(n_idx * row_len),
                     |l| {
-                        l.arg(xs).arg(ix).arg(&out).arg(&n_idx).arg(&row_len);
+                        l.arg(xs)
+                            .arg(ix)
+                            .arg(&out)
+                            .arg(&n_idx)
+                            .arg(&row_len)
+                            .arg(&rows);
                     },
                 )
             }?;

@@ -92,14 +92,20 @@ int main() {
     std::vector<unsigned long long> y{7, 8}, z(6, 0); Meta m2{{2, 1, 3, 1}};
     launch(1, [&] { strided_w8(y.data(), z.data(), 2, 2, m2, 2, 1); });
     CHECK(z[2] == 7 && z[5] == 8 && z[0] == 0, "put"); }
-  // gather / scatter-add rows with repeated indices
+  // gather / scatter-add rows with repeated indices; indices outside 0..rows (core refuses them
+  // first) read and write nothing: a zero row, no add
   { std::vector<long long> idx{4, 0, 2, 4, 1, 4}; std::vector<double> src(18), out(15, 0);
     for (int i = 0; i < 18; ++i) src[i] = i + 1;
-    launch(1, [&] { scatter_add_rows_f64(src.data(), idx.data(), out.data(), 6, 3); });
+    launch(1, [&] { scatter_add_rows_f64(src.data(), idx.data(), out.data(), 6, 3, 5); });
     for (int c = 0; c < 3; ++c) CHECK(out[4 * 3 + c] == src[c] + src[9 + c] + src[15 + c], "scatter");
-    std::vector<unsigned> t(15), g(18); for (int i = 0; i < 15; ++i) t[i] = 10 * i;
-    launch(1, [&] { gather_rows_w4(t.data(), idx.data(), g.data(), 6, 3); });
-    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) CHECK(g[r * 3 + c] == t[idx[r] * 3 + c], "gather"); }
+    std::vector<unsigned> t(15), g(18); for (int i = 0; i < 15; ++i) t[i] = 10 * i + 1;
+    launch(1, [&] { gather_rows_w4(t.data(), idx.data(), g.data(), 6, 3, 5); });
+    for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) CHECK(g[r * 3 + c] == t[idx[r] * 3 + c], "gather");
+    std::vector<long long> bad{-1, 5, 1}; std::vector<double> o2(15, 0);
+    launch(1, [&] { scatter_add_rows_f64(src.data(), bad.data(), o2.data(), 3, 3, 5); });
+    for (int i = 0; i < 15; ++i) CHECK(o2[i] == (i >= 3 && i < 6 ? src[6 + i - 3] : 0), "scatter outside %d", i);
+    launch(1, [&] { gather_rows_w4(t.data(), bad.data(), g.data(), 3, 3, 5); });
+    for (int c = 0; c < 3; ++c) CHECK(g[c] == 0 && g[3 + c] == 0 && g[6 + c] == t[3 + c], "gather outside %d", c); }
   // binary flat f32
   { std::vector<float> a{1, 2, 3}, b{4, 5, 6}, o(3); launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 3, 3); });
     CHECK(o[0] == 0.25f && o[2] == 0.5f, "div"); }
@@ -166,7 +172,7 @@ int main() {
     launch(1, [&] { strided_w2(x.data(), o.data(), 24, 3, meta, 0, 0); });
     for (int c = 0; c < 4; ++c) for (int a = 0; a < 2; ++a) for (int b = 0; b < 3; ++b) CHECK(o[(c * 2 + a) * 3 + b] == x[a * 12 + b * 4 + c], "permute w2");
     std::vector<long long> idx{4, 0, 2, 4, 1, 7}; std::vector<unsigned short> g(18), p(18);
-    launch(1, [&] { gather_rows_w2(x.data(), idx.data(), g.data(), 5, 3); });
+    launch(1, [&] { gather_rows_w2(x.data(), idx.data(), g.data(), 5, 3, 8); });
     for (int r = 0; r < 5; ++r) for (int c = 0; c < 3; ++c) CHECK(g[r * 3 + c] == x[idx[r] * 3 + c], "gather w2");
     launch(2, [&] { gather_rows_partial_w2(x.data() + 6, idx.data(), p.data(), 6, 3, 4, 2); });
     for (int r = 0; r < 6; ++r) for (int c = 0; c < 3; ++c) {

@@ -19,7 +19,7 @@ pub(crate) fn gather_rows(
     }
     let mut keep = None;
     let indices = w.i64_indices(indices, &mut keep)?;
-    w.check_indices(indices, rows, "gather_rows")?;
+    w.need_i64(indices)?;
     let out = w.new_storage(indices.len * row_len, table.dtype)?;
     let rw = row_len * elem_bytes(table.dtype) / 4;
     w.rows_blocks(false, table, (0, rows), rw, indices, &out)?;
@@ -136,7 +136,7 @@ pub(crate) fn scatter_add_rows(
     w.need_f32(src, "scatter_add_rows")?;
     let mut keep = None;
     let indices = w.i64_indices(indices, &mut keep)?;
-    w.check_indices(indices, rows, "scatter_add_rows")?;
+    w.need_i64(indices)?;
     let out = w.new_storage(rows * row_len, src.dtype)?;
     w.rows_blocks(true, src, (0, rows), row_len, indices, &out)?;
     Ok(out)
@@ -234,26 +234,5 @@ impl WgpuBackend {
             enc.clear_buffer(&s.buf, 0, None);
             self.queue.submit([enc.finish()]);
         })
-    }
-
-    /// Host-side check of gather/scatter indices (`0..rows`), as core's contract requires.
-    pub(crate) fn check_indices(
-        &self,
-        indices: &WgpuStorage,
-        rows: usize,
-        op: &'static str,
-    ) -> Result<()> {
-        self.need_i64(indices)?;
-        let bytes = self.read_bytes(&indices.buf, indices.len * 8)?;
-        for c in bytes.chunks_exact(8) {
-            let i = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            if i < 0 || i as usize >= rows {
-                return Err(Error::InvalidArgument {
-                    op,
-                    reason: format!("index {i} is outside 0..{rows}"),
-                });
-            }
-        }
-        Ok(())
     }
 }
