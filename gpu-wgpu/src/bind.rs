@@ -36,7 +36,10 @@ pub(crate) const GROUP: u32 = 256;
 const MAX_GROUPS: u32 = 65535;
 
 impl WgpuBackend {
-    pub(crate) fn pipeline(&self, name: &'static str) -> Result<wgpu::ComputePipeline> {
+    pub(crate) fn pipeline(
+        &self,
+        name: &'static str,
+    ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
         let mut cache = self
             .pipelines
             .lock()
@@ -73,8 +76,9 @@ impl WgpuBackend {
                     cache: None,
                 })
         })?;
-        cache.insert(name, p.clone());
-        Ok(p)
+        let entry = (p.clone(), p.get_bind_group_layout(0));
+        cache.insert(name, entry.clone());
+        Ok(entry)
     }
 
     /// Dispatches kernel `name` over `threads` threads with `params` and the buffers bound
@@ -147,7 +151,7 @@ impl WgpuBackend {
         if threads == 0 {
             return Ok(());
         }
-        let pipeline = self.pipeline(name)?;
+        let (pipeline, layout) = self.pipeline(name)?;
         let groups = (threads as u64).div_ceil(u64::from(GROUP));
         let (gx, gy) = if groups <= u64::from(MAX_GROUPS) {
             (groups as u32, 1)
@@ -160,7 +164,7 @@ impl WgpuBackend {
             }
             (MAX_GROUPS, gy as u32)
         };
-        self.scoped(|| {
+        let work = self.scoped(|| {
             let params = self
                 .device
                 .create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -180,7 +184,7 @@ impl WgpuBackend {
             }
             let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(name),
-                layout: &pipeline.get_bind_group_layout(0),
+                layout: &layout,
                 entries: &entries,
             });
             let mut enc = self
@@ -195,8 +199,9 @@ impl WgpuBackend {
                 pass.set_bind_group(0, &bind, &[]);
                 pass.dispatch_workgroups(gx, gy, 1);
             }
-            self.queue.submit([enc.finish()]);
-        })
+            enc.finish()
+        })?;
+        self.submit(work)
     }
 
     /// `len` elements of `elem` bytes of `buf` from element `start`, bound at the aligned

@@ -62,6 +62,9 @@ pub fn device_infos() -> Vec<DeviceInfo> {
         .collect()
 }
 
+/// Kernels recorded before they are submitted together.
+const BATCH: usize = 64;
+
 impl WgpuBackend {
     /// The first adapter of [`adapters`] (`GFLOW_WGPU_FALLBACK=1` asks for a software one).
     ///
@@ -109,6 +112,7 @@ impl WgpuBackend {
             queue,
             adapter: format!("{} ({:?})", info.name, info.backend),
             pipelines: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Vec::new()),
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             align: u64::from(limits.min_storage_buffer_offset_alignment),
@@ -165,6 +169,34 @@ impl WgpuBackend {
     }
 
     /// Runs `f` inside validation and out-of-memory error scopes; an error becomes `Err`.
+    /// Queues recorded work; it is submitted with the rest of a batch of [`BATCH`], or at the
+    /// next [`WgpuBackend::flush`].
+    pub(crate) fn submit(&self, work: wgpu::CommandBuffer) -> Result<()> {
+        let full = {
+            let mut pending = self.pending()?;
+            pending.push(work);
+            pending.len() >= BATCH
+        };
+        if full { self.flush() } else { Ok(()) }
+    }
+
+    /// Submits the queued work (before a read, a queue write or a wait).
+    pub(crate) fn flush(&self) -> Result<()> {
+        let work: Vec<wgpu::CommandBuffer> = self.pending()?.drain(..).collect();
+        if work.is_empty() {
+            return Ok(());
+        }
+        self.scoped(|| {
+            self.queue.submit(work);
+        })
+    }
+
+    fn pending(&self) -> Result<std::sync::MutexGuard<'_, Vec<wgpu::CommandBuffer>>> {
+        self.pending
+            .lock()
+            .map_err(|_| Error::Internal("wgpu submission queue poisoned".into()))
+    }
+
     pub(crate) fn scoped<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -183,6 +215,7 @@ impl WgpuBackend {
             return Ok(vec![]);
         }
         let size = (bytes as u64).div_ceil(4) * 4;
+        let mut staging_copy = None;
         let staging = self.scoped(|| {
             let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("download"),
@@ -194,9 +227,13 @@ impl WgpuBackend {
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
             enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
-            self.queue.submit([enc.finish()]);
+            staging_copy = Some(enc.finish());
             staging
         })?;
+        if let Some(copy) = staging_copy {
+            self.submit(copy)?;
+        }
+        self.flush()?;
         let (tx, rx) = std::sync::mpsc::channel();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);

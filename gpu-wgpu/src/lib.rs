@@ -70,7 +70,11 @@ pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     adapter: String,
-    pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
+    /// Compiled kernels and their bind group layouts, by name.
+    pipelines: Mutex<HashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
+    /// Recorded kernels not yet submitted: submitted together (a submission per kernel cost
+    /// more than most kernels), before any read, queue write or wait.
+    pending: Mutex<Vec<wgpu::CommandBuffer>>,
     max_binding: u64,
     max_buffer: u64,
     /// Alignment of a binding's offset into a buffer.
@@ -116,6 +120,7 @@ impl Backend for WgpuBackend {
     }
 
     fn sync(&self) -> Result<()> {
+        self.flush()?;
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map(drop)
@@ -153,6 +158,8 @@ impl Backend for WgpuBackend {
         };
         let s = self.new_storage(data.len(), data.dtype())?;
         if !bytes.is_empty() {
+            // a queue write lands before the next submission's kernels: earlier ones first
+            self.flush()?;
             self.scoped(|| self.queue.write_buffer(&s.buf, 0, bytes))?;
         }
         Ok(s)

@@ -86,13 +86,14 @@ impl WgpuBackend {
         let out = self.new_storage(x.len, x.dtype)?;
         let bytes = storage_bytes(x.len, x.dtype) as u64;
         if bytes > 0 {
-            self.scoped(|| {
+            let copy = self.scoped(|| {
                 let mut enc = self
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
                 enc.copy_buffer_to_buffer(&x.buf, 0, &out.buf, 0, bytes.div_ceil(4) * 4);
-                self.queue.submit([enc.finish()]);
+                enc.finish()
             })?;
+            self.submit(copy)?;
         }
         Ok(out)
     }

@@ -70,11 +70,23 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
         }
     }
     if !queued.is_empty() {
-        let scalars: Vec<Tensor> = queued
+        // one dtype for the concatenation (f32 unless every sum is f64)
+        let dtype = if queued
             .iter()
-            .map(|(_, _, t)| t.to_dtype(crate::DType::F64))
-            .collect::<Result<_>>()?;
-        let values = crate::no_grad(|| Tensor::cat(&scalars, 0))?.to_vec::<f64>()?;
+            .all(|(_, _, t)| t.dtype() == crate::DType::F64)
+        {
+            crate::DType::F64
+        } else {
+            crate::DType::F32
+        };
+        let values = crate::no_grad(|| {
+            let scalars: Vec<Tensor> = queued
+                .iter()
+                .map(|(_, _, t)| t.to_dtype(dtype))
+                .collect::<Result<_>>()?;
+            Tensor::cat(&scalars, 0)?.to_dtype(crate::DType::F64)
+        })?
+        .to_vec::<f64>()?;
         for ((group, at, _), v) in queued.iter().zip(values) {
             groups[*group].1[*at] = v;
         }
@@ -165,7 +177,8 @@ enum Squares {
 
 /// The sum of the squares of this rank's part of `g` (a local tensor, or a global one without
 /// partial axes): read in place in f64 where it lives on the host; on a device, by operators
-/// in f64 where the device computes it, else in f32 (as PyTorch's norm of an f32 gradient);
+/// in f32 (as PyTorch's norm of an f32 gradient; f64 for an f64 gradient where the device
+/// computes f64), with no cast of an f32 gradient;
 /// 0 on a rank outside its placement.
 fn local_squared_sum(g: &Tensor) -> Result<Squares> {
     let local = match g.to_local() {
@@ -189,7 +202,8 @@ fn local_squared_sum(g: &Tensor) -> Result<Squares> {
     if let Some(sum) = on_host {
         return Ok(Squares::Known(sum));
     }
-    let wide = if local.device().kernels()?.computes(crate::DType::F64) {
+    let f64_here = local.device().kernels()?.computes(crate::DType::F64);
+    let wide = if local.dtype() == crate::DType::F64 && f64_here {
         crate::DType::F64
     } else {
         crate::DType::F32

@@ -10,7 +10,7 @@ use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage};
 /// Threads a reduction keeps busy at least: outputs with long runs get more, shorter runs.
 const WIDE: usize = 1 << 15;
 /// The shortest run a thread is given when runs are cut for [`WIDE`].
-const MIN_RUN: usize = 32;
+const MIN_RUN: usize = 128;
 
 /// The bits of the value a reduction starts from (the sum's 0 is the shader's own).
 fn reduce_start(op: ReduceKind) -> u32 {

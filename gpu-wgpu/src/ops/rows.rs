@@ -227,12 +227,13 @@ impl WgpuBackend {
 
     /// Sets every byte of `s` to zero.
     pub(crate) fn zero(&self, s: &WgpuStorage) -> Result<()> {
-        self.scoped(|| {
+        let clear = self.scoped(|| {
             let mut enc = self
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
             enc.clear_buffer(&s.buf, 0, None);
-            self.queue.submit([enc.finish()]);
-        })
+            enc.finish()
+        })?;
+        self.submit(clear)
     }
 }
