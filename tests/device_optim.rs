@@ -33,7 +33,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                 opt.zero_grad();
                 let y = x.matmul(&w)?;
                 (&y * &y)?.sum([0, 1], false)?.backward()?;
-                norms.push(gflow::nn::utils::clip_grad_norm(&[w.clone()], 0.5)? as f32);
+                norms.push(gflow::nn::utils::clip_grad_norm(std::slice::from_ref(&w), 0.5)? as f32);
                 opt.step()?;
                 if device != "cpu" {
                     assert_eq!(

@@ -68,8 +68,7 @@ impl Meta {
     /// `values` in order, or `Device` when there are more than [`META_LEN`].
     pub(crate) fn new(op: &str, values: impl IntoIterator<Item = usize>) -> Result<Meta> {
         let mut m = [0i64; META_LEN];
-        let mut n = 0;
-        for v in values {
+        for (n, v) in values.into_iter().enumerate() {
             if n == META_LEN {
                 return Err(device_error(format!(
                     "{op}: a CUDA launch takes at most {META_LEN} shape and stride values \
@@ -77,7 +76,6 @@ impl Meta {
                 )));
             }
             m[n] = v as i64;
-            n += 1;
         }
         Ok(Meta(m))
     }

@@ -102,7 +102,7 @@ impl<B: Backend + 'static> Resident<B> {
         h: &super::AdamStep,
     ) -> Result<bool> {
         let dtype = p.dtype();
-        let same = [&*g, &*m, &*v]
+        let same = [g, &*m, &*v]
             .iter()
             .all(|b| b.dtype() == dtype && b.len() == p.len());
         if !same || !self.computes_all(&[p]) {

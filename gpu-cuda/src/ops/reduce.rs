@@ -129,7 +129,7 @@ impl CudaBackend {
             // Few outputs with long runs (a bias's gradient: 768 column sums of 2048 rows):
             // the runs cut into `p` parts, each its own output, then the parts reduced.
             let want = (WIDE / n_out.max(1)).min(count / MIN_RUN);
-            let out = match (2..=want).rev().find(|p| count % p == 0) {
+            let out = match (2..=want).rev().find(|p| count.is_multiple_of(*p)) {
                 Some(p) => {
                     let partial = self.reduce_strided(code, xs, outer * p, count / p, inner)?;
                     self.reduce_strided(code, &partial, outer, p, inner)?
