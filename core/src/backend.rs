@@ -57,6 +57,25 @@ pub struct AdamStep {
     pub decoupled: bool,
 }
 
+impl AdamStep {
+    /// The ten constants in the order the GPU kernels take them: `lr`, `beta1`, `beta2`,
+    /// `c1`, `c2`, `k1`, `k2`, `eps`, `weight_decay`, `shrink`.
+    pub fn constants(&self) -> [f64; 10] {
+        [
+            self.lr,
+            self.beta1,
+            self.beta2,
+            self.c1,
+            self.c2,
+            self.k1,
+            self.k2,
+            self.eps,
+            self.weight_decay,
+            self.shrink,
+        ]
+    }
+}
+
 /// Shapes of a (batched) matrix product: `batch` products of (m, k) x (k, n); `b` is shared by
 /// all batches when `b_batched` is false. A transposed operand is stored as its transpose
 /// ((k, m) for `a`, (n, k) for `b`) and read with swapped strides, so no copy is made.

@@ -141,19 +141,7 @@ impl CudaBackend {
         let n = p.len;
         let (pb, gb) = (self.float::<T>(p)?, self.float::<T>(g)?);
         let (mb, vb) = (self.float::<T>(m)?, self.float::<T>(v)?);
-        let k = [
-            h.lr,
-            h.beta1,
-            h.beta2,
-            h.c1,
-            h.c2,
-            h.k1,
-            h.k2,
-            h.eps,
-            h.weight_decay,
-            h.shrink,
-        ]
-        .map(T::from_f64);
+        let k = h.constants().map(T::from_f64);
         let decoupled = i32::from(h.decoupled);
         if n > 0 {
             // SAFETY: adam_* takes (p, g, m, v of n elements each, n, ten T constants, int):

@@ -37,19 +37,7 @@ pub(crate) fn adam_step(
     {
         return Ok(false);
     }
-    let k = [
-        h.lr,
-        h.beta1,
-        h.beta2,
-        h.c1,
-        h.c2,
-        h.k1,
-        h.k2,
-        h.eps,
-        h.weight_decay,
-        h.shrink,
-    ]
-    .map(|x| (x as f32).to_bits());
+    let k = h.constants().map(|x| (x as f32).to_bits());
     let decoupled = u32::from(h.decoupled);
     w.run_pieces(
         "adam",
