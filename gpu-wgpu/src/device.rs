@@ -180,12 +180,15 @@ impl WgpuBackend {
         if full { self.flush() } else { Ok(()) }
     }
 
-    /// Submits the queued work (before a read, a queue write or a wait).
+    /// Submits the queued work (before a read, a queue write or a wait). The queue stays locked
+    /// until the submission is made: ranks on threads share the device, and another thread's
+    /// later work must not be submitted before the work taken here.
     pub(crate) fn flush(&self) -> Result<()> {
-        let work: Vec<wgpu::CommandBuffer> = self.pending()?.drain(..).collect();
-        if work.is_empty() {
+        let mut pending = self.pending()?;
+        if pending.is_empty() {
             return Ok(());
         }
+        let work: Vec<wgpu::CommandBuffer> = pending.drain(..).collect();
         self.scoped(|| {
             self.queue.submit(work);
         })

@@ -14,7 +14,7 @@ use crate::{CudaBackend, CudaStorage};
 /// runs.
 const WIDE: usize = 1 << 15;
 /// The shortest run a thread is given when runs are cut for [`WIDE`].
-const MIN_RUN: usize = 128;
+const MIN_RUN: usize = 32;
 
 /// Elements one block of a row reduction should take at least before a row is cut in parts.
 const PER_BLOCK: usize = 1 << 14;
