@@ -69,25 +69,27 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
             }
         }
     }
-    if !queued.is_empty() {
-        // one dtype for the concatenation (f32 unless every sum is f64)
-        let dtype = if queued
-            .iter()
-            .all(|(_, _, t)| t.dtype() == crate::DType::F64)
-        {
+    // One concatenation and one read per device holding sums (a rank may hold parameters on
+    // more than one), in one dtype: f32 unless every sum is f64.
+    while let Some(device) = queued.first().map(|(_, _, t)| t.device()) {
+        let (here, rest): (Vec<_>, Vec<_>) = queued
+            .into_iter()
+            .partition(|(_, _, t)| t.device() == device);
+        queued = rest;
+        let dtype = if here.iter().all(|(_, _, t)| t.dtype() == crate::DType::F64) {
             crate::DType::F64
         } else {
             crate::DType::F32
         };
         let values = crate::no_grad(|| {
-            let scalars: Vec<Tensor> = queued
+            let scalars: Vec<Tensor> = here
                 .iter()
                 .map(|(_, _, t)| t.to_dtype(dtype))
                 .collect::<Result<_>>()?;
             Tensor::cat(&scalars, 0)?.to_dtype(crate::DType::F64)
         })?
         .to_vec::<f64>()?;
-        for ((group, at, _), v) in queued.iter().zip(values) {
+        for ((group, at, _), v) in here.iter().zip(values) {
             groups[*group].1[*at] = v;
         }
     }
