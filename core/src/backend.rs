@@ -356,11 +356,10 @@ macro_rules! kernel_list {
             fn sync(&self) -> Result<()> {
                 Ok(())
             }
-            /// A buffer of `len` elements of `dtype`, each `value` (converted as
-            /// [`HostData::filled`] does): by default made on the host and uploaded; a device
-            /// that can write it in place (a memset) does so.
-            fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Self::Storage> {
-                self.upload(&HostData::filled(dtype, len, value))
+            /// `len` zeros of `dtype` (all bits zero): by default made on the host and uploaded;
+            /// a device that can write them where they live (a memset) does so.
+            fn zeros(&self, dtype: DType, len: usize) -> Result<Self::Storage> {
+                self.upload(&HostData::filled(dtype, len, 0.0))
             }
             /// One [`AdamStep`] in place on the parameter `p`, its gradient `g` and moments
             /// `m`, `v` (one float dtype, one length): one kernel where a chain of a dozen
@@ -404,7 +403,9 @@ macro_rules! kernel_list {
             fn computes(&self, dtype: DType) -> bool;
             /// See [`Backend::sync`].
             fn sync(&self) -> Result<()>;
-            /// See [`Backend::full`] (a host buffer for a dtype the device does not hold).
+            /// `len` elements of `dtype`, each `value` (converted as [`HostData::filled`]
+            /// does), on this device: [`Backend::zeros`] where the value's bits are all zero,
+            /// else uploaded; a host buffer for a dtype the device does not hold.
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer>;
             /// See [`Backend::adam_step`]: in place where `p`, `m` and `v` live on this device
             /// and no other buffer shares their memory, else `false` (nothing written). The
@@ -451,7 +452,13 @@ macro_rules! kernel_list {
                 if !self.backend().stores(dtype) {
                     return Ok(HostData::filled(dtype, len, value).into());
                 }
-                Ok(self.keep(self.backend().full(dtype, len, value)?))
+                let one = HostData::filled(dtype, 1, value);
+                let out = if one.as_bytes().iter().all(|&b| b == 0) {
+                    self.backend().zeros(dtype, len)?
+                } else {
+                    self.backend().upload(&HostData::filled(dtype, len, value))?
+                };
+                Ok(self.keep(out))
             }
             $(
                 fn $name(
@@ -487,7 +494,7 @@ macro_rules! kernel_list {
                 Backend::sync(self)
             }
             fn full(&self, dtype: DType, len: usize, value: f64) -> Result<Buffer> {
-                Backend::full(self, dtype, len, value).map(Buffer::from)
+                Ok(HostData::filled(dtype, len, value).into())
             }
             fn adam_step(
                 &self,

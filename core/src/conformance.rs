@@ -193,7 +193,8 @@ pub fn round_trip<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     Ok(())
 }
 
-/// [`Backend::full`] of every dtype, zero (written on the device) and not, equals
+/// [`Kernels::full`](crate::backend::Kernels::full) of every dtype, zero ([`Backend::zeros`],
+/// written on the device) and not, equals
 /// [`HostData::filled`], also where the memory was used before (a pool's recycled buffer).
 pub fn fills<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     use crate::backend::Kernels;

@@ -75,16 +75,9 @@ impl Backend for CudaBackend {
         ops::adam_step(self, p, g, [m, v], h)
     }
 
-    /// Zeros are a memset on the stream, other values uploaded.
-    fn full(&self, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
-        if HostData::filled(dtype, 1, value)
-            .as_bytes()
-            .iter()
-            .any(|&b| b != 0)
-        {
-            return self.upload(&HostData::filled(dtype, len, value));
-        }
-        self.zeros(dtype, len)
+    /// A memset on the stream.
+    fn zeros(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
+        self.alloc_dtype(dtype, len, true)
     }
 
     /// F32 and F64: 16-bit floats compute in f32 through core's `Resident` (cast on the

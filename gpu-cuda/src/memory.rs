@@ -162,12 +162,14 @@ impl CudaBackend {
         self.alloc_dtype(dtype, len, false)
     }
 
-    /// `len` zeros of `dtype` (a memset on the stream).
-    pub(crate) fn zeros(&self, dtype: DType, len: usize) -> Result<CudaStorage> {
-        self.alloc_dtype(dtype, len, true)
-    }
-
-    fn alloc_dtype(&self, dtype: DType, len: usize, zeroed: bool) -> Result<CudaStorage> {
+    /// `len` elements of `dtype`, zeroed by a memset on the stream when `zeroed`, else
+    /// uninitialised (the kernels write all of them).
+    pub(crate) fn alloc_dtype(
+        &self,
+        dtype: DType,
+        len: usize,
+        zeroed: bool,
+    ) -> Result<CudaStorage> {
         fn one<T: DeviceRepr + ValidAsZeroBits>(
             c: &CudaBackend,
             len: usize,

@@ -105,15 +105,8 @@ impl Backend for WgpuBackend {
         ops::adam_step(self, p, g, [m, v], h)
     }
 
-    /// Zeros are cleared on the device (`clear_buffer`), other values uploaded.
-    fn full(&self, dtype: DType, len: usize, value: f64) -> Result<WgpuStorage> {
-        if HostData::filled(dtype, 1, value)
-            .as_bytes()
-            .iter()
-            .any(|&b| b != 0)
-        {
-            return self.upload(&HostData::filled(dtype, len, value));
-        }
+    /// A `clear_buffer` on the device.
+    fn zeros(&self, dtype: DType, len: usize) -> Result<WgpuStorage> {
         let s = self.new_storage(len, dtype)?;
         self.zero(&s)?;
         Ok(s)
