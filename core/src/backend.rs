@@ -20,7 +20,7 @@ pub use registry::{
 };
 pub use resident::Resident;
 
-use crate::cpu::{CpuBackend, select};
+use crate::cpu::{CpuBackend, norm_affine, norm_grads, norm_param_grad, select};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::shape::StridedCopy;
@@ -194,6 +194,14 @@ macro_rules! backend_method {
 macro_rules! downloaded {
     ($s:ident, val, $p:ident) => {};
     ($s:ident, stored, $p:ident) => {};
+    ($s:ident, holds, $p:ident) => {
+        let held = $p
+            .iter()
+            .map(|x| $s.download(x))
+            .collect::<Result<Vec<_>>>()?;
+        let held: Vec<&HostData> = held.iter().collect();
+        let $p = &held[..];
+    };
     ($s:ident, hold3, $p:ident) => {
         let held = [
             $s.download($p[0])?,
@@ -611,6 +619,48 @@ macro_rules! kernel_table {
             );
             /// (Log-)softmax over `dim`.
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
+            /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
+            /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm), then `* weight` and
+            /// `+ bias` per column where `affine` says they are given (`params` holds those
+            /// given, the weight first; `cols` elements each, `x`'s dtype).
+            fn norm(
+                &self,
+                x: compute,
+                params: holds,
+                cols: val<usize>,
+                eps: val<f64>,
+                center: val<bool>,
+                affine: val<[bool; 2]>
+            ) host {
+                norm_affine(x, params, affine, cols, eps, center)
+            };
+            /// The input's gradient of [`Kernels::norm`] for the output gradient `g` (`weight`:
+            /// the norm's weight, or empty).
+            fn norm_input_grad(
+                &self,
+                x: compute,
+                g: compute,
+                weight: holds,
+                cols: val<usize>,
+                eps: val<f64>,
+                center: val<bool>
+            ) host {
+                let mut both = norm_grads(x, g, weight.first().copied(), cols, eps, center)?;
+                both.split_off(x.len());
+                Ok(both)
+            };
+            /// The weight's and the bias's gradients of [`Kernels::norm`] (`2 * cols` values:
+            /// column sums of `g * y`, `y` the normalised rows, then of `g`).
+            fn norm_param_grad(
+                &self,
+                x: compute,
+                g: compute,
+                cols: val<usize>,
+                eps: val<f64>,
+                center: val<bool>
+            ) host {
+                norm_param_grad(x, g, cols, eps, center)
+            };
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
             /// `x` cast to `dtype` (PyTorch's casts: float to integer truncates toward zero,
@@ -720,21 +770,6 @@ macro_rules! __forward_kernel {
 }
 
 kernel_table!(faces {
-    /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
-    /// (LayerNorm), `x / sqrt(mean(x^2) + eps)` otherwise (RMSNorm), then `* weight + bias`
-    /// per column where given (`cols` elements each, `x`'s dtype).
-    fn norm(
-        &self,
-        x: &Buffer,
-        affine: [Option<&Buffer>; 2],
-        cols: usize,
-        eps: f64,
-        center: bool,
-    ) -> Result<Buffer> {
-        let [w, b] = affine;
-        let (w, b) = (w.map(Buffer::host).transpose()?, b.map(Buffer::host).transpose()?);
-        crate::cpu::norm(x.host()?, w, b, cols, eps, center).map(Buffer::from)
-    }
     /// The gradients of [`Kernels::norm`] for the output gradient `g` and the weight, from one
     /// pass over `x` and `g`: the input's, then [`Kernels::norm_param_grad`]'s `2 * cols`
     /// values, in one buffer.
@@ -749,18 +784,6 @@ kernel_table!(faces {
     ) -> Result<Buffer> {
         let w = weight.map(Buffer::host).transpose()?;
         crate::cpu::norm_grads(x.host()?, g.host()?, w, cols, eps, center).map(Buffer::from)
-    }
-    /// The weight's and the bias's gradients of [`Kernels::norm`] (`2 * cols` values: column
-    /// sums of `g * y`, `y` the normalised rows, then of `g`).
-    fn norm_param_grad(
-        &self,
-        x: &Buffer,
-        g: &Buffer,
-        cols: usize,
-        eps: f64,
-        center: bool,
-    ) -> Result<Buffer> {
-        crate::cpu::norm_param_grad(x.host()?, g.host()?, cols, eps, center).map(Buffer::from)
     }
     /// The gradient of [`Kernels::softmax`] over `dim` from its output `y` and the output
     /// gradient `g` (log-softmax's when `log`).

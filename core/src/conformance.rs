@@ -58,7 +58,7 @@ macro_rules! conformance_tests {
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
-            half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps);
+            half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -533,6 +533,109 @@ pub fn softmax<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                     &want,
                     dtype,
                 )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// LayerNorm's and RMSNorm's output, input gradient and parameter gradients, with and without
+/// a weight and a bias, against their definitions in f64, on [`norms_of`]'s shapes: odd row
+/// lengths and many short rows (the parameters' sums over parts of the rows), each row within
+/// the suite's smallest wgpu binding (longer rows: [`norms_of`] with them).
+pub fn norms<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    norms_of(b, &[(3, 5), (5, 150), (40, 129), (700, 4), (12000, 3)])
+}
+
+/// [`norms`] on (rows, cols) `shapes`.
+///
+/// # Errors
+/// The first result that differs from the reference, or a kernel's error.
+pub fn norms_of<B: Backend + 'static>(b: &Resident<B>, shapes: &[(usize, usize)]) -> Result<()> {
+    let eps = 1e-5;
+    for dtype in computed(b) {
+        for &(rows, cols) in shapes {
+            let n = rows * cols;
+            let x = rounded(dtype, &vals(n, 40 + cols as u64, false));
+            // rows of different means, each spread over several values (well conditioned)
+            let x: Vec<f64> = x
+                .iter()
+                .enumerate()
+                .map(|(i, v)| 0.25 * v + (i % cols % 5) as f64 + (i / cols % 4) as f64)
+                .collect();
+            let x = rounded(dtype, &x);
+            let g = rounded(dtype, &vals(n, 41, false));
+            let w = rounded(dtype, &vals(cols, 42, true));
+            let bias = rounded(dtype, &vals(cols, 43, false));
+            for center in [true, false] {
+                let stats: Vec<(f64, f64)> = x
+                    .chunks(cols)
+                    .map(|r| {
+                        let mean = if center {
+                            r.iter().sum::<f64>() / cols as f64
+                        } else {
+                            0.0
+                        };
+                        let var = r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+                        (mean, 1.0 / (var + eps).sqrt())
+                    })
+                    .collect();
+                let yhat = |i: usize| (x[i] - stats[i / cols].0) * stats[i / cols].1;
+                let mut dparams = vec![0.0; 2 * cols];
+                for i in 0..n {
+                    dparams[i % cols] += g[i] * yhat(i);
+                    dparams[cols + i % cols] += g[i];
+                }
+                let grad_tol = if dtype == DType::F64 { 1e-9 } else { 2e-4 };
+                let got = b.norm_param_grad(&buf(dtype, &x), &buf(dtype, &g), cols, eps, center)?;
+                let what = format!("norm ({rows}, {cols}) center {center} parameter gradients");
+                expect_within(b, &what, &got, &dparams, dtype, grad_tol)?;
+                for affine in [[true, true], [true, false], [false, true], [false, false]] {
+                    let (wb, bb) = (buf(dtype, &w), buf(dtype, &bias));
+                    let params: Vec<&Buffer> = [(affine[0], &wb), (affine[1], &bb)]
+                        .into_iter()
+                        .filter_map(|(on, p)| on.then_some(p))
+                        .collect();
+                    let want: Vec<f64> = (0..n)
+                        .map(|i| {
+                            let y = yhat(i);
+                            let y = if affine[0] { y * w[i % cols] } else { y };
+                            if affine[1] { y + bias[i % cols] } else { y }
+                        })
+                        .collect();
+                    let got = b.norm(&buf(dtype, &x), &params, cols, eps, center, affine)?;
+                    let what = format!("norm ({rows}, {cols}) center {center} affine {affine:?}");
+                    expect(b, &what, &got, &want, dtype)?;
+                    // dx = rstd (h - mean(h) [center] - yhat mean(h yhat)), h = g [* w]
+                    let h = |i: usize| if affine[0] { g[i] * w[i % cols] } else { g[i] };
+                    let mut want = vec![0.0; n];
+                    for (r, &(_, rstd)) in stats.iter().enumerate() {
+                        let idx = r * cols..(r + 1) * cols;
+                        let hm = idx.clone().map(h).sum::<f64>() / cols as f64;
+                        let hm = if center { hm } else { 0.0 };
+                        let hy = idx.clone().map(|i| h(i) * yhat(i)).sum::<f64>() / cols as f64;
+                        for i in idx {
+                            want[i] = rstd * (h(i) - hm - yhat(i) * hy);
+                        }
+                    }
+                    let weight: Vec<&Buffer> = params
+                        .iter()
+                        .copied()
+                        .take(usize::from(affine[0]))
+                        .collect();
+                    let got = b.norm_input_grad(
+                        &buf(dtype, &x),
+                        &buf(dtype, &g),
+                        &weight,
+                        cols,
+                        eps,
+                        center,
+                    )?;
+                    let what = format!(
+                        "norm ({rows}, {cols}) center {center} affine {affine:?} input gradient"
+                    );
+                    expect_within(b, &what, &got, &want, dtype, grad_tol)?;
+                }
             }
         }
     }

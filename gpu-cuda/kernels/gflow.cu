@@ -377,6 +377,107 @@ __device__ void adam_k(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2, T 
     }
 }
 
+// LayerNorm (center) or RMSNorm of (rows, cols) x, as core's host kernels compute them: the
+// mean (0 for RMSNorm) and 1 / sqrt(mean((x - mean)^2) + eps) of one row, by the whole block.
+template <typename T>
+__device__ void norm_row_stats(const T *row, u64 cols, T eps, int center, T *sh, T *mean,
+                               T *rstd) {
+    T m = T(0);
+    if (center) {
+        T s = T(0);
+        for (u64 j = threadIdx.x; j < cols; j += BLOCK) s += row[j];
+        m = block_reduce(REDUCE_SUM, s, sh) / T(cols);
+    }
+    T q = T(0);
+    for (u64 j = threadIdx.x; j < cols; j += BLOCK) {
+        T d = row[j] - m;
+        q += d * d;
+    }
+    q = block_reduce(REDUCE_SUM, q, sh);
+    *mean = m;
+    *rstd = T(1) / g_sqrt(q / T(cols) + eps);
+}
+
+// out = (x - mean) * rstd [* w] [+ b], one block per row.
+template <typename T>
+__device__ void norm_k(const T *x, const T *w, const T *b, T *out, u64 rows, u64 cols, T eps,
+                       int center, int has_w, int has_b) {
+    __shared__ T sh[BLOCK];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *row = x + r * cols;
+        T m, rs;
+        norm_row_stats(row, cols, eps, center, sh, &m, &rs);
+        for (u64 j = threadIdx.x; j < cols; j += BLOCK) {
+            T y = (row[j] - m) * rs;
+            if (has_w) y = y * w[j];
+            if (has_b) y = y + b[j];
+            out[r * cols + j] = y;
+        }
+    }
+}
+
+// The input's gradient for the output gradient g, as core's host kernel: with h = g [* w],
+// rstd * (h - h_mean - (x - mean) * rstd * hy_mean), h_mean the row mean of h (0 for RMSNorm)
+// and hy_mean = sum(h (x - mean)) * rstd / cols. One block per row.
+template <typename T>
+__device__ void norm_input_grad_k(const T *x, const T *g, const T *w, T *dx, u64 rows, u64 cols,
+                                  T eps, int center, int has_w) {
+    __shared__ T sh[BLOCK];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *row = x + r * cols;
+        const T *grow = g + r * cols;
+        T m, rs;
+        norm_row_stats(row, cols, eps, center, sh, &m, &rs);
+        T hs = T(0), hy = T(0);
+        for (u64 j = threadIdx.x; j < cols; j += BLOCK) {
+            T h = has_w ? grow[j] * w[j] : grow[j];
+            hs += h;
+            hy += h * (row[j] - m);
+        }
+        hs = block_reduce(REDUCE_SUM, hs, sh);
+        hy = block_reduce(REDUCE_SUM, hy, sh);
+        T h_mean = center ? hs / T(cols) : T(0);
+        T hy_mean = hy * rs / T(cols);
+        for (u64 j = threadIdx.x; j < cols; j += BLOCK) {
+            T h = has_w ? grow[j] * w[j] : grow[j];
+            dx[r * cols + j] = rs * (h - h_mean - (row[j] - m) * rs * hy_mean);
+        }
+    }
+}
+
+// Each row's (mean, rstd) into stats (2 per row), one block per row.
+template <typename T>
+__device__ void norm_stats_k(const T *x, T *stats, u64 rows, u64 cols, T eps, int center) {
+    __shared__ T sh[BLOCK];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        T m, rs;
+        norm_row_stats(x + r * cols, cols, eps, center, sh, &m, &rs);
+        if (threadIdx.x == 0) {
+            stats[2 * r] = m;
+            stats[2 * r + 1] = rs;
+        }
+    }
+}
+
+// The weight's and bias's gradients in parts of part_len rows: out (parts, 2, cols) holds each
+// part's column sums of g * (x - mean) * rstd, then of g (summed over parts after).
+template <typename T>
+__device__ void norm_param_part_k(const T *x, const T *g, const T *stats, T *out, u64 rows,
+                                  u64 cols, u64 parts, u64 part_len) {
+    FOR_EACH(t, parts * cols) {
+        u64 p = t / cols, c = t % cols;
+        u64 end = (p + 1) * part_len < rows ? (p + 1) * part_len : rows;
+        T dw = T(0), db = T(0);
+        for (u64 r = p * part_len; r < end; ++r) {
+            T gv = g[r * cols + c];
+            dw += gv * (x[r * cols + c] - stats[2 * r]) * stats[2 * r + 1];
+            db += gv;
+        }
+        out[p * 2 * cols + c] = dw;
+        out[p * 2 * cols + cols + c] = db;
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -420,6 +521,24 @@ __device__ void adam_k(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2, T 
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
                                            int nd, const __grid_constant__ Meta meta) {         \
         compare_k<T>(a, b, out, n, op, nd, meta.v);                                             \
+    }                                                                                            \
+    extern "C" __global__ void norm_##S(const T *x, const T *w, const T *b, T *out, u64 rows,    \
+                                        u64 cols, T eps, int center, int has_w, int has_b) {     \
+        norm_k<T>(x, w, b, out, rows, cols, eps, center, has_w, has_b);                          \
+    }                                                                                            \
+    extern "C" __global__ void norm_input_grad_##S(const T *x, const T *g, const T *w, T *dx,    \
+                                                   u64 rows, u64 cols, T eps, int center,        \
+                                                   int has_w) {                                  \
+        norm_input_grad_k<T>(x, g, w, dx, rows, cols, eps, center, has_w);                       \
+    }                                                                                            \
+    extern "C" __global__ void norm_stats_##S(const T *x, T *stats, u64 rows, u64 cols, T eps,   \
+                                              int center) {                                      \
+        norm_stats_k<T>(x, stats, rows, cols, eps, center);                                      \
+    }                                                                                            \
+    extern "C" __global__ void norm_param_part_##S(const T *x, const T *g, const T *stats, T *out, \
+                                                   u64 rows, u64 cols, u64 parts,                \
+                                                   u64 part_len) {                               \
+        norm_param_part_k<T>(x, g, stats, out, rows, cols, parts, part_len);                     \
     }
 
 #define WORD_KERNELS(W, S)                                                                       \

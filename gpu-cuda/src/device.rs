@@ -34,7 +34,7 @@ const FUNCTIONS: [&str; 14] = [
     "adam_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 27] = [
+const MORE_FUNCTIONS: [&str; 35] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -62,6 +62,14 @@ const MORE_FUNCTIONS: [&str; 27] = [
     "gather_dim_w2",
     "gather_dim_w4",
     "gather_dim_w8",
+    "norm_f32",
+    "norm_f64",
+    "norm_input_grad_f32",
+    "norm_input_grad_f64",
+    "norm_stats_f32",
+    "norm_stats_f64",
+    "norm_param_part_f32",
+    "norm_param_part_f64",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

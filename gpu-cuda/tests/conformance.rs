@@ -112,3 +112,15 @@ fn large_reductions_and_products() {
         assert!((c[i * m + j] - w).abs() < 1e-3, "({i}, {j})");
     }
 }
+
+/// LayerNorm and RMSNorm on rows longer than a block's threads (several passes per thread).
+#[test]
+fn norms_of_long_rows() {
+    let Some(b) = backend("norms_of_long_rows") else {
+        return;
+    };
+    let r = gflow_core::backend::Resident::new(b);
+    if let Err(e) = gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099)]) {
+        panic!("{e}");
+    }
+}

@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 17] = [
+const KERNELS: [(&str, &str); 19] = [
     ("unary", include_str!("../shaders/unary.wgsl")),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
@@ -28,6 +28,8 @@ const KERNELS: [(&str, &str); 17] = [
     ("halves", include_str!("../shaders/halves.wgsl")),
     ("strided16", include_str!("../shaders/strided16.wgsl")),
     ("adam", include_str!("../shaders/adam.wgsl")),
+    ("norm", include_str!("../shaders/norm.wgsl")),
+    ("norm_param", include_str!("../shaders/norm_param.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).

@@ -558,3 +558,25 @@ fn long_loops() {
         close(*g, w, "scatter-add");
     }
 }
+
+/// LayerNorm and RMSNorm on rows longer than a workgroup (several passes per invocation); a
+/// row longer than one storage binding is a typed `Device` error.
+#[test]
+fn norms_of_long_rows() {
+    let Some(b) = adapter("norms_of_long_rows") else {
+        return;
+    };
+    let r = gflow_core::backend::Resident::new(b);
+    if let Err(e) = gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099)]) {
+        panic!("{e}");
+    }
+    let Some(mut b) = adapter("norms_of_long_rows") else {
+        return;
+    };
+    b.set_binding_limit(1024);
+    let x = b.upload(&HostData::F32(vec![1.0; 600])).unwrap();
+    assert!(matches!(
+        b.norm(&x, &[], 300, 1e-5, true, [false, false]),
+        Err(Error::Device { .. })
+    ));
+}

@@ -163,10 +163,25 @@ pub(crate) fn squared_sum(v: &[f32]) -> f64 {
     kernels::squared_sum(v)
 }
 
+/// The host kernel of [`crate::backend::Kernels::norm`]: [`norm`] with `params` the given ones
+/// of (weight, bias), as `affine` says.
+pub(crate) fn norm_affine(
+    x: &HostData,
+    params: &[&HostData],
+    affine: [bool; 2],
+    cols: usize,
+    eps: f64,
+    center: bool,
+) -> Result<HostData> {
+    let mut given = params.iter().copied();
+    let weight = if affine[0] { given.next() } else { None };
+    let bias = if affine[1] { given.next() } else { None };
+    norm(x, weight, bias, cols, eps, center)
+}
+
 /// Rows of `cols` elements of `x` normalised, then `* weight + bias` where given (see
-/// `kernels::norm`): the host kernel of [`crate::backend::Kernels::norm`]. 16-bit floats
-/// compute in f32.
-pub(crate) fn norm(
+/// `kernels::norm`). 16-bit floats compute in f32.
+fn norm(
     x: &HostData,
     weight: Option<&HostData>,
     bias: Option<&HostData>,

@@ -1,11 +1,12 @@
 //! Fused LayerNorm and RMSNorm over trailing dims, their affine weight and bias included: one
 //! kernel forward, and one backward for the input and the parameters together, instead of the
-//! ten elementwise and reduction ops of the composed form. Used on the CPU when the normalised
-//! dims are not split (a split one runs composed: partial statistics and small all-reduces,
-//! never gathering the row).
+//! ten elementwise and reduction ops of the composed form (on a GPU: the input's gradient and
+//! the parameters' are separate kernels). Used where the normalised dims are not split (a split
+//! one runs composed: partial statistics and small all-reduces, never gathering the row).
 
 use super::{Kernel, Op, Signature, side};
 use crate::autograd::record;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
@@ -107,12 +108,14 @@ impl Op for Norm {
         Norm::signatures(self, shapes, (1, params), Sbp::Split)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        let params: Vec<&Buffer> = self.params(&k.inputs).into_iter().flatten().collect();
         k.backend.norm(
             k.inputs[0],
-            self.params(&k.inputs),
+            &params,
             self.cols(&k.shapes[0]),
             self.eps,
             self.center,
+            [self.affine.0, self.affine.1],
         )
     }
 }
@@ -163,6 +166,11 @@ impl Op for NormGrad {
             None
         };
         let (x, g, cols) = (k.inputs[0], k.inputs[1], n.cols(&k.shapes[0]));
+        if [x, g].iter().any(|b| b.device_copy().is_some()) {
+            // on a device: the input's gradient alone (the parameters' are their own kernels)
+            let w: Vec<&Buffer> = w.into_iter().collect();
+            return k.backend.norm_input_grad(x, g, &w, cols, n.eps, n.center);
+        }
         let mut dx = k
             .backend
             .norm_grads(x, g, w, cols, n.eps, n.center)?
@@ -215,17 +223,18 @@ impl Op for NormParamGrad {
 }
 
 impl Tensor {
-    /// Whether the fused normalisation of the trailing `dims` dims applies: on the CPU, with
-    /// none of those dims split.
+    /// Whether the fused normalisation of the trailing `dims` dims applies: with none of those
+    /// dims split, on the CPU or in f32 or f64 on a device (a 16-bit float there runs composed,
+    /// computing in f32).
     fn fused_norm(&self, dims: usize) -> bool {
-        let on_cpu = self.device() == Device::Cpu;
+        let fits = self.device() == Device::Cpu || matches!(self.dtype(), DType::F32 | DType::F64);
         let batch = self.ndim().saturating_sub(dims);
         let split_norm_dim = self.sbp().is_some_and(|s| {
             s.as_slice()
                 .iter()
                 .any(|x| x.split_dim().is_some_and(|d| d >= batch))
         });
-        on_cpu && (1..=self.ndim()).contains(&dims) && !split_norm_dim
+        fits && (1..=self.ndim()).contains(&dims) && !split_norm_dim
     }
 
     /// The trailing `dims` dims normalised, LayerNorm's way when `center`, else RMSNorm's, then

@@ -5,11 +5,13 @@ mod convert;
 mod copy;
 mod elementwise;
 mod matmul;
+mod norm;
 mod reduce;
 mod rows;
 mod select;
 mod softmax;
 
 pub(crate) use self::{
-    convert::*, copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
+    convert::*, copy::*, elementwise::*, matmul::*, norm::*, reduce::*, rows::*, select::*,
+    softmax::*,
 };

@@ -229,6 +229,39 @@ int main() {
         }
     }
   }
+  // LayerNorm and RMSNorm (rows of 300: more than a block's threads), with and without the
+  // affine: the output, the input's gradient and the parameters' against their definitions
+  { const int rows = 3, cols = 300; const double eps = 1e-5;
+    std::vector<double> x(rows * cols), g(rows * cols), w(cols), b(cols), o(rows * cols), dx(rows * cols);
+    for (int i = 0; i < rows * cols; ++i) { x[i] = 3 * std::sin(i * 0.37) + (i / cols); g[i] = std::cos(i * 0.11); }
+    for (int j = 0; j < cols; ++j) { w[j] = 0.5 + 0.01 * j; b[j] = 0.1 * std::sin(j); }
+    for (int center = 0; center < 2; ++center) for (int aff = 0; aff < 2; ++aff) {
+      launch(2, [&] { norm_f64(x.data(), w.data(), b.data(), o.data(), rows, cols, eps, center, aff, aff); });
+      launch(2, [&] { norm_input_grad_f64(x.data(), g.data(), w.data(), dx.data(), rows, cols, eps, center, aff); });
+      std::vector<double> stats(2 * rows), part(2 * 2 * cols);
+      launch(1, [&] { norm_stats_f64(x.data(), stats.data(), rows, cols, eps, center); });
+      launch(2, [&] { norm_param_part_f64(x.data(), g.data(), stats.data(), part.data(), rows, cols, 2, 2); });
+      std::vector<double> dw(cols, 0), db(cols, 0);
+      for (int r = 0; r < rows; ++r) {
+        double mu = 0, var = 0, hm = 0, hy = 0;
+        if (center) { for (int j = 0; j < cols; ++j) mu += x[r * cols + j]; mu /= cols; }
+        for (int j = 0; j < cols; ++j) var += (x[r * cols + j] - mu) * (x[r * cols + j] - mu);
+        double sd = std::sqrt(var / cols + eps);
+        auto yh = [&](int j) { return (x[r * cols + j] - mu) / sd; };
+        auto h = [&](int j) { return g[r * cols + j] * (aff ? w[j] : 1.0); };
+        for (int j = 0; j < cols; ++j) { hm += h(j) / cols; hy += h(j) * yh(j) / cols; dw[j] += g[r * cols + j] * yh(j); db[j] += g[r * cols + j]; }
+        CHECK(close(stats[2 * r], mu, 1e-12) && close(stats[2 * r + 1], 1 / sd, 1e-12), "norm stats row %d", r);
+        for (int j = 0; j < cols; ++j) {
+          double want = aff ? yh(j) * w[j] + b[j] : yh(j);
+          CHECK(close(o[r * cols + j], want, 1e-12), "norm center %d affine %d at %d,%d: %f vs %f", center, aff, r, j, o[r * cols + j], want);
+          double want_dx = (h(j) - (center ? hm : 0.0) - yh(j) * hy) / sd;
+          CHECK(close(dx[r * cols + j], want_dx, 1e-11), "norm grad center %d affine %d at %d,%d: %f vs %f", center, aff, r, j, dx[r * cols + j], want_dx);
+        }
+      }
+      for (int j = 0; j < cols; ++j)
+        CHECK(close(part[j] + part[2 * cols + j], dw[j], 1e-12) && close(part[cols + j] + part[3 * cols + j], db[j], 1e-12), "norm params at %d", j);
+    }
+  }
   printf("fails: %d\n", fails);
   return fails != 0;
 }

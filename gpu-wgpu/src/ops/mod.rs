@@ -5,11 +5,12 @@ mod convert;
 mod copy;
 mod elementwise;
 mod matmul;
+mod norm;
 mod reduce;
 mod rows;
 mod select;
 mod softmax;
 
 pub(crate) use self::{
-    copy::*, elementwise::*, matmul::*, reduce::*, rows::*, select::*, softmax::*,
+    copy::*, elementwise::*, matmul::*, norm::*, reduce::*, rows::*, select::*, softmax::*,
 };
