@@ -20,7 +20,7 @@ pub use registry::{
 };
 pub use resident::Resident;
 
-use crate::cpu::{CpuBackend, norm_affine, norm_grads, norm_param_grad, select};
+use crate::cpu::{CpuBackend, norm_affine, norm_grads, norm_param_grad, select, unary_mul};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::shape::StridedCopy;
@@ -617,6 +617,12 @@ macro_rules! kernel_table {
                 shape: val<&[usize]>,
                 dims: val<&[usize]>
             );
+            /// `g * op(x)` elementwise in one pass, for `op` a derivative (`GeluGrad`,
+            /// `GeluErfGrad`, `SiluGrad`): an activation's input gradient without storing the
+            /// derivative first.
+            fn unary_mul(&self, op: val<$crate::backend::UnaryOp>, x: compute, g: compute) host {
+                unary_mul(op, x, g)
+            };
             /// (Log-)softmax over `dim`.
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);
             /// Rows of `cols` elements normalised: `(x - mean) / sqrt(var + eps)` when `center`
@@ -867,11 +873,6 @@ kernel_table!(faces {
             heads,
         )
         .map(Buffer::from)
-    }
-    /// `g * op(x)` elementwise in one pass, for `op` a derivative with a fused kernel
-    /// (`GeluGrad`, `GeluErfGrad`, `SiluGrad`): an activation's input gradient.
-    fn unary_mul(&self, op: UnaryOp, x: &Buffer, g: &Buffer) -> Result<Buffer> {
-        crate::cpu::unary_mul(op, x.host()?, g.host()?).map(Buffer::from)
     }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {

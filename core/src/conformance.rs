@@ -350,7 +350,8 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
     }
 }
 
-/// Every unary op on an odd-sized tensor.
+/// Every unary op on an odd-sized tensor; each activation's derivative also as the fused
+/// `g * op(x)` (`unary_mul`).
 pub fn unary_ops<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
@@ -359,6 +360,17 @@ pub fn unary_ops<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &buf(dtype, &x))?;
             expect(b, &format!("{op:?}"), &got, &want, dtype)?;
+        }
+        for op in [GeluGrad, GeluErfGrad, SiluGrad] {
+            let x = rounded(dtype, &vals(1037, 2, false));
+            let g = rounded(dtype, &vals(1037, 3, false));
+            let want: Vec<f64> = x
+                .iter()
+                .zip(&g)
+                .map(|(&v, &g)| g * unary_ref(op, v))
+                .collect();
+            let got = b.unary_mul(op, &buf(dtype, &x), &buf(dtype, &g))?;
+            expect(b, &format!("unary_mul {op:?}"), &got, &want, dtype)?;
         }
     }
     Ok(())

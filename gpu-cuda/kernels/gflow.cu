@@ -137,6 +137,11 @@ __device__ void unary_k(const T *x, T *out, u64 n, int op, T a, T b) {
     FOR_EACH(i, n) out[i] = unary_value(op, x[i], a, b);
 }
 
+// g * op(x) for op an activation's derivative: its input gradient in one pass.
+template <typename T> __device__ void unary_mul_k(const T *x, const T *g, T *out, u64 n, int op) {
+    FOR_EACH(i, n) out[i] = g[i] * unary_value(op, x[i], T(1), T(0));
+}
+
 template <typename T> __device__ void binary_flat_k(const T *a, const T *b, T *out, u64 n, int op) {
     FOR_EACH(i, n) out[i] = binary_value(op, a[i], b[i]);
 }
@@ -481,6 +486,9 @@ __device__ void norm_param_part_k(const T *x, const T *g, const T *stats, T *out
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
+    }                                                                                            \
+    extern "C" __global__ void unary_mul_##S(const T *x, const T *g, T *out, u64 n, int op) {    \
+        unary_mul_k<T>(x, g, out, n, op);                                                        \
     }                                                                                            \
     extern "C" __global__ void binary_flat_##S(const T *a, const T *b, T *out, u64 n, int op) {  \
         binary_flat_k<T>(a, b, out, n, op);                                                      \

@@ -10,8 +10,21 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 19] = [
-    ("unary", include_str!("../shaders/unary.wgsl")),
+const KERNELS: [(&str, &str); 20] = [
+    (
+        "unary",
+        concat!(
+            include_str!("../shaders/unary_ops.wgsl"),
+            include_str!("../shaders/unary.wgsl")
+        ),
+    ),
+    (
+        "unary_mul",
+        concat!(
+            include_str!("../shaders/unary_ops.wgsl"),
+            include_str!("../shaders/unary_mul.wgsl")
+        ),
+    ),
     ("binary", include_str!("../shaders/binary.wgsl")),
     ("reduce", include_str!("../shaders/reduce.wgsl")),
     ("softmax", include_str!("../shaders/softmax.wgsl")),

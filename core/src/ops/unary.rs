@@ -102,7 +102,7 @@ impl Op for AddScalar {
 }
 
 /// `g * d(x)` for `d` the derivative of an activation (see [`Kernels::unary_mul`]): inputs
-/// (x, g), one fused kernel on the CPU.
+/// (x, g), one fused kernel.
 ///
 /// [`Kernels::unary_mul`]: crate::backend::Kernels::unary_mul
 struct UnaryMul(UnaryOp);
@@ -141,10 +141,10 @@ impl Op for UnaryMul {
     }
 }
 
-/// `g * d(x)` for `d` the derivative `deriv` of an activation: one fused pass on the CPU,
-/// else the derivative and then the product.
+/// `g * d(x)` for `d` the derivative `deriv` of an activation: one fused pass (the
+/// derivative and then the product where `x` and `g` differ in dtype).
 fn activation_grad(deriv: UnaryOp, x: &Tensor, g: &Tensor) -> Result<Tensor> {
-    if x.device() == crate::tensor::Device::Cpu && x.dtype() == g.dtype() {
+    if x.dtype() == g.dtype() {
         return super::dispatch(&UnaryMul(deriv), &[x, g]);
     }
     g.mul(&x.unary(deriv)?)

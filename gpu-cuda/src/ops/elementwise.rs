@@ -4,7 +4,7 @@
 use cudarc::driver::PushKernelArg;
 use gflow_core::backend::{AFFINE_CODE, AdamStep, BinaryOp, CmpOp, UnaryOp};
 use gflow_core::shape::broadcast_strides;
-use gflow_core::{DType, Result};
+use gflow_core::{DType, Error, Result};
 
 use crate::launch::{Meta, merge_dims, threads};
 use crate::memory::{Buf, Float};
@@ -67,6 +67,17 @@ pub(crate) fn compare(
     by_float!(a, "compare", T => c.compare_t::<T>(code, [a, b], [a_shape, b_shape], out_shape))
 }
 
+/// [`Backend::unary_mul`](gflow_core::backend::Backend::unary_mul) on this device: `g *
+/// op(x)` in one pass.
+pub(crate) fn unary_mul(
+    c: &CudaBackend,
+    op: UnaryOp,
+    x: &CudaStorage,
+    g: &CudaStorage,
+) -> Result<CudaStorage> {
+    by_float!(x, "unary_mul", T => c.unary_mul_t::<T>(op.code() as i32, x, g))
+}
+
 /// [`Backend::scale`](gflow_core::backend::Backend::scale) on this device.
 pub(crate) fn scale(c: &CudaBackend, x: &CudaStorage, s: f64) -> Result<CudaStorage> {
     by_float!(x, "scale", T => c.unary_t::<T>(AFFINE_CODE as i32, x, s, 0.0))
@@ -93,6 +104,32 @@ impl CudaBackend {
             unsafe {
                 self.launch(&format!("unary_{}", T::SUFFIX), threads(n), |l| {
                     l.arg(xs).arg(&out).arg(&n).arg(&code).arg(&a).arg(&b);
+                })
+            }?;
+        }
+        Ok(T::wrap(out, x.len))
+    }
+
+    fn unary_mul_t<T: Float>(
+        &self,
+        code: i32,
+        x: &CudaStorage,
+        g: &CudaStorage,
+    ) -> Result<CudaStorage> {
+        if g.len != x.len {
+            return Err(Error::Internal(format!(
+                "unary_mul of {} and {} elements",
+                x.len, g.len
+            )));
+        }
+        let out = self.alloc::<T>(x.len)?;
+        if x.len > 0 {
+            let n = x.len;
+            let (xs, gs) = (self.float::<T>(x)?, self.float::<T>(g)?);
+            // SAFETY: unary_mul_* takes (x, g, out of n elements each, n, op).
+            unsafe {
+                self.launch(&format!("unary_mul_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(xs).arg(gs).arg(&out).arg(&n).arg(&code);
                 })
             }?;
         }

@@ -229,6 +229,13 @@ int main() {
         }
     }
   }
+  // g * op(x) in one pass equals the product of g and unary's op(x)
+  { std::vector<double> x(300), g(300), d(300), o(300);
+    for (int i = 0; i < 300; ++i) { x[i] = 3 * std::sin(i * 0.7); g[i] = std::cos(i * 0.3); }
+    for (int op : {UNARY_GELU_GRAD, UNARY_GELU_ERF_GRAD, UNARY_SILU_GRAD}) {
+      launch(1, [&] { unary_f64(x.data(), d.data(), 300, op, 0, 0); });
+      launch(1, [&] { unary_mul_f64(x.data(), g.data(), o.data(), 300, op); });
+      for (int i = 0; i < 300; ++i) CHECK(close(o[i], g[i] * d[i], 1e-15), "unary_mul op %d at %d", op, i); } }
   // LayerNorm and RMSNorm (rows of 300: more than a block's threads), with and without the
   // affine: the output, the input's gradient and the parameters' against their definitions
   { const int rows = 3, cols = 300; const double eps = 1e-5;

@@ -22,6 +22,34 @@ pub(crate) fn unary(w: &WgpuBackend, op: UnaryOp, x: &WgpuStorage) -> Result<Wgp
     Ok(out)
 }
 
+/// [`Backend::unary_mul`](gflow_core::backend::Backend::unary_mul) on this device: `g *
+/// op(x)` in one pass, in pieces of a binding each.
+pub(crate) fn unary_mul(
+    w: &WgpuBackend,
+    op: UnaryOp,
+    x: &WgpuStorage,
+    g: &WgpuStorage,
+) -> Result<WgpuStorage> {
+    w.need_f32(x, "unary_mul")?;
+    w.need_f32(g, "unary_mul")?;
+    if g.len != x.len {
+        return Err(device_error(format!(
+            "unary_mul of {} and {} elements",
+            x.len, g.len
+        )));
+    }
+    let out = w.new_storage(x.len, DType::F32)?;
+    let code = op.code();
+    w.run_pieces(
+        "unary_mul",
+        x.len,
+        4,
+        &|n| vec![n as u32, code],
+        &[&x.buf, &g.buf, &out.buf],
+    )?;
+    Ok(out)
+}
+
 /// [`Backend::adam_step`](gflow_core::backend::Backend::adam_step) on this device: one kernel
 /// for f32 buffers of one length (`false` for others), in pieces of a binding each.
 pub(crate) fn adam_step(
