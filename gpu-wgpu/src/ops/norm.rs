@@ -53,7 +53,7 @@ pub(crate) fn norm(
     center: bool,
     affine: [bool; 2],
 ) -> Result<WgpuStorage> {
-    let shape = w.norm_shape(x, params, cols, eps, center, "norm")?;
+    let shape = w.norm_shape(x, None, cols, (eps, center), "norm")?;
     let mut given = params.iter().copied();
     let weight = if affine[0] { given.next() } else { None };
     let bias = if affine[1] { given.next() } else { None };
@@ -72,14 +72,7 @@ pub(crate) fn norm_input_grad(
     eps: f64,
     center: bool,
 ) -> Result<WgpuStorage> {
-    let shape = w.norm_shape(x, &[g], cols, eps, center, "norm_input_grad")?;
-    w.need_f32(g, "norm_input_grad")?;
-    if g.len != x.len {
-        return Err(Error::Internal(format!(
-            "norm_input_grad: the output gradient holds {} elements, not {}",
-            g.len, x.len
-        )));
-    }
+    let shape = w.norm_shape(x, Some(g), cols, (eps, center), "norm_input_grad")?;
     let weight = weight.first().copied();
     let out = w.new_storage(x.len, DType::F32)?;
     w.norm_rows(Mode::InputGrad, shape, [x, g], [weight, None], &out)?;
@@ -95,13 +88,7 @@ pub(crate) fn norm_param_grad(
     eps: f64,
     center: bool,
 ) -> Result<WgpuStorage> {
-    let shape = w.norm_shape(x, &[g], cols, eps, center, "norm_param_grad")?;
-    if g.len != x.len {
-        return Err(Error::Internal(format!(
-            "norm_param_grad: the output gradient holds {} elements, not {}",
-            g.len, x.len
-        )));
-    }
+    let shape = w.norm_shape(x, Some(g), cols, (eps, center), "norm_param_grad")?;
     let rows = shape.rows;
     if rows == 0 {
         return w.zeros(DType::F32, 2 * cols);
@@ -152,25 +139,31 @@ pub(crate) fn norm_param_grad(
 }
 
 impl WgpuBackend {
-    /// The rows of `x` and its checks: f32 throughout, whole rows, parameters of `cols`.
+    /// The rows of `x` and its checks: f32, whole rows, and an output gradient `g` of `x`'s
+    /// length where given (the parameters are checked where they are bound).
     fn norm_shape(
         &self,
         x: &WgpuStorage,
-        others: &[&WgpuStorage],
+        g: Option<&WgpuStorage>,
         cols: usize,
-        eps: f64,
-        center: bool,
+        (eps, center): (f64, bool),
         op: &str,
     ) -> Result<Rows> {
         self.need_f32(x, op)?;
-        for o in others {
-            self.need_f32(o, op)?;
-        }
         if cols == 0 || !x.len.is_multiple_of(cols) {
             return Err(Error::Internal(format!(
                 "{op}: {} elements are not rows of {cols}",
                 x.len
             )));
+        }
+        if let Some(g) = g {
+            self.need_f32(g, op)?;
+            if g.len != x.len {
+                return Err(Error::Internal(format!(
+                    "{op}: the output gradient holds {} elements, not {}",
+                    g.len, x.len
+                )));
+            }
         }
         Ok(Rows {
             rows: x.len / cols,
