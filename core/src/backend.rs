@@ -20,7 +20,9 @@ pub use registry::{
 };
 pub use resident::Resident;
 
-use crate::cpu::{CpuBackend, norm_affine, norm_grads, norm_param_grad, select, unary_mul};
+use crate::cpu::{
+    CpuBackend, norm_affine, norm_grads, norm_param_grad, select, sum_squares, unary_mul,
+};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::shape::StridedCopy;
@@ -622,6 +624,13 @@ macro_rules! kernel_table {
             /// derivative first.
             fn unary_mul(&self, op: val<$crate::backend::UnaryOp>, x: compute, g: compute) host {
                 unary_mul(op, x, g)
+            };
+            /// The sum of the squares of all of `x`'s elements: one element of `x`'s dtype (the
+            /// host adds in f64; a GPU in the dtype, per thread, per block, then the blocks'),
+            /// a gradient's squared norm in one kernel where a square and a sum took two and a
+            /// buffer of `x`'s size.
+            fn sum_squares(&self, x: compute) host {
+                Ok(sum_squares(x))
             };
             /// (Log-)softmax over `dim`.
             fn softmax(&self, x: compute, shape: val<&[usize]>, dim: val<usize>, log: val<bool>);

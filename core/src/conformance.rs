@@ -58,7 +58,8 @@ macro_rules! conformance_tests {
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
-            half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms);
+            half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
+            squared_sums);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);
@@ -546,6 +547,21 @@ pub fn softmax<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
                     dtype,
                 )?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// The sum of the squares of every element (a gradient's squared norm) against f64, from
+/// empty to longer than one thread's or one block's share.
+pub fn squared_sums<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    for dtype in computed(b) {
+        for n in [0, 1, 37, 1000, 70_000, 300_001] {
+            let x = rounded(dtype, &vals(n, 44, false));
+            let want: f64 = x.iter().map(|v| v * v).sum();
+            let got = b.sum_squares(&buf(dtype, &x))?;
+            let tol = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+            expect_within(b, &format!("sum_squares of {n}"), &got, &[want], dtype, tol)?;
         }
     }
     Ok(())

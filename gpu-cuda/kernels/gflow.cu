@@ -137,6 +137,15 @@ __device__ void unary_k(const T *x, T *out, u64 n, int op, T a, T b) {
     FOR_EACH(i, n) out[i] = unary_value(op, x[i], a, b);
 }
 
+// Each block's sum of the squares of its grid-stride share of x, into partial[blockIdx.x].
+template <typename T> __device__ void sum_squares_k(const T *x, T *partial, u64 n) {
+    __shared__ T sh[BLOCK];
+    T s = T(0);
+    FOR_EACH(i, n) s += x[i] * x[i];
+    s = block_reduce(REDUCE_SUM, s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
 // g * op(x) for op an activation's derivative: its input gradient in one pass.
 template <typename T> __device__ void unary_mul_k(const T *x, const T *g, T *out, u64 n, int op) {
     FOR_EACH(i, n) out[i] = g[i] * unary_value(op, x[i], T(1), T(0));
@@ -486,6 +495,9 @@ __device__ void norm_param_part_k(const T *x, const T *g, const T *stats, T *out
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
+    }                                                                                            \
+    extern "C" __global__ void sum_squares_##S(const T *x, T *partial, u64 n) {                  \
+        sum_squares_k<T>(x, partial, n);                                                         \
     }                                                                                            \
     extern "C" __global__ void unary_mul_##S(const T *x, const T *g, T *out, u64 n, int op) {    \
         unary_mul_k<T>(x, g, out, n, op);                                                        \

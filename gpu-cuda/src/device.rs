@@ -34,7 +34,7 @@ const FUNCTIONS: [&str; 14] = [
     "adam_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 37] = [
+const MORE_FUNCTIONS: [&str; 39] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -72,6 +72,8 @@ const MORE_FUNCTIONS: [&str; 37] = [
     "norm_param_part_f64",
     "unary_mul_f32",
     "unary_mul_f64",
+    "sum_squares_f32",
+    "sum_squares_f64",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 20] = [
+const KERNELS: [(&str, &str); 21] = [
     (
         "unary",
         concat!(
@@ -43,6 +43,7 @@ const KERNELS: [(&str, &str); 20] = [
     ("adam", include_str!("../shaders/adam.wgsl")),
     ("norm", include_str!("../shaders/norm.wgsl")),
     ("norm_param", include_str!("../shaders/norm_param.wgsl")),
+    ("sum_squares", include_str!("../shaders/sum_squares.wgsl")),
 ];
 
 /// Threads per workgroup (every kernel's `@workgroup_size`).

@@ -163,6 +163,16 @@ pub(crate) fn squared_sum(v: &[f32]) -> f64 {
     kernels::squared_sum(v)
 }
 
+/// The host kernel of [`crate::backend::Kernels::sum_squares`]: the sum of the squares of
+/// `x`'s elements added in f64, as one element of `x`'s dtype.
+pub(crate) fn sum_squares(x: &HostData) -> HostData {
+    let sum = match x {
+        HostData::F32(v) => squared_sum(v),
+        _ => x.to_f64_vec().iter().map(|v| v * v).sum(),
+    };
+    HostData::filled(x.dtype(), 1, sum)
+}
+
 /// The host kernel of [`crate::backend::Kernels::norm`]: [`norm`] with `params` the given ones
 /// of (weight, bias), as `affine` says.
 pub(crate) fn norm_affine(

@@ -178,9 +178,9 @@ enum Squares {
 }
 
 /// The sum of the squares of this rank's part of `g` (a local tensor, or a global one without
-/// partial axes): read in place in f64 where it lives on the host; on a device, by operators
-/// in f32 (as PyTorch's norm of an f32 gradient; f64 for an f64 gradient where the device
-/// computes f64), with no cast of an f32 gradient;
+/// partial axes): read in place in f64 where it lives on the host; on a device, by one
+/// `sum_squares` kernel in f32 (as PyTorch's norm of an f32 gradient; f64 for an f64 gradient
+/// where the device computes f64), with no cast of an f32 gradient;
 /// 0 on a rank outside its placement.
 fn local_squared_sum(g: &Tensor) -> Result<Squares> {
     let local = match g.to_local() {
@@ -210,13 +210,7 @@ fn local_squared_sum(g: &Tensor) -> Result<Squares> {
     } else {
         crate::DType::F32
     };
-    let sq = crate::no_grad(|| {
-        local
-            .to_dtype(wide)?
-            .square()?
-            .sum(Vec::new(), false)?
-            .reshape(&[1])
-    })?;
+    let sq = crate::no_grad(|| local.to_dtype(wide)?.sum_squares())?;
     Ok(Squares::OnDevice(sq))
 }
 

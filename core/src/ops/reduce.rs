@@ -348,3 +348,38 @@ impl Op for ArgReduce {
             .arg_reduce(k.inputs[0], &k.shapes[0], self.dim, self.max)
     }
 }
+
+/// The sum of the squares of all elements, one element (shape `[1]`): a gradient's squared
+/// norm in one kernel ([`crate::backend::Kernels::sum_squares`]). A split input gives a partial
+/// sum; not recorded for autograd.
+struct SumSquares;
+
+impl Op for SumSquares {
+    fn name(&self) -> &'static str {
+        "sum_squares"
+    }
+    fn infer(&self, _: &[&[usize]]) -> Result<Vec<usize>> {
+        Ok(vec![1])
+    }
+    fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
+        let mut v: Vec<Signature> = (0..shapes[0].len())
+            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Partial(ReduceOp::Sum)))
+            .collect();
+        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
+        v
+    }
+    fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
+        k.backend.sum_squares(k.inputs[0])
+    }
+}
+
+impl Tensor {
+    /// The sum of the squares of all elements as a one-element tensor of this dtype (see
+    /// [`SumSquares`]); no gradient flows through it.
+    ///
+    /// # Errors
+    /// Kernel errors and communication failures of boxing.
+    pub(crate) fn sum_squares(&self) -> Result<Tensor> {
+        super::dispatch(&SumSquares, &[self])
+    }
+}

@@ -30,7 +30,35 @@ pub(crate) fn reduce(
     by_float!(x, "reduce", T => c.reduce_t::<T>(op.code() as i32, x, shape, dims))
 }
 
+/// Blocks a sum of squares uses at most (their partial sums are then added by one block).
+const SQUARE_BLOCKS: usize = 1024;
+
+/// [`Backend::sum_squares`](gflow_core::backend::Backend::sum_squares) on this device: each
+/// block's share of the squares summed, then the blocks' partial sums.
+pub(crate) fn sum_squares(c: &CudaBackend, x: &CudaStorage) -> Result<CudaStorage> {
+    by_float!(x, "sum_squares", T => c.sum_squares_t::<T>(x))
+}
+
 impl CudaBackend {
+    fn sum_squares_t<T: Float>(&self, x: &CudaStorage) -> Result<CudaStorage> {
+        let n = x.len;
+        let parts = n.div_ceil(PER_BLOCK).clamp(1, SQUARE_BLOCKS);
+        let partial = self.alloc::<T>(parts)?;
+        let xs = self.float::<T>(x)?;
+        // SAFETY: sum_squares_* takes (x of n elements, partial of one element per block, n)
+        // and runs with BLOCK threads per block on `parts` blocks.
+        unsafe {
+            self.launch(&format!("sum_squares_{}", T::SUFFIX), blocks(parts), |l| {
+                l.arg(xs).arg(&partial).arg(&n);
+            })
+        }?;
+        let partial = T::wrap(partial, parts);
+        if parts == 1 {
+            return Ok(partial);
+        }
+        self.reduce_t::<T>(ReduceKind::Sum.code() as i32, &partial, &[parts], &[0])
+    }
+
     /// `x` viewed as (rows, count), each row reduced; a long row is cut in parts that a second
     /// pass combines, so a full reduction uses the whole device.
     pub(crate) fn reduce_rows<T: Float>(

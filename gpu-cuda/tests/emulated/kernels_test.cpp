@@ -229,6 +229,14 @@ int main() {
         }
     }
   }
+  // each block's sum of squares over its grid-stride share
+  { const int n = 1000; std::vector<double> x(n), part(3);
+    for (int i = 0; i < n; ++i) x[i] = std::sin(i * 0.7);
+    launch(3, [&] { sum_squares_f64(x.data(), part.data(), n); });
+    double want = 0; for (int i = 0; i < n; ++i) want += x[i] * x[i];
+    CHECK(close(part[0] + part[1] + part[2], want, 1e-13), "sum_squares");
+    double b0 = 0; for (int i = 0; i < n; ++i) if ((i / 256) % 3 == 0) b0 += x[i] * x[i];
+    CHECK(close(part[0], b0, 1e-13), "sum_squares block 0: %f vs %f", part[0], b0); }
   // g * op(x) in one pass equals the product of g and unary's op(x)
   { std::vector<double> x(300), g(300), d(300), o(300);
     for (int i = 0; i < 300; ++i) { x[i] = 3 * std::sin(i * 0.7); g[i] = std::cos(i * 0.3); }

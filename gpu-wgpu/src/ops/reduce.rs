@@ -19,6 +19,43 @@ fn reduce_start(op: ReduceKind) -> u32 {
         _ => NEG_INF,
     }
 }
+/// Elements one invocation of `shaders/sum_squares.wgsl` adds at most.
+const SQUARES_PER_THREAD: usize = 4096;
+
+/// [`Backend::sum_squares`](gflow_core::backend::Backend::sum_squares) on this device: per
+/// piece of a binding, each workgroup's squares summed in the workgroup; then the
+/// workgroups' partial sums.
+pub(crate) fn sum_squares(w: &WgpuBackend, x: &WgpuStorage) -> Result<WgpuStorage> {
+    w.need_f32(x, "sum_squares")?;
+    if x.len == 0 {
+        return w.zeros(DType::F32, 1);
+    }
+    let piece = ((w.max_binding - w.align) / 4) as usize;
+    let group = crate::bind::GROUP as usize;
+    let pieces: Vec<(usize, usize, usize)> = (0..x.len)
+        .step_by(piece)
+        .map(|at| {
+            let n = piece.min(x.len - at);
+            (at, n, n.div_ceil(group * SQUARES_PER_THREAD))
+        })
+        .collect();
+    let parts: usize = pieces.iter().map(|p| p.2).sum();
+    let partial = w.new_storage(parts, DType::F32)?;
+    let mut first = 0;
+    for (at, n, groups) in pieces {
+        let (xb, x_base) = w.window(&x.buf, at, n, 4)?;
+        let (pb, p_base) = w.window(&partial.buf, first, groups, 4)?;
+        let threads = groups * group;
+        let params = [n as u32, threads as u32, x_base, p_base];
+        w.dispatch("sum_squares", threads, &params, &[xb, pb])?;
+        first += groups;
+    }
+    if parts == 1 {
+        return Ok(partial);
+    }
+    w.reduce(ReduceKind::Sum, &partial, &[parts], &[0])
+}
+
 /// [`Backend::reduce`](gflow_core::backend::Backend::reduce) on this device.
 pub(crate) fn reduce(
     w: &WgpuBackend,
