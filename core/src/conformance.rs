@@ -570,7 +570,8 @@ pub fn squared_sums<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
 /// LayerNorm's and RMSNorm's output, input gradient and parameter gradients, with and without
 /// a weight and a bias, against their definitions in f64, on [`norms_of`]'s shapes: odd row
 /// lengths and many short rows (the parameters' sums over parts of the rows), each row within
-/// the suite's smallest wgpu binding (longer rows: [`norms_of`] with them).
+/// the suite's smallest wgpu binding (longer rows, and more rows than one launch dimension
+/// holds blocks: [`norms_of`] with them).
 pub fn norms<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     norms_of(b, &[(3, 5), (5, 150), (40, 129), (700, 4), (12000, 3)])
 }

@@ -113,14 +113,17 @@ fn large_reductions_and_products() {
     }
 }
 
-/// LayerNorm and RMSNorm on rows longer than a block's threads (several passes per thread).
+/// LayerNorm and RMSNorm on rows longer than a block's threads (several passes per thread)
+/// and on more rows than one launch has blocks (65536: blocks loop over the rest).
 #[test]
 fn norms_of_long_rows() {
     let Some(b) = backend("norms_of_long_rows") else {
         return;
     };
     let r = gflow_core::backend::Resident::new(b);
-    if let Err(e) = gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099)]) {
+    if let Err(e) =
+        gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099), (70_000, 3)])
+    {
         panic!("{e}");
     }
 }

@@ -559,8 +559,9 @@ fn long_loops() {
     }
 }
 
-/// LayerNorm and RMSNorm on rows longer than a workgroup (several passes per invocation); a
-/// row longer than one storage binding is a typed `Device` error.
+/// LayerNorm and RMSNorm on rows longer than a workgroup (several passes per invocation) and
+/// on more rows than one dispatch dimension holds workgroups (65535); a row longer than one
+/// storage binding is a typed `Device` error.
 #[test]
 fn norms_of_long_rows() {
     let Some(b) = adapter("norms_of_long_rows") else {
@@ -570,9 +571,30 @@ fn norms_of_long_rows() {
     if let Err(e) = gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099)]) {
         panic!("{e}");
     }
+    // 66000 rows of (-1, 0, 2 + row % 5): workgroups past one dispatch dimension, each row
+    // normalised to its own values (LayerNorm without an affine; lavapipe runs each row's
+    // workgroup, so one case)
     let Some(mut b) = adapter("norms_of_long_rows") else {
         return;
     };
+    let rows = 66_000;
+    let v: Vec<f32> = (0..rows)
+        .flat_map(|r| [-1.0, 0.0, 2.0 + (r % 5) as f32])
+        .collect();
+    let x = b.upload(&HostData::F32(v.clone())).unwrap();
+    let y: Vec<f64> = b
+        .download(&b.norm(&x, &[], 3, 1e-5, true, [false, false]).unwrap())
+        .unwrap()
+        .to_vec();
+    for (r, (got, row)) in y.chunks(3).zip(v.chunks(3)).enumerate() {
+        let row: Vec<f64> = row.iter().map(|&x| f64::from(x)).collect();
+        let mean = row.iter().sum::<f64>() / 3.0;
+        let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 3.0;
+        for (g, x) in got.iter().zip(&row) {
+            let want = (x - mean) / (var + 1e-5).sqrt();
+            assert!((g - want).abs() < 1e-5, "row {r}: {g} vs {want}");
+        }
+    }
     b.set_binding_limit(1024);
     let x = b.upload(&HostData::F32(vec![1.0; 600])).unwrap();
     assert!(matches!(

@@ -19,8 +19,9 @@ fn reduce_start(op: ReduceKind) -> u32 {
         _ => NEG_INF,
     }
 }
-/// Elements one invocation of `shaders/sum_squares.wgsl` adds at most.
-const SQUARES_PER_THREAD: usize = 4096;
+/// Elements one invocation of `shaders/sum_squares.wgsl` adds at most (few, so that a large
+/// gradient runs on many workgroups).
+const SQUARES_PER_THREAD: usize = 64;
 
 /// [`Backend::sum_squares`](gflow_core::backend::Backend::sum_squares) on this device: per
 /// piece of a binding, each workgroup's squares summed in the workgroup; then the
