@@ -163,13 +163,23 @@ pub(crate) fn squared_sum(v: &[f32]) -> f64 {
     kernels::squared_sum(v)
 }
 
+/// The sum of the squares of a float buffer's elements, added in f64 (`None` for integers
+/// and Bool): gradient clipping's host part and [`sum_squares`]'.
+pub(crate) fn float_squared_sum(x: &HostData) -> Option<f64> {
+    let sq = |x: f64| x * x;
+    Some(match x {
+        HostData::F32(v) => squared_sum(v),
+        HostData::F64(v) => v.iter().map(|&x| sq(x)).sum(),
+        HostData::F16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
+        HostData::BF16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
+        _ => return None,
+    })
+}
+
 /// The host kernel of [`crate::backend::Kernels::sum_squares`]: the sum of the squares of
 /// `x`'s elements added in f64, as one element of `x`'s dtype.
 pub(crate) fn sum_squares(x: &HostData) -> HostData {
-    let sum = match x {
-        HostData::F32(v) => squared_sum(v),
-        _ => x.to_f64_vec().iter().map(|v| v * v).sum(),
-    };
+    let sum = float_squared_sum(x).unwrap_or_else(|| x.to_f64_vec().iter().map(|v| v * v).sum());
     HostData::filled(x.dtype(), 1, sum)
 }
 

@@ -5,7 +5,6 @@ use crate::boxing::Dist;
 use crate::error::{Error, Result};
 use crate::placement::{Placement, Ranks};
 use crate::sbp::{NdSbp, Sbp};
-use crate::storage::HostData;
 use crate::tensor::Tensor;
 
 /// PyTorch's `clip_grad_norm_`: the global 2-norm of every parameter's gradient (over all
@@ -192,14 +191,7 @@ fn local_squared_sum(g: &Tensor) -> Result<Squares> {
         if data.resident_on().is_some() {
             return None;
         }
-        let sq = |x: f64| x * x;
-        Some(match data.host().ok()? {
-            HostData::F32(v) => crate::cpu::squared_sum(v),
-            HostData::F64(v) => v.iter().map(|&x| sq(x)).sum(),
-            HostData::F16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
-            HostData::BF16(v) => v.iter().map(|x| sq(x.to_f64())).sum(),
-            _ => return None,
-        })
+        crate::cpu::float_squared_sum(data.host().ok()?)
     });
     if let Some(sum) = on_host {
         return Ok(Squares::Known(sum));

@@ -2,7 +2,7 @@
 //! row for the output and the input's gradient; the parameters' gradients as column sums over
 //! parts of the rows, then summed over the parts.
 
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use gflow_core::backend::ReduceKind;
 use gflow_core::{Error, Result};
 
@@ -78,6 +78,23 @@ fn check_len(b: &CudaStorage, len: usize, what: &str) -> Result<()> {
 }
 
 impl CudaBackend {
+    /// A norm parameter's elements (`cols` of them) and whether it is given; an absent one is
+    /// never read, so `stand_in` (x) takes its pointer.
+    fn norm_param<'a, T: Float>(
+        &self,
+        p: Option<&'a CudaStorage>,
+        cols: usize,
+        stand_in: &'a CudaSlice<T>,
+    ) -> Result<(&'a CudaSlice<T>, i32)> {
+        match p {
+            Some(p) => {
+                check_len(p, cols, "a parameter")?;
+                Ok((self.float::<T>(p)?, 1))
+            }
+            None => Ok((stand_in, 0)),
+        }
+    }
+
     fn norm_t<T: Float>(
         &self,
         x: &CudaStorage,
@@ -88,16 +105,11 @@ impl CudaBackend {
     ) -> Result<CudaStorage> {
         let rows = rows_of(x, cols, "norm")?;
         let out = self.alloc::<T>(x.len)?;
-        for p in [w, b].into_iter().flatten() {
-            check_len(p, cols, "a parameter")?;
-        }
+        let xs = self.float::<T>(x)?;
+        let (ws, has_w) = self.norm_param(w, cols, xs)?;
+        let (bs, has_b) = self.norm_param(b, cols, xs)?;
         if rows > 0 {
-            let xs = self.float::<T>(x)?;
-            // an absent parameter is never read: x stands in for its pointer
-            let ws = w.map(|w| self.float::<T>(w)).transpose()?.unwrap_or(xs);
-            let bs = b.map(|b| self.float::<T>(b)).transpose()?.unwrap_or(xs);
             let (eps, center) = (T::from_f64(eps), i32::from(center));
-            let (has_w, has_b) = (i32::from(w.is_some()), i32::from(b.is_some()));
             // SAFETY: norm_* takes (x, w, b, out of rows * cols, rows, cols, eps, center,
             // has_w, has_b) and runs with BLOCK threads per block; w and b (cols each) are
             // read only when given.
@@ -130,15 +142,11 @@ impl CudaBackend {
     ) -> Result<CudaStorage> {
         let rows = rows_of(x, cols, "norm_input_grad")?;
         check_len(g, x.len, "the output gradient")?;
-        if let Some(w) = w {
-            check_len(w, cols, "the weight")?;
-        }
         let out = self.alloc::<T>(x.len)?;
+        let (xs, gs) = (self.float::<T>(x)?, self.float::<T>(g)?);
+        let (ws, has_w) = self.norm_param(w, cols, xs)?;
         if rows > 0 {
-            let (xs, gs) = (self.float::<T>(x)?, self.float::<T>(g)?);
-            let ws = w.map(|w| self.float::<T>(w)).transpose()?.unwrap_or(xs);
-            let (eps, center, has_w) =
-                (T::from_f64(eps), i32::from(center), i32::from(w.is_some()));
+            let (eps, center) = (T::from_f64(eps), i32::from(center));
             // SAFETY: norm_input_grad_* takes (x, g, w, dx of rows * cols, rows, cols, eps,
             // center, has_w) and runs with BLOCK threads per block; w is read only when given.
             unsafe {
