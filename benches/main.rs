@@ -402,15 +402,15 @@ fn collectives(a: &Args) -> Result<()> {
             let mut run = || {
                 let c = env.comm();
                 match op {
-                    "all_reduce" => {
-                        dst.copy_from_slice(&src);
-                        c.all_reduce(
-                            &world,
-                            bytemuck::cast_slice_mut(&mut dst),
-                            DType::F32,
-                            gflow::ReduceOp::Sum,
-                        )?
-                    }
+                    // src reduced into dst, as MPI's Allreduce(src, dst) (Gloo's script copies
+                    // src into dst and reduces that in place).
+                    "all_reduce" => c.all_reduce_into(
+                        &world,
+                        bytemuck::cast_slice(&src),
+                        bytemuck::cast_slice_mut(&mut dst),
+                        DType::F32,
+                        gflow::ReduceOp::Sum,
+                    )?,
                     "all_gather" => c.all_gather_into(
                         &world,
                         bytemuck::cast_slice(&src[..part]),

@@ -1,8 +1,9 @@
-//! Every collective (all_reduce with sum, max and min, all_gather with uneven counts,
-//! reduce_scatter, all_to_all with uneven counts both ways, broadcast from every root, barrier)
-//! on several sizes and dtypes, over the whole world and over the even ranks, each result
-//! checked against a reference this rank computes by itself from every rank's deterministic
-//! input. Prints one line per rank and exits non-zero on the first mismatch, naming it.
+//! Every collective (all_reduce with sum, max and min, in place and into another buffer,
+//! all_gather with uneven counts, reduce_scatter, all_to_all with uneven counts both ways,
+//! broadcast from every root, barrier) on several sizes and dtypes, over the whole world and
+//! over the even ranks, each result checked against a reference this rank computes by itself
+//! from every rank's deterministic input. Prints one line per rank and exits non-zero on the
+//! first mismatch, naming it.
 //!
 //! `GFLOW_CHECK_ROUNDS` (default 1) repeats it, pausing `GFLOW_CHECK_PAUSE_MS` between rounds
 //! and saying `round K ok` on stderr after each; `GFLOW_TEST_KILL=RANK:ROUND` has that rank
@@ -75,7 +76,16 @@ fn round(c: &dyn Communicator, group: &[usize], r: usize) -> Result<usize> {
                 .enumerate()
             {
                 let mut data = encode(dt, input(me, case + k));
+                // out of place first: the input must come back untouched
+                let mut out = vec![0xA5; data.len()];
+                c.all_reduce_into(group, &data, &mut out, dt, op)?;
+                check(
+                    &name(&format!("all_reduce_into's input ({op:?})")),
+                    &data,
+                    &encode(dt, input(me, case + k)),
+                )?;
                 c.all_reduce(group, &mut data, dt, op)?;
+                check(&name(&format!("all_reduce_into {op:?}")), &out, &data)?;
                 let want = encode(
                     dt,
                     (0..len).map(|i| {
@@ -126,7 +136,7 @@ fn round(c: &dyn Communicator, group: &[usize], r: usize) -> Result<usize> {
                 let got = c.broadcast(group, root, &mine, data.len())?;
                 check(&name(&format!("broadcast from member {root}")), &got, &data)?;
             }
-            checks += 6 + 2 * n;
+            checks += 12 + 2 * n;
         }
     }
     c.barrier(group)?;

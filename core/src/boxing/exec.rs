@@ -257,11 +257,22 @@ impl Group<'_> {
             let wide = self.all_reduce(Cow::Owned(full.cast(DType::F32)), op)?;
             return Ok(wide.cast(full.dtype()));
         }
-        let mut data = full.into_owned();
-        let dtype = data.dtype();
-        self.comm
-            .all_reduce(&self.ranks, data.as_bytes_mut(), dtype, op)?;
-        Ok(data)
+        let dtype = full.dtype();
+        match full {
+            Cow::Owned(mut data) => {
+                self.comm
+                    .all_reduce(&self.ranks, data.as_bytes_mut(), dtype, op)?;
+                Ok(data)
+            }
+            // Borrowed: reduced straight out of the input, no copy of it first.
+            Cow::Borrowed(data) => {
+                let mut out = HostData::filled(dtype, data.len(), 0.0);
+                let (from, to) = (data.as_bytes(), out.as_bytes_mut());
+                self.comm
+                    .all_reduce_into(&self.ranks, from, to, dtype, op)?;
+                Ok(out)
+            }
+        }
     }
 }
 

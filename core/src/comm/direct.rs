@@ -2,7 +2,7 @@
 //! latency). Each reduced block is combined at its owner (its own value, then the others' in
 //! group order) and shared, so every member ends with identical bits.
 
-use super::plan::{Plan, Span, Step};
+use super::plan::{Buf, Combining, Plan, Span, Step};
 use super::schedule::balanced_counts;
 use super::{CommOp, Tag};
 
@@ -51,21 +51,26 @@ pub(super) fn reduce_scatter(
         tag,
         sends: others(group, me).map(|(i, r)| (r, chunks[i])).collect(),
         copies: vec![],
-        reduce: Some((out, others(group, me).map(|(_, r)| r).collect())),
+        reduce: Some(Combining::in_place(
+            out,
+            others(group, me).map(|(_, r)| r).collect(),
+        )),
         own: None,
     });
 }
 
-/// All-reduce in place over `slots` (member i reduces `slots[i]`): a reduce-scatter into each
-/// member's own slot, then an all-gather of the slots. With `pieces` > 1 every slot is cut
-/// into that many element-aligned pieces (`elem` bytes each element) and the two halves are
-/// interleaved, piece c's all-gather right after piece c+1's reduce-scatter: a reduced piece
-/// goes out while it is still in cache, and no step waits for a whole slot.
+/// All-reduce over `slots` (member i reduces `slots[i]`): a reduce-scatter into each member's
+/// own slot, then an all-gather of the slots. In place (`input` None), or out of place from the
+/// same offsets of `input`: its blocks are sent and this member's own block is the first
+/// combine's left operand, so the output is written, never copied into first. With `pieces` > 1
+/// every slot is cut into that many element-aligned pieces (`elem` bytes each element) and the
+/// two halves are interleaved, piece c's all-gather right after piece c+1's reduce-scatter: a
+/// reduced piece goes out while it is still in cache, and no step waits for a whole slot.
 pub(super) fn all_reduce(
     p: &mut Plan,
     group: &[usize],
     me: usize,
-    slots: &[Span],
+    (slots, input): (&[Span], Option<Buf>),
     elem: usize,
     pieces: usize,
 ) {
@@ -79,11 +84,16 @@ pub(super) fn all_reduce(
         Tag::new(CommOp::AllGather, group),
     );
     let reduce = |p: &mut Plan, part: &[Span]| {
+        let read = |s: Span| input.map_or(s, |b| s.with_buf(b));
         p.push(Step::Exchange {
             tag: rs,
-            sends: others(group, me).map(|(i, r)| (r, part[i])).collect(),
+            sends: others(group, me).map(|(i, r)| (r, read(part[i]))).collect(),
             copies: vec![],
-            reduce: Some((part[me], others(group, me).map(|(_, r)| r).collect())),
+            reduce: Some(Combining::onto(
+                part[me],
+                input.map(|b| part[me].with_buf(b)),
+                others(group, me).map(|(_, r)| r).collect(),
+            )),
             own: None,
         });
     };

@@ -142,9 +142,53 @@ pub trait Collectives: Communicator + sealed::Sealed {
         }
         let policy = self.policy();
         let grid = policy.grid(group, data.len(), |r| self.host_of(r));
-        let plan =
-            schedule::all_reduce(&policy, grid.as_ref(), group, me, data.len(), dtype.size());
+        let sizes = (data.len(), dtype.size());
+        let plan = schedule::all_reduce(&policy, grid.as_ref(), group, me, sizes, false);
         run(self, &plan, &[], data, Some((dtype, op)))
+    }
+
+    /// Reduces `data` with `op` over the group into `out` (of `data`'s length), with the same
+    /// bits on every member and `data` left as it was: MPI's `Allreduce` with a send buffer.
+    /// It costs what [`Collectives::all_reduce`] does, not a copy more: `out` is written, never
+    /// read, and this member's own block is read from `data` where it is first combined.
+    ///
+    /// ```
+    /// use gflow_core::DType;
+    /// use gflow_core::comm::{Collectives, Communicator, InProcComm};
+    /// use gflow_core::reduce::ReduceOp;
+    /// use std::time::Duration;
+    /// let got = std::thread::scope(|s| {
+    ///     let hs: Vec<_> = InProcComm::mesh(2, Duration::from_secs(5))
+    ///         .into_iter()
+    ///         .map(|c| s.spawn(move || {
+    ///             let data = [c.rank() as i32 + 1, 10].map(i32::to_le_bytes).concat();
+    ///             let mut out = vec![0; 8];
+    ///             c.all_reduce_into(&[0, 1], &data, &mut out, DType::I32, ReduceOp::Sum)?;
+    ///             Ok::<_, gflow_core::CommError>(out)
+    ///         }))
+    ///         .collect();
+    ///     hs.into_iter().map(|h| h.join().unwrap()).collect::<Result<Vec<_>, _>>()
+    /// })?;
+    /// let sums = [3i32, 20].map(i32::to_le_bytes).concat();
+    /// assert_eq!(got, [sums.clone(), sums]);
+    /// # Ok::<(), gflow_core::CommError>(())
+    /// ```
+    fn all_reduce_into(
+        &self,
+        group: &[usize],
+        data: &[u8],
+        out: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        let me = position(self.rank(), group, group)?;
+        check_len(self.rank(), out.len(), data.len(), "all_reduce output")?;
+        self.observe(CommOp::AllReduce);
+        let policy = self.policy();
+        let grid = policy.grid(group, data.len(), |r| self.host_of(r));
+        let sizes = (data.len(), dtype.size());
+        let plan = schedule::all_reduce(&policy, grid.as_ref(), group, me, sizes, true);
+        run(self, &plan, &[data], out, Some((dtype, op)))
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]`
@@ -276,8 +320,9 @@ fn run<C: Communicator + ?Sized>(
             } => {
                 let mut reads: Vec<Span> = sends.iter().map(|s| s.1).collect();
                 reads.extend(own.iter().map(|o| o.0));
+                reads.extend(reduce.iter().flat_map(|r| r.base));
                 let mut writes: Vec<Span> = copies.iter().map(|c| c.1).collect();
-                writes.extend(reduce.iter().map(|r| r.0));
+                writes.extend(reduce.iter().map(|r| r.acc));
                 writes.extend(own.iter().map(|o| o.1));
                 let c = carve(inputs, output, &mut scratch, &reads, &writes).map_err(bad)?;
                 let (mut r, mut w) = (c.reads.into_iter(), c.writes.into_iter());
@@ -292,22 +337,34 @@ fn run<C: Communicator + ?Sized>(
                     .zip(&mut w)
                     .map(|(&(peer, _), out)| Inbound { peer, tag, out })
                     .collect();
-                let reduce = match reduce {
-                    Some((_, from)) => {
-                        let (dtype, op) = reduce_with
-                            .ok_or_else(|| bad("a reduction without an operation".into()))?;
-                        Some(Reduction {
-                            acc: w.next().ok_or_else(|| bad("no accumulator".into()))?,
-                            dtype,
-                            op,
-                            from: from.iter().map(|&p| (p, tag)).collect(),
+                let own = match own {
+                    Some((_, _, at)) => {
+                        let from = r.next().ok_or_else(|| bad("no own block".into()))?;
+                        let last = w.next_back().ok_or_else(|| bad("no own slot".into()))?;
+                        Some(Own {
+                            from,
+                            to: last,
+                            at: *at,
                         })
                     }
                     None => None,
                 };
-                let own = match (own, r.next(), w.next()) {
-                    (Some((_, _, at)), Some(from), Some(to)) => Some(Own { from, to, at: *at }),
-                    _ => None,
+                let reduce = match reduce {
+                    Some(c) => {
+                        let (dtype, op) = reduce_with
+                            .ok_or_else(|| bad("a reduction without an operation".into()))?;
+                        Some(Reduction {
+                            acc: w.next().ok_or_else(|| bad("no accumulator".into()))?,
+                            base: match c.base {
+                                Some(_) => Some(r.next().ok_or_else(|| bad("no base".into()))?),
+                                None => None,
+                            },
+                            dtype,
+                            op,
+                            from: c.from.iter().map(|&p| (p, tag)).collect(),
+                        })
+                    }
+                    None => None,
                 };
                 comm.exchange(Exchange {
                     sends,

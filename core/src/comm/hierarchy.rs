@@ -113,7 +113,7 @@ pub(super) fn all_reduce(
     let counts = balanced_counts(data.len, elem, grid.per_host());
     let piece = p.alloc(counts[at.1]);
     reduce_scatter_flat(p, policy, &host, at.1, &counts, data, piece);
-    all_reduce_flat(p, policy, &column, at.0, piece, elem);
+    all_reduce_flat(p, policy, &column, at.0, (piece, None), elem);
     all_gather_flat(p, policy, &host, at.1, &counts, piece, data);
 }
 

@@ -24,7 +24,7 @@ pub use hierarchy::Grid;
 pub use inproc::InProcComm;
 pub use policy::{
     DOUBLING_MAX_BYTES, HIERARCHY_MIN_BYTES, PIPELINE_PIECE, Policy, RING_MIN_BYTES, Schedule,
-    TREE_MIN_MEMBERS,
+    TCP_PIPELINE_PIECE, TREE_MIN_MEMBERS,
 };
 
 use std::fmt;
@@ -102,16 +102,21 @@ impl fmt::Display for Tag {
 }
 
 /// Combines the message bytes `[at, at + piece.len())` into `acc` elementwise, pieces arriving in
-/// order (a transport hands over its receive buffer piece by piece). An element split between
-/// pieces waits in `carry`, which is empty at the start of a message.
+/// order (a transport hands over its receive buffer piece by piece); with `base`, the same bytes
+/// of `acc` are first taken from it (the first message of an out-of-place reduction: the copy
+/// moves one piece, in cache, instead of the whole input ahead of the collective). An element
+/// split between pieces waits in `carry`, which is empty at the start of a message.
 pub fn combine_piece(
-    acc: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
+    (acc, base): (&mut [u8], Option<&[u8]>),
+    (dtype, op): (DType, ReduceOp),
     carry: &mut Vec<u8>,
     mut at: usize,
     mut piece: &[u8],
 ) {
+    if let Some(base) = base {
+        let range = at..at + piece.len();
+        acc[range.clone()].copy_from_slice(&base[range]);
+    }
     let elem = dtype.size();
     if !carry.is_empty() {
         let take = (elem - carry.len()).min(piece.len());
@@ -152,6 +157,9 @@ pub struct Inbound<'a> {
 pub struct Reduction<'a> {
     /// The accumulator; every message has its length.
     pub acc: &'a mut [u8],
+    /// The first message's left operand in place of `acc`'s contents (an out-of-place
+    /// reduction), of `acc`'s length.
+    pub base: Option<&'a [u8]>,
     /// Element type.
     pub dtype: DType,
     /// The reduction.
@@ -347,9 +355,10 @@ pub fn exchange_queued<M: Mailbox + ?Sized>(m: &M, step: Exchange<'_>) -> Result
     }
     if let Some(r) = step.reduce {
         let mut carry = Vec::with_capacity(r.dtype.size());
-        for (peer, tag) in r.from {
+        for (i, (peer, tag)) in r.from.into_iter().enumerate() {
+            let base = r.base.filter(|_| i == 0);
             m.fetch(peer, tag, r.acc.len(), &mut |at, piece| {
-                combine_piece(r.acc, r.dtype, r.op, &mut carry, at, piece);
+                combine_piece((r.acc, base), (r.dtype, r.op), &mut carry, at, piece);
             })?;
         }
     }

@@ -61,12 +61,42 @@ impl Span {
     }
 }
 
+/// The combining receives of an [`Step::Exchange`]: one message from each of `from` (world
+/// ranks), combined into `acc` in that order. The first combines onto `base` where given (an
+/// out-of-place reduction: `acc` is written, never read, so no copy of the input precedes it),
+/// else onto `acc`'s own contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Combining {
+    /// The accumulator.
+    pub acc: Span,
+    /// The left operand of the first combine, in place of `acc`'s contents.
+    pub base: Option<Span>,
+    /// The senders, in combining order.
+    pub from: Vec<usize>,
+}
+
+impl Combining {
+    /// Messages from `from` combined into `acc` in place.
+    pub fn in_place(acc: Span, from: Vec<usize>) -> Combining {
+        Combining {
+            acc,
+            base: None,
+            from,
+        }
+    }
+
+    /// Messages from `from` combined onto `base` (when given) into `acc`.
+    pub fn onto(acc: Span, base: Option<Span>, from: Vec<usize>) -> Combining {
+        Combining { acc, base, from }
+    }
+}
+
 /// One step of a member's plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Messages that move together, all tagged `tag`: `sends` (world rank, what), `copies`
-    /// (world rank, where), `reduce` (accumulator, world ranks whose messages combine into it
-    /// in that order) and `own` (a local copy made after the first `at` copies).
+    /// (world rank, where), `reduce` (the combining receives) and `own` (a local copy made
+    /// after the first `at` copies).
     Exchange {
         /// The tag of every message.
         tag: Tag,
@@ -75,7 +105,7 @@ pub enum Step {
         /// Copying receives.
         copies: Vec<(usize, Span)>,
         /// Combining receives.
-        reduce: Option<(Span, Vec<usize>)>,
+        reduce: Option<Combining>,
         /// (from, to, at): this member's own block, copied among the copies.
         own: Option<(Span, Span, usize)>,
     },
@@ -276,7 +306,7 @@ pub(crate) fn simulate(
                     let from: Vec<usize> = copies
                         .iter()
                         .map(|c| c.0)
-                        .chain(reduce.iter().flat_map(|r| r.1.iter().copied()))
+                        .chain(reduce.iter().flat_map(|r| r.from.iter().copied()))
                         .collect();
                     let mut want = vec![0usize; n];
                     for &p in &from {
@@ -286,11 +316,13 @@ pub(crate) fn simulate(
                         continue;
                     }
                     let mut writes: Vec<Span> = copies.iter().map(|c| c.1).collect();
-                    writes.extend(reduce.iter().map(|r| r.0));
+                    writes.extend(reduce.iter().map(|r| r.acc));
                     writes.extend(own.iter().map(|o| o.1));
-                    let reads: Vec<Span> = own.iter().map(|o| o.0).collect();
+                    let mut reads: Vec<Span> = own.iter().map(|o| o.0).collect();
+                    reads.extend(reduce.iter().flat_map(|r| r.base));
                     let c = carve(&ins, &mut outputs[me], &mut scratch[me], &reads, &writes)?;
-                    let mut w = c.writes.into_iter();
+                    let (mut r, mut w) = (c.reads.into_iter(), c.writes.into_iter());
+                    let own_from = if own.is_some() { r.next() } else { None };
                     for (p, _) in copies {
                         let (t, data) = queue[*p][me].pop_front().ok_or("no message")?;
                         let out = w.next().ok_or("no buffer")?;
@@ -299,9 +331,12 @@ pub(crate) fn simulate(
                         }
                         out.copy_from_slice(&data);
                     }
-                    if let Some((_, peers)) = reduce {
+                    if let Some(reduce) = reduce {
                         let acc = w.next().ok_or("no accumulator")?;
-                        for p in peers {
+                        if reduce.base.is_some() {
+                            acc.copy_from_slice(r.next().ok_or("no base")?);
+                        }
+                        for p in &reduce.from {
                             let (t, data) = queue[*p][me].pop_front().ok_or("no message")?;
                             if t != *tag || data.len() != acc.len() {
                                 return Err(format!("member {me} step {}: desync", next[me]));
@@ -309,7 +344,7 @@ pub(crate) fn simulate(
                             combine_bytes(dtype, op, acc, &data);
                         }
                     }
-                    if let (Some(dst), [src]) = (w.next(), &c.reads[..]) {
+                    if let (Some(dst), Some(src)) = (w.next(), own_from) {
                         dst.copy_from_slice(src);
                     }
                     sent[me] = false;

@@ -6,7 +6,7 @@
 //! lower position's value first.
 
 use super::Tag;
-use super::plan::{Plan, Span, Step};
+use super::plan::{Buf, Combining, Plan, Span, Step};
 
 /// The ring neighbours of position `me` in a group of `n`: (left, right) as world ranks.
 fn neighbours(group: &[usize], me: usize) -> (usize, usize) {
@@ -25,19 +25,37 @@ pub(super) fn all_gather(p: &mut Plan, tag: Tag, group: &[usize], me: usize, slo
     }
 }
 
-/// Ring reduce-scatter in place over `slots` (each member's full input, block i for member i):
-/// n-1 steps, step s passes partial block (me - s - 1) right and combines the left's partial
-/// block (me - s - 2) into its own; afterwards `slots[me]` holds the reduction of block me.
-pub(super) fn reduce_scatter(p: &mut Plan, tag: Tag, group: &[usize], me: usize, slots: &[Span]) {
+/// Ring reduce-scatter over `slots` (block i for member i): n-1 steps, step s passes partial
+/// block (me - s - 1) right and combines the left's partial block (me - s - 2) with its own;
+/// afterwards `slots[me]` holds the reduction of block me. In place (`input` None: `slots`
+/// hold this member's input), or out of place from the same offsets of `input`: each block is
+/// combined here once, so its own value is always the input's, and the first send (a block not
+/// yet combined) reads the input too.
+pub(super) fn reduce_scatter(
+    p: &mut Plan,
+    tag: Tag,
+    group: &[usize],
+    me: usize,
+    slots: &[Span],
+    input: Option<Buf>,
+) {
     let n = group.len();
     let (left, right) = neighbours(group, me);
     for s in 0..n - 1 {
         let (send, recv) = ((me + 2 * n - s - 1) % n, (me + 2 * n - s - 2) % n);
+        let from = match input {
+            Some(b) if s == 0 => slots[send].with_buf(b),
+            _ => slots[send],
+        };
         p.push(Step::Exchange {
             tag,
-            sends: vec![(right, slots[send])],
+            sends: vec![(right, from)],
             copies: vec![],
-            reduce: Some((slots[recv], vec![left])),
+            reduce: Some(Combining::onto(
+                slots[recv],
+                input.map(|b| slots[recv].with_buf(b)),
+                vec![left],
+            )),
             own: None,
         });
     }

@@ -45,20 +45,31 @@ pub(super) fn reduce_scatter(
     p
 }
 
-/// All-reduce of the output (`bytes` long, elements of `elem` bytes) in place.
+/// All-reduce into the output (`bytes` long, elements of `elem` bytes): of the output in place,
+/// or of `Input(0)` when `from_input` (the flat direct and ring schedules read the input where
+/// they first need it; the others copy it into the output first).
 pub(super) fn all_reduce(
     policy: &Policy,
     grid: Option<&Grid>,
     group: &[usize],
     me: usize,
-    bytes: usize,
-    elem: usize,
+    (bytes, elem): (usize, usize),
+    from_input: bool,
 ) -> Plan {
     let mut p = Plan::default();
     let data = Span::whole(Buf::Output, bytes);
+    let input = from_input.then_some(Buf::Input(0));
     match grid {
-        Some(g) => hierarchy::all_reduce(&mut p, policy, group, g, me, data, elem),
-        None => all_reduce_flat(&mut p, policy, group, me, data, elem),
+        Some(g) => {
+            if let Some(b) = input {
+                p.push(Step::Copy {
+                    from: data.with_buf(b),
+                    to: data,
+                });
+            }
+            hierarchy::all_reduce(&mut p, policy, group, g, me, data, elem)
+        }
+        None => all_reduce_flat(&mut p, policy, group, me, (data, input), elem),
     }
     p
 }
@@ -159,7 +170,7 @@ pub(super) fn reduce_scatter_flat(
             to: work,
         });
         let slots = work.split(counts);
-        ring::reduce_scatter(p, tag, group, me, &slots);
+        ring::reduce_scatter(p, tag, group, me, &slots, None);
         p.push(Step::Copy {
             from: slots[me],
             to: out,
@@ -169,32 +180,40 @@ pub(super) fn reduce_scatter_flat(
     }
 }
 
-/// [`all_reduce`] without a hierarchy, of `data` in place.
+/// [`all_reduce`] without a hierarchy, of `data` in place or from the same offsets of `input`.
 pub(super) fn all_reduce_flat(
     p: &mut Plan,
     policy: &Policy,
     group: &[usize],
     me: usize,
-    data: Span,
+    (data, input): (Span, Option<Buf>),
     elem: usize,
 ) {
     let n = group.len();
+    let schedule = policy.schedule(CommOp::AllReduce, n, data.len);
+    if let Some(b) = input.filter(|_| n == 1 || schedule == Schedule::Doubling) {
+        p.push(Step::Copy {
+            from: data.with_buf(b),
+            to: data,
+        });
+    }
     if n == 1 {
         return;
     }
     let counts = balanced_counts(data.len, elem, n);
-    match policy.schedule(CommOp::AllReduce, n, data.len) {
+    match schedule {
         Schedule::Doubling => {
             ring::all_reduce_doubling(p, Tag::new(CommOp::AllReduce, group), group, me, data);
         }
         Schedule::Ring => {
             let slots = data.split(&counts);
-            ring::reduce_scatter(p, Tag::new(CommOp::ReduceScatter, group), group, me, &slots);
+            let rs = Tag::new(CommOp::ReduceScatter, group);
+            ring::reduce_scatter(p, rs, group, me, &slots, input);
             ring::all_gather(p, Tag::new(CommOp::AllGather, group), group, me, &slots);
         }
         Schedule::Direct => {
             let pieces = policy.pieces(data.len / n);
-            direct::all_reduce(p, group, me, &data.split(&counts), elem, pieces);
+            direct::all_reduce(p, group, me, (&data.split(&counts), input), elem, pieces);
         }
     }
 }
@@ -240,7 +259,8 @@ mod tests {
 
     /// Every member of a group of 1..9 (hierarchical on 2 hosts x n/2 where it fits; direct
     /// all-reduces pipelined in 16-byte pieces or not) ends with the sum, within rounding of a
-    /// plain sum, and with the same bits as every other.
+    /// plain sum, and with the same bits as every other; out of place (from an input into an
+    /// output filled with garbage) gives the same bits as in place.
     #[test]
     fn all_reduce_plans_agree_bit_for_bit() {
         for (s, pipeline) in SCHEDULES
@@ -257,14 +277,28 @@ mod tests {
                     let group: Vec<usize> = (0..n).collect();
                     let grid = Grid::of(&group, |r| r * hosts / n);
                     let len = 13;
-                    let plans: Vec<Plan> = (0..n)
-                        .map(|me| all_reduce(&policy(s), grid.as_ref(), &group, me, len * 8, 8))
-                        .collect();
-                    let outs = (0..n)
+                    let data: Vec<Vec<u8>> = (0..n)
                         .map(|r| bytes(&(0..len).map(|i| value(r, i)).collect::<Vec<_>>()))
                         .collect();
-                    let got = simulate(&plans, &vec![vec![]; n], outs, DType::F64, ReduceOp::Sum)
-                        .unwrap_or_else(|e| panic!("{s:?} n={n} hosts={hosts}: {e}"));
+                    let run = |from_input: bool| {
+                        let plans: Vec<Plan> = (0..n)
+                            .map(|me| {
+                                let (g, sizes) = (grid.as_ref(), (len * 8, 8));
+                                all_reduce(&policy(s), g, &group, me, sizes, from_input)
+                            })
+                            .collect();
+                        let (inputs, outs) = if from_input {
+                            let ins = data.iter().map(|d| vec![d.clone()]).collect();
+                            (ins, vec![bytes(&vec![f64::NAN; len]); n])
+                        } else {
+                            (vec![vec![]; n], data.clone())
+                        };
+                        simulate(&plans, &inputs, outs, DType::F64, ReduceOp::Sum).unwrap_or_else(
+                            |e| panic!("{s:?} n={n} hosts={hosts} {from_input}: {e}"),
+                        )
+                    };
+                    let got = run(false);
+                    assert_eq!(run(true), got, "{s:?} n={n}: out of place differs");
                     assert!(
                         got.windows(2).all(|w| w[0] == w[1]),
                         "{s:?} n={n}: members differ"
@@ -297,7 +331,7 @@ mod tests {
                                 let mut p = Plan::default();
                                 let slots = Span::whole(Buf::Output, len * 8)
                                     .split(&balanced_counts(len * 8, 8, n));
-                                direct::all_reduce(&mut p, &group, me, &slots, 8, pieces);
+                                direct::all_reduce(&mut p, &group, me, (&slots, None), 8, pieces);
                                 p
                             })
                             .collect();

@@ -247,6 +247,15 @@ impl From<CommError> for Failure {
     }
 }
 
+/// Where an exchange's combining receives go ([`Engine::accumulate`]).
+struct Accumulator<'a> {
+    acc: &'a mut [u8],
+    /// The first receive's left operand, in place of `acc`'s contents.
+    base: Option<&'a [u8]>,
+    dtype: DType,
+    op: ReduceOp,
+}
+
 /// One step of a direct exchange in progress.
 pub(super) struct Engine<'a> {
     rank: usize,
@@ -255,7 +264,7 @@ pub(super) struct Engine<'a> {
     ins: Vec<(In<'a>, &'a mut [u8])>,
     /// Combining receives, in combining order, into `acc`.
     turns: Vec<In<'a>>,
-    acc: Option<(&'a mut [u8], DType, ReduceOp)>,
+    acc: Option<Accumulator<'a>>,
     turn: usize,
     /// The part of an element split between two pieces of a combining receive.
     carry: Vec<u8>,
@@ -294,9 +303,20 @@ impl<'a> Engine<'a> {
         self.turns.push(inc);
     }
 
-    /// Sets the accumulator of the combining receives.
-    pub(super) fn accumulate(&mut self, acc: &'a mut [u8], dtype: DType, op: ReduceOp) {
-        self.acc = Some((acc, dtype, op));
+    /// Sets the accumulator of the combining receives, and the first one's left operand in its
+    /// place (`base`, out of place) or not (in place).
+    pub(super) fn accumulate(
+        &mut self,
+        (acc, base): (&'a mut [u8], Option<&'a [u8]>),
+        dtype: DType,
+        op: ReduceOp,
+    ) {
+        self.acc = Some(Accumulator {
+            acc,
+            base,
+            dtype,
+            op,
+        });
     }
 
     /// Moves whatever can move now; true if anything did.
@@ -318,13 +338,13 @@ impl<'a> Engine<'a> {
             let (inc, out) = &mut self.ins[i];
             moved |= inc.pull(rank, max_frame, Sink::Into(out))?;
         }
-        if let (Some((acc, dtype, op)), Some(t)) = (&mut self.acc, self.turns.get_mut(self.turn)) {
-            let carry = &mut self.carry;
+        if let (Some(a), Some(t)) = (&mut self.acc, self.turns.get_mut(self.turn)) {
+            let (carry, base) = (&mut self.carry, a.base.filter(|_| self.turn == 0));
             moved |= t.pull(
                 rank,
                 max_frame,
                 Sink::Pieces(&mut |at, piece| {
-                    combine_piece(acc, *dtype, *op, carry, at, piece);
+                    combine_piece((a.acc, base), (a.dtype, a.op), carry, at, piece);
                 }),
             )?;
             if t.finished() {

@@ -15,7 +15,7 @@ mod writer;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gflow_core::comm::{Exchange, Mailbox, PIPELINE_PIECE, exchange_queued};
+use gflow_core::comm::{Exchange, Mailbox, PIPELINE_PIECE, TCP_PIPELINE_PIECE, exchange_queued};
 use gflow_core::{CommError, Communicator, Policy, Schedule, Tag};
 
 use codec::read_by_ref;
@@ -95,11 +95,15 @@ impl NetComm {
             rx,
             timeout,
             max_frame,
-            // QUIC links copy every message they send (the writer thread's queue): a direct
-            // all-reduce pipelined in pieces copies each piece while it is in cache, and moves
-            // it while the next is copied.
+            // QUIC links copy every message they send (the writer thread's queue) and TCP links
+            // seal it: a direct all-reduce pipelined in pieces copies or seals each reduced
+            // piece while it is in cache, and moves it while the next is reduced.
             policy: Policy {
-                pipeline: kinds.contains(&"quic").then_some(PIPELINE_PIECE),
+                pipeline: if kinds.contains(&"tcp") {
+                    Some(TCP_PIPELINE_PIECE)
+                } else {
+                    kinds.contains(&"quic").then_some(PIPELINE_PIECE)
+                },
                 ..Policy::from_env()
             },
             by_ref: refs_enabled(),
@@ -342,7 +346,7 @@ impl NetComm {
                 let RxSide { link, seq, .. } = &mut **side;
                 engine.combine(In::new(peer, tag, r.acc.len(), &mut **link, seq));
             }
-            engine.accumulate(r.acc, r.dtype, r.op);
+            engine.accumulate((r.acc, r.base), r.dtype, r.op);
         }
         // Once the control channel says a process died, every link counts as dead.
         let told = |r: Result<(), LinkError>| match r {
