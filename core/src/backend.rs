@@ -21,7 +21,8 @@ pub use registry::{
 pub use resident::Resident;
 
 use crate::cpu::{
-    CpuBackend, norm_affine, norm_grads, norm_param_grad, select, sum_squares, unary_mul,
+    CpuBackend, attention, attention_grad, attention_packed, attention_packed_grad, norm_affine,
+    norm_grads, norm_param_grad, select, sum_squares, unary_mul,
 };
 use crate::dtype::DType;
 use crate::error::Result;
@@ -676,6 +677,63 @@ macro_rules! kernel_table {
             ) host {
                 norm_param_grad(x, g, cols, eps, center)
             };
+            /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq, dim) `q`, `k`, `v` (one
+            /// float dtype): one fused pass per block of queries, the scores never stored
+            /// whole. With `save` (for [`Kernels::attention_grad`]), the output is followed in
+            /// the buffer by each query row's log-sum-exp (heads, seq_q).
+            fn attention(
+                &self,
+                q: compute,
+                k: compute,
+                v: compute,
+                dims: val<$crate::backend::AttentionDims>,
+                save: val<bool>
+            ) host {
+                attention(q, k, v, &dims, save)
+            };
+            /// The gradients of [`Kernels::attention`] for the output gradient `g`, given the
+            /// output `out` and the log-sum-exp `lse` it returned with `save`, one after another
+            /// in one buffer: `dq` (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv`
+            /// (heads, seq_k, v_dim).
+            fn attention_grad(
+                &self,
+                q: compute,
+                k: compute,
+                v: compute,
+                g: compute,
+                out: compute,
+                lse: compute,
+                dims: val<$crate::backend::AttentionDims>
+            ) host {
+                attention_grad([q, k, v], g, [out, lse], &dims)
+            };
+            /// [`Kernels::attention`] of one packed (batch, seq, heads, 3, head_dim) `qkv`
+            /// holding each head's q, k and v side by side (`dims.heads` = batch x `heads`): a
+            /// (batch, seq, heads, head_dim) output, with no transposes in or out; with `save`,
+            /// followed in the buffer by each query row's log-sum-exp (batch, seq, heads).
+            fn attention_packed(
+                &self,
+                qkv: compute,
+                dims: val<$crate::backend::AttentionDims>,
+                heads: val<usize>,
+                save: val<bool>
+            ) host {
+                attention_packed(qkv, &dims, heads, save)
+            };
+            /// The gradient of [`Kernels::attention_packed`] for the output gradient `g`, given
+            /// the output `out` and the log-sum-exp `lse` it returned with `save`, in `qkv`'s
+            /// layout.
+            fn attention_packed_grad(
+                &self,
+                qkv: compute,
+                g: compute,
+                out: compute,
+                lse: compute,
+                dims: val<$crate::backend::AttentionDims>,
+                heads: val<usize>
+            ) host {
+                attention_packed_grad(qkv, g, [out, lse], &dims, heads)
+            };
             /// Batched matrix product.
             fn matmul(&self, a: compute, b: compute, dims: val<$crate::backend::MatmulDims>);
             /// `x` cast to `dtype` (PyTorch's casts: float to integer truncates toward zero,
@@ -816,72 +874,6 @@ kernel_table!(faces {
     /// product is stored: a linear layer's `x Wᵀ + b`, its output written once.
     fn linear(&self, a: &Buffer, b: &Buffer, bias: &Buffer, dims: MatmulDims) -> Result<Buffer> {
         crate::cpu::linear(a.host()?, b.host()?, bias.host()?, dims).map(Buffer::from)
-    }
-    /// `softmax(scale * q kᵀ [causal]) v` for (heads, seq, dim) `q`, `k`, `v` (one float
-    /// dtype): one fused pass per block of queries, the scores never stored whole. With
-    /// `save` (for [`Kernels::attention_grad`]), the output is followed in the buffer by each
-    /// query row's log-sum-exp (heads, seq_q).
-    fn attention(
-        &self,
-        q: &Buffer,
-        k: &Buffer,
-        v: &Buffer,
-        dims: AttentionDims,
-        save: bool,
-    ) -> Result<Buffer> {
-        crate::cpu::attention(q.host()?, k.host()?, v.host()?, &dims, save).map(Buffer::from)
-    }
-    /// The gradients of [`Kernels::attention`] for the output gradient `g`, given the output
-    /// and the log-sum-exp it returned with `save`, one after another in one buffer: `dq`
-    /// (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv` (heads, seq_k, v_dim).
-    fn attention_grad(
-        &self,
-        qkv: [&Buffer; 3],
-        g: &Buffer,
-        saved: [&Buffer; 2],
-        dims: AttentionDims,
-    ) -> Result<Buffer> {
-        let ([q, k, v], [out, lse]) = (qkv, saved);
-        crate::cpu::attention_grad(
-            [q.host()?, k.host()?, v.host()?],
-            g.host()?,
-            [out.host()?, lse.host()?],
-            &dims,
-        )
-        .map(Buffer::from)
-    }
-    /// [`Kernels::attention`] of one packed (batch, seq, heads, 3, head_dim) `qkv` holding
-    /// each head's q, k and v side by side (`dims.heads` = batch x `heads`): a (batch, seq,
-    /// heads, head_dim) output, with no transposes in or out; with `save`, followed in the
-    /// buffer by each query row's log-sum-exp (batch, seq, heads).
-    fn attention_packed(
-        &self,
-        qkv: &Buffer,
-        dims: AttentionDims,
-        heads: usize,
-        save: bool,
-    ) -> Result<Buffer> {
-        crate::cpu::attention_packed(qkv.host()?, &dims, heads, save).map(Buffer::from)
-    }
-    /// The gradient of [`Kernels::attention_packed`] for the output gradient `g`, given the
-    /// output and the log-sum-exp it returned with `save`, in `qkv`'s layout.
-    fn attention_packed_grad(
-        &self,
-        qkv: &Buffer,
-        g: &Buffer,
-        saved: [&Buffer; 2],
-        dims: AttentionDims,
-        heads: usize,
-    ) -> Result<Buffer> {
-        let [out, lse] = saved;
-        crate::cpu::attention_packed_grad(
-            qkv.host()?,
-            g.host()?,
-            [out.host()?, lse.host()?],
-            &dims,
-            heads,
-        )
-        .map(Buffer::from)
     }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {

@@ -8,8 +8,10 @@
 //! `GFLOW_REQUIRE_BACKEND` names it (CI names the backends that must exist there; see
 //! [`crate::backend::required`]).
 
+mod attention;
 mod halves;
 
+pub use attention::{attentions, packed_attentions};
 pub use halves::{half_arithmetic, half_casts, half_moves, int32_moves};
 
 use crate::backend::{Backend, BinaryOp, Kernels, MatmulDims, ReduceKind, Resident, UnaryOp};
@@ -59,7 +61,7 @@ macro_rules! conformance_tests {
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
             half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
-            squared_sums);
+            squared_sums, attentions, packed_attentions);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);

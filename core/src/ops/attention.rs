@@ -15,14 +15,14 @@
 
 use super::{Kernel, Op, Signature, side};
 use crate::autograd::{is_grad_enabled, record};
-use crate::backend::AttentionDims;
+use crate::backend::{AttentionDims, Kernels};
 use crate::boxing::Dist;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::{NdSbp, Sbp};
 use crate::storage::Buffer;
-use crate::tensor::{Device, Tensor};
+use crate::tensor::Tensor;
 
 /// The tags of attention's second results (see [`side`]): they are taken right after the op
 /// that left them, by the code that dispatched it.
@@ -31,11 +31,24 @@ const DK_DV: side::Tag = ("attention dk, dv", [0, 0]);
 
 /// Splits a saving forward kernel's buffer into the output (its first `outputs` elements, in
 /// place) and the log-sum-exp after them, which it leaves for [`take_lse`].
-fn split_lse(buf: Buffer, outputs: usize) -> Result<Buffer> {
-    let mut out = buf.into_host()?;
-    let lse = out.split_off(outputs);
-    side::leave(LSE, vec![Buffer::from(lse)]);
-    Ok(Buffer::from(out))
+fn split_lse(backend: &dyn Kernels, buf: Buffer, outputs: usize) -> Result<Buffer> {
+    let (out, lse) = split_at(backend, buf, outputs)?;
+    side::leave(LSE, vec![lse]);
+    Ok(out)
+}
+
+/// `buf`'s first `at` elements and the rest, where `buf` lives: cut on the host, or copied into
+/// two new buffers on its device (no download).
+fn split_at(backend: &dyn Kernels, buf: Buffer, at: usize) -> Result<(Buffer, Buffer)> {
+    if buf.device_copy().is_none() {
+        let mut head = buf.into_host()?;
+        let tail = head.split_off(at);
+        return Ok((Buffer::from(head), Buffer::from(tail)));
+    }
+    let len = buf.len();
+    let head = backend.slice(&buf, &[len], &[0], &[at])?;
+    let tail = backend.slice(&buf, &[len], &[at], &[len - at])?;
+    Ok((head, tail))
 }
 
 /// A tensor of shape `shape` in `like`'s layout (its SBP on the leading batch and head dims,
@@ -153,7 +166,7 @@ impl Op for Attention {
         if !self.save {
             return Ok(out);
         }
-        split_lse(out, dims.heads * dims.seq_q * dims.v_dim)
+        split_lse(k.backend, out, dims.heads * dims.seq_q * dims.v_dim)
     }
 }
 
@@ -194,14 +207,12 @@ impl Op for AttentionGrad {
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let dims = self.0.dims(&k.shapes[0], &k.shapes[2]);
         let [q, kk, v] = [k.inputs[0], k.inputs[1], k.inputs[2]];
-        let mut dq = k
-            .backend
-            .attention_grad([q, kk, v], k.inputs[3], [k.inputs[4], k.inputs[5]], dims)?
-            .into_host()?;
-        let mut dk = dq.split_off(q.len());
-        let dv = dk.split_off(kk.len());
-        side::leave(DK_DV, vec![Buffer::from(dk), Buffer::from(dv)]);
-        Ok(Buffer::from(dq))
+        let [g, out, lse] = [k.inputs[3], k.inputs[4], k.inputs[5]];
+        let grads = k.backend.attention_grad(q, kk, v, g, out, lse, dims)?;
+        let (dq, rest) = split_at(k.backend, grads, q.len())?;
+        let (dk, dv) = split_at(k.backend, rest, kk.len())?;
+        side::leave(DK_DV, vec![dk, dv]);
+        Ok(dq)
     }
 }
 
@@ -272,7 +283,7 @@ impl Op for PackedAttention {
         if !self.0.save {
             return Ok(out);
         }
-        split_lse(out, dims.heads * dims.seq_q * dims.v_dim)
+        split_lse(k.backend, out, dims.heads * dims.seq_q * dims.v_dim)
     }
 }
 
@@ -294,15 +305,15 @@ impl Op for PackedAttentionGrad {
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         let (dims, heads) = self.0.dims(&k.shapes[0]);
-        let saved = [k.inputs[2], k.inputs[3]];
+        let [qkv, g, out, lse] = [k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3]];
         k.backend
-            .attention_packed_grad(k.inputs[0], k.inputs[1], saved, dims, heads)
+            .attention_packed_grad(qkv, g, out, lse, dims, heads)
     }
 }
 
 impl Tensor {
-    /// Attention by the fused kernels where they apply (on the CPU, f32 or f64, no dim but
-    /// batch and heads split, keys present); `None` where the caller composes it.
+    /// Attention by the fused kernels where they apply (q, k and v on one device, f32 or f64,
+    /// no dim but batch and heads split, keys present); `None` where the caller composes it.
     ///
     /// # Errors
     /// Operator errors and communication failures of boxing.
@@ -315,7 +326,7 @@ impl Tensor {
     ) -> Option<Result<Tensor>> {
         let ins = [self, k, v];
         let applies = ins.iter().all(|t| {
-            t.device() == Device::Cpu
+            t.device() == self.device()
                 && matches!(t.dtype(), DType::F32 | DType::F64)
                 && t.dtype() == self.dtype()
                 && t.ndim() == 4
@@ -355,8 +366,8 @@ impl Tensor {
         ))
     }
 
-    /// Packed self-attention by the fused kernels where they apply (on the CPU, f32 or
-    /// f64); `None` where the caller composes it.
+    /// Packed self-attention by the fused kernels where they apply (f32 or f64, on any
+    /// device); `None` where the caller composes it.
     ///
     /// # Errors
     /// Operator errors and communication failures of boxing.
@@ -365,8 +376,7 @@ impl Tensor {
         scale: f64,
         causal: bool,
     ) -> Option<Result<Tensor>> {
-        let applies =
-            self.device() == Device::Cpu && matches!(self.dtype(), DType::F32 | DType::F64);
+        let applies = matches!(self.dtype(), DType::F32 | DType::F64);
         if !applies {
             return None;
         }
