@@ -94,25 +94,26 @@ impl Grid {
     }
 }
 
-/// Hierarchical all-reduce of `data` (elements of `elem` bytes) in place for the member at
-/// group position `me`: a reduce-scatter within its host, an all-reduce of its piece with the
-/// same piece of every other host (the only network traffic: 1/per_host of the buffer per
-/// member), and an all-gather within the host. Each element is reduced at one member and
-/// shared, so every member ends bit-identical.
+/// Hierarchical all-reduce into `data` (elements of `elem` bytes) for the member at group
+/// position `me`, of `data` in place or of the same offsets of `input`: a reduce-scatter
+/// within its host (which reads the input), an all-reduce of its piece with the same piece of
+/// every other host (the only network traffic: 1/per_host of the buffer per member), and an
+/// all-gather within the host. Each element is reduced at one member and shared, so every
+/// member ends bit-identical.
 pub(super) fn all_reduce(
     p: &mut Plan,
     policy: &Policy,
-    group: &[usize],
-    grid: &Grid,
+    (group, grid): (&[usize], &Grid),
     me: usize,
-    data: Span,
+    (data, input): (Span, Option<Buf>),
     elem: usize,
 ) {
     let at = grid.cell(me);
     let (host, column) = grid.subgroups(group, at);
     let counts = balanced_counts(data.len, elem, grid.per_host());
     let piece = p.alloc(counts[at.1]);
-    reduce_scatter_flat(p, policy, &host, at.1, &counts, data, piece);
+    let from = input.map_or(data, |b| data.with_buf(b));
+    reduce_scatter_flat(p, policy, &host, at.1, &counts, from, piece);
     all_reduce_flat(p, policy, &column, at.0, (piece, None), elem);
     all_gather_flat(p, policy, &host, at.1, &counts, piece, data);
 }

@@ -46,8 +46,8 @@ pub(super) fn reduce_scatter(
 }
 
 /// All-reduce into the output (`bytes` long, elements of `elem` bytes): of the output in place,
-/// or of `Input(0)` when `from_input` (the flat direct and ring schedules read the input where
-/// they first need it; the others copy it into the output first).
+/// or of `Input(0)` when `from_input` (the direct, ring and hierarchical schedules read the
+/// input where they first need it; recursive doubling copies it into the output first).
 pub(super) fn all_reduce(
     policy: &Policy,
     grid: Option<&Grid>,
@@ -60,15 +60,7 @@ pub(super) fn all_reduce(
     let data = Span::whole(Buf::Output, bytes);
     let input = from_input.then_some(Buf::Input(0));
     match grid {
-        Some(g) => {
-            if let Some(b) = input {
-                p.push(Step::Copy {
-                    from: data.with_buf(b),
-                    to: data,
-                });
-            }
-            hierarchy::all_reduce(&mut p, policy, group, g, me, data, elem)
-        }
+        Some(g) => hierarchy::all_reduce(&mut p, policy, (group, g), me, (data, input), elem),
         None => all_reduce_flat(&mut p, policy, group, me, (data, input), elem),
     }
     p
