@@ -695,6 +695,7 @@ macro_rules! kernel_table {
             /// output `out` and the log-sum-exp `lse` it returned with `save`, one after another
             /// in one buffer: `dq` (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv`
             /// (heads, seq_k, v_dim).
+            #[allow(clippy::too_many_arguments)]
             fn attention_grad(
                 &self,
                 q: compute,

@@ -492,6 +492,278 @@ __device__ void norm_param_part_k(const T *x, const T *g, const T *stats, T *out
     }
 }
 
+// Fused attention (FlashAttention's order), one thread per query row for the output and the
+// query gradient, one per key row for the key and value gradients: a block's ATT_ROWS threads
+// take consecutive rows of one problem and stage tiles of ATT_TILE rows of the other side in
+// shared memory, so the (seq_q, seq_k) scores are never stored. Widths are unlimited: a
+// thread's accumulator holds ATT_COLS<T> columns, wider outputs run in chunks of columns (the
+// scores recomputed per chunk), and dot products run over staged chunks of that many columns.
+
+// Threads per block of the attention kernels (the launch uses exactly this many).
+#define ATT_ROWS 64
+// Rows of the other operand staged per tile (each thread keeps that many scores).
+#define ATT_TILE 32
+// Columns per staged chunk and per accumulator: 64 floats or 32 doubles (a tile is 8 KiB).
+template <typename T> constexpr int ATT_COLS = sizeof(T) == 4 ? 64 : 32;
+
+// Where one operand keeps each problem's rows (core's cpu/attention.rs `Rows`): problem p's row
+// i starts at at + (p / per) * batch + (p % per) * head + i * row, its elements contiguous.
+struct AttRows {
+    u64 at, per, batch, head, row;
+};
+
+// The first element of problem p's row i.
+__device__ __forceinline__ u64 att_at(const AttRows &r, u64 p, u64 i) {
+    return r.at + p / r.per * r.batch + p % r.per * r.head + i * r.row;
+}
+
+// An attention's operands (the output gradient shares the output's places, the forward's
+// log-sum-exp follows its output) and sizes: heads problems of seq_q queries against seq_k
+// keys, q and k head_dim wide, v and the output v_dim wide; causal: query i sees keys 0..=i.
+struct AttLayout {
+    AttRows q, k, v, out, lse, dq, dk, dv;
+    u64 heads, seq_q, seq_k, head_dim, v_dim, causal;
+};
+
+// Rows r0.. (of n, `row` apart from x) and columns c0.. (of cols) into sh (ATT_TILE rows of
+// ATT_COLS<T>), zero outside, between barriers: every thread of the block calls it.
+template <typename T>
+__device__ __forceinline__ void att_load(T *sh, const T *x, u64 row, u64 r0, u64 n, u64 c0,
+                                         u64 cols) {
+    constexpr int W = ATT_COLS<T>;
+    __syncthreads();
+#pragma unroll 4
+    for (int e = threadIdx.x; e < ATT_TILE * W; e += ATT_ROWS) {
+        u64 r = r0 + e / W, c = c0 + e % W;
+        sh[e] = r < n && c < cols ? x[r * row + c] : T(0);
+    }
+    __syncthreads();
+}
+
+// s[j] += x . sh[j] over one staged chunk, x this thread's row from the chunk's first column
+// (`left` of its columns remain).
+template <typename T>
+__device__ __forceinline__ void att_dots(T *s, const T *sh, const T *x, u64 left) {
+    constexpr int W = ATT_COLS<T>;
+    int m = left < (u64)W ? (int)left : W;
+    for (int c = 0; c < m; ++c) {
+        T xc = x[c];
+#pragma unroll
+        for (int j = 0; j < ATT_TILE; ++j) s[j] += xc * sh[j * W + c];
+    }
+}
+
+// acc[c] += sum_j pt[j * ATT_ROWS] * sh[j][c]: this thread's weights (its column of a shared
+// ATT_TILE x ATT_ROWS array, so that the loop over j needs no unrolling) times a staged tile.
+template <typename T>
+__device__ __forceinline__ void att_madd(T *acc, const T *pt, const T *sh) {
+    constexpr int W = ATT_COLS<T>;
+#pragma unroll 1
+    for (int j = 0; j < ATT_TILE; ++j) {
+        T w = pt[j * ATT_ROWS];
+#pragma unroll
+        for (int c = 0; c < W; ++c) acc[c] += w * sh[j * W + c];
+    }
+}
+
+// The dot products of this thread's row x (width cols) with the tile of rows r0.. (of n, `row`
+// apart from y) into s[ATT_TILE]: chunk by chunk through sh.
+template <typename T>
+__device__ __forceinline__ void att_scores(T *s, T *sh, const T *x, bool live, const T *y,
+                                           u64 row, u64 r0, u64 n, u64 cols) {
+    constexpr int W = ATT_COLS<T>;
+#pragma unroll
+    for (int j = 0; j < ATT_TILE; ++j) s[j] = T(0);
+    for (u64 d0 = 0; d0 < cols; d0 += W) {
+        att_load(sh, y, row, r0, n, d0, cols);
+        if (live) att_dots(s, sh, x + d0, cols - d0);
+    }
+}
+
+// The keys the block of query rows from r0 sees: all, or those up to its last row when causal
+// (a row sees fewer; the kernels mask them).
+__device__ __forceinline__ u64 att_keys(const AttLayout &a, u64 r0) {
+    u64 last = r0 + ATT_ROWS < a.seq_q ? r0 + ATT_ROWS : a.seq_q;
+    return a.causal && last < a.seq_k ? last : a.seq_k;
+}
+
+// The output (and with save each row's log-sum-exp max + log(sum)) by an online softmax over
+// tiles of keys: the running max m, sum l and output columns acc rescaled by exp(m_old - m).
+template <typename T>
+__device__ void attention_k(const T *q, const T *k, const T *v, T *out, const AttLayout &a,
+                            T scale, int save) {
+    constexpr int W = ATT_COLS<T>;
+    __shared__ T ks[ATT_TILE * W];
+    __shared__ T vs[ATT_TILE * W];
+    __shared__ T ps[ATT_TILE * ATT_ROWS];
+    T *pt = ps + threadIdx.x;
+    u64 blocks = (a.seq_q + ATT_ROWS - 1) / ATT_ROWS;
+    for (u64 b = blockIdx.x; b < a.heads * blocks; b += gridDim.x) {
+        u64 p = b / blocks, r0 = b % blocks * ATT_ROWS, i = r0 + threadIdx.x;
+        bool live = i < a.seq_q;
+        u64 keys = att_keys(a, r0);
+        const T *qi = q + (live ? att_at(a.q, p, i) : 0);
+        const T *kp = k + att_at(a.k, p, 0), *vp = v + att_at(a.v, p, 0);
+        for (u64 c0 = 0; c0 == 0 || c0 < a.v_dim; c0 += W) {
+            T m = neg_inf(T(0)), l = T(0), acc[W];
+#pragma unroll
+            for (int c = 0; c < W; ++c) acc[c] = T(0);
+            for (u64 j0 = 0; j0 < keys; j0 += ATT_TILE) {
+                T s[ATT_TILE];
+                att_scores(s, ks, qi, live, kp, a.k.row, j0, a.seq_k, a.head_dim);
+                att_load(vs, vp, a.v.row, j0, a.seq_k, c0, a.v_dim);
+                if (!live) continue;
+                T mt = m;
+#pragma unroll
+                for (int j = 0; j < ATT_TILE; ++j) {
+                    bool seen = j0 + j < a.seq_k && (!a.causal || j0 + j <= i);
+                    s[j] = seen ? s[j] * scale : neg_inf(T(0));
+                    mt = s[j] > mt || s[j] != s[j] ? s[j] : mt;
+                }
+                if (mt == neg_inf(T(0))) continue; // no key seen yet
+                T f = g_exp(m - mt);
+                l *= f;
+#pragma unroll
+                for (int c = 0; c < W; ++c) acc[c] *= f;
+#pragma unroll
+                for (int j = 0; j < ATT_TILE; ++j) {
+                    T pj = g_exp(s[j] - mt);
+                    l += pj;
+                    pt[j * ATT_ROWS] = pj;
+                }
+                att_madd(acc, pt, vs);
+                m = mt;
+            }
+            if (!live) continue;
+            T *o = out + att_at(a.out, p, i) + c0;
+#pragma unroll
+            for (int c = 0; c < W; ++c)
+                if (c0 + c < a.v_dim) o[c] = acc[c] / l;
+            if (save && c0 == 0) out[att_at(a.lse, p, i)] = m + g_log(l);
+        }
+    }
+}
+
+// The query gradient, one thread per query row: D = g . out (into dsum, for the key side),
+// then over the keys the row sees p = exp(scale q.k - lse), ds = p (g.v - D), dq += ds k;
+// dq *= scale. q, k, v, g, out and lse as the layout says; dq into grads.
+template <typename T>
+__device__ void attention_dq_k(const T *q, const T *k, const T *v, const T *g, const T *out,
+                               const T *lse, T *grads, T *dsum, const AttLayout &a, T scale) {
+    constexpr int W = ATT_COLS<T>;
+    __shared__ T ks[ATT_TILE * W];
+    __shared__ T vs[ATT_TILE * W];
+    __shared__ T ps[ATT_TILE * ATT_ROWS];
+    T *pt = ps + threadIdx.x;
+    u64 blocks = (a.seq_q + ATT_ROWS - 1) / ATT_ROWS;
+    for (u64 b = blockIdx.x; b < a.heads * blocks; b += gridDim.x) {
+        u64 p = b / blocks, r0 = b % blocks * ATT_ROWS, i = r0 + threadIdx.x;
+        bool live = i < a.seq_q;
+        u64 keys = att_keys(a, r0);
+        const T *qi = q + (live ? att_at(a.q, p, i) : 0);
+        const T *gi = g + (live ? att_at(a.out, p, i) : 0);
+        const T *kp = k + att_at(a.k, p, 0), *vp = v + att_at(a.v, p, 0);
+        T di = T(0), li = T(0);
+        if (live) {
+            const T *oi = out + att_at(a.out, p, i);
+            for (u64 c = 0; c < a.v_dim; ++c) di += gi[c] * oi[c];
+            dsum[p * a.seq_q + i] = di;
+            li = lse[att_at(a.lse, p, i)];
+        }
+        for (u64 c0 = 0; c0 < a.head_dim; c0 += W) {
+            T acc[W];
+#pragma unroll
+            for (int c = 0; c < W; ++c) acc[c] = T(0);
+            for (u64 j0 = 0; j0 < keys; j0 += ATT_TILE) {
+                T s[ATT_TILE], dp[ATT_TILE];
+                att_scores(s, ks, qi, live, kp, a.k.row, j0, a.seq_k, a.head_dim);
+                att_scores(dp, vs, gi, live, vp, a.v.row, j0, a.seq_k, a.v_dim);
+                // one chunk of k columns is still staged; wider k is staged again by columns
+                if (a.head_dim > (u64)W) att_load(ks, kp, a.k.row, j0, a.seq_k, c0, a.head_dim);
+                if (!live) continue;
+#pragma unroll
+                for (int j = 0; j < ATT_TILE; ++j) {
+                    bool seen = j0 + j < a.seq_k && (!a.causal || j0 + j <= i);
+                    pt[j * ATT_ROWS] = seen ? g_exp(s[j] * scale - li) * (dp[j] - di) : T(0);
+                }
+                att_madd(acc, pt, ks);
+            }
+            if (!live) continue;
+            T *o = grads + att_at(a.dq, p, i) + c0;
+#pragma unroll
+            for (int c = 0; c < W; ++c)
+                if (c0 + c < a.head_dim) o[c] = acc[c] * scale;
+        }
+    }
+}
+
+// The key and value gradients, one thread per key row j, over the query rows that see it (all,
+// or i >= j when causal): p and ds as attention_dq_k's (D from its dsum), dv += p g,
+// dk += ds q; dk *= scale. Columns of dk and dv in chunks of ATT_COLS<T> together.
+template <typename T>
+__device__ void attention_dkv_k(const T *q, const T *k, const T *v, const T *g, const T *lse,
+                                const T *dsum, T *grads, const AttLayout &a, T scale) {
+    constexpr int W = ATT_COLS<T>;
+    __shared__ T qs[ATT_TILE * W];
+    __shared__ T gs[ATT_TILE * W];
+    __shared__ T ls[ATT_TILE];
+    __shared__ T ds_[ATT_TILE];
+    __shared__ T ps[ATT_TILE * ATT_ROWS];
+    T *pt = ps + threadIdx.x;
+    u64 blocks = (a.seq_k + ATT_ROWS - 1) / ATT_ROWS;
+    u64 cols = a.head_dim > a.v_dim ? a.head_dim : a.v_dim;
+    for (u64 b = blockIdx.x; b < a.heads * blocks; b += gridDim.x) {
+        u64 p = b / blocks, j0 = b % blocks * ATT_ROWS, j = j0 + threadIdx.x;
+        bool live = j < a.seq_k;
+        const T *kj = k + (live ? att_at(a.k, p, j) : 0);
+        const T *vj = v + (live ? att_at(a.v, p, j) : 0);
+        const T *qp = q + att_at(a.q, p, 0), *gp = g + att_at(a.out, p, 0);
+        const T *lp = lse + att_at(a.lse, p, 0), *dp_ = dsum + p * a.seq_q;
+        // queries before the block's first key see none of its keys
+        u64 first = a.causal ? j0 : 0;
+        for (u64 c0 = 0; c0 < cols; c0 += W) {
+            T dk[W], dv[W];
+#pragma unroll
+            for (int c = 0; c < W; ++c) dk[c] = dv[c] = T(0);
+            for (u64 i0 = first; i0 < a.seq_q; i0 += ATT_TILE) {
+                T s[ATT_TILE], dp[ATT_TILE];
+                att_scores(s, qs, kj, live, qp, a.q.row, i0, a.seq_q, a.head_dim);
+                att_scores(dp, gs, vj, live, gp, a.out.row, i0, a.seq_q, a.v_dim);
+                // one chunk of q and g columns is still staged; wider ones by columns again
+                if (a.head_dim > (u64)W) att_load(qs, qp, a.q.row, i0, a.seq_q, c0, a.head_dim);
+                if (a.v_dim > (u64)W) att_load(gs, gp, a.out.row, i0, a.seq_q, c0, a.v_dim);
+                __syncthreads();
+                for (int e = threadIdx.x; e < ATT_TILE; e += ATT_ROWS) {
+                    u64 r = i0 + e;
+                    ls[e] = r < a.seq_q ? lp[r * a.lse.row] : T(0);
+                    ds_[e] = r < a.seq_q ? dp_[r] : T(0);
+                }
+                __syncthreads();
+                if (!live) continue;
+#pragma unroll
+                for (int r = 0; r < ATT_TILE; ++r) {
+                    bool seen = i0 + r < a.seq_q && (!a.causal || j <= i0 + r);
+                    s[r] = seen ? g_exp(s[r] * scale - ls[r]) : T(0);
+                    dp[r] = seen ? s[r] * (dp[r] - ds_[r]) : T(0);
+                    pt[r * ATT_ROWS] = s[r];
+                }
+                att_madd(dv, pt, gs);
+#pragma unroll
+                for (int r = 0; r < ATT_TILE; ++r) pt[r * ATT_ROWS] = dp[r];
+                att_madd(dk, pt, qs);
+            }
+            if (!live) continue;
+            T *ok = grads + att_at(a.dk, p, j) + c0;
+            T *ov = grads + att_at(a.dv, p, j) + c0;
+#pragma unroll
+            for (int c = 0; c < W; ++c) {
+                if (c0 + c < a.head_dim) ok[c] = dk[c] * scale;
+                if (c0 + c < a.v_dim) ov[c] = dv[c];
+            }
+        }
+    }
+}
+
 #define FLOAT_KERNELS(T, S)                                                                      \
     extern "C" __global__ void unary_##S(const T *x, T *out, u64 n, int op, T a, T b) {          \
         unary_k<T>(x, out, n, op, a, b);                                                         \
@@ -541,6 +813,23 @@ __device__ void norm_param_part_k(const T *x, const T *g, const T *stats, T *out
     extern "C" __global__ void compare_##S(const T *a, const T *b, unsigned *out, u64 n, int op, \
                                            int nd, const __grid_constant__ Meta meta) {         \
         compare_k<T>(a, b, out, n, op, nd, meta.v);                                             \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(ATT_ROWS)                                      \
+        attention_##S(const T *q, const T *k, const T *v, T *out,                                \
+                      const __grid_constant__ AttLayout a, T scale, int save) {                  \
+        attention_k<T>(q, k, v, out, a, scale, save);                                            \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(ATT_ROWS)                                      \
+        attention_dq_##S(const T *q, const T *k, const T *v, const T *g, const T *out,           \
+                         const T *lse, T *grads, T *dsum, const __grid_constant__ AttLayout a,   \
+                         T scale) {                                                              \
+        attention_dq_k<T>(q, k, v, g, out, lse, grads, dsum, a, scale);                          \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(ATT_ROWS)                                      \
+        attention_dkv_##S(const T *q, const T *k, const T *v, const T *g, const T *lse,          \
+                          const T *dsum, T *grads, const __grid_constant__ AttLayout a,          \
+                          T scale) {                                                             \
+        attention_dkv_k<T>(q, k, v, g, lse, dsum, grads, a, scale);                              \
     }                                                                                            \
     extern "C" __global__ void norm_##S(const T *x, const T *w, const T *b, T *out, u64 rows,    \
                                         u64 cols, T eps, int center, int has_w, int has_b) {     \

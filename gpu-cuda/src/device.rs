@@ -34,7 +34,7 @@ const FUNCTIONS: [&str; 14] = [
     "adam_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 39] = [
+const MORE_FUNCTIONS: [&str; 45] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -74,6 +74,12 @@ const MORE_FUNCTIONS: [&str; 39] = [
     "unary_mul_f64",
     "sum_squares_f32",
     "sum_squares_f64",
+    "attention_f32",
+    "attention_f64",
+    "attention_dq_f32",
+    "attention_dq_f64",
+    "attention_dkv_f32",
+    "attention_dkv_f64",
 ];
 
 /// Whether the CUDA driver, NVRTC and cuBLAS libraries can be loaded (cudarc panics on first

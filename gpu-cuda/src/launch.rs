@@ -44,9 +44,15 @@ pub(crate) fn threads(n: usize) -> LaunchConfig {
 
 /// A launch of `n` blocks of `BLOCK` threads (at most `MAX_BLOCKS`; kernels loop over the rest).
 pub(crate) fn blocks(n: usize) -> LaunchConfig {
+    blocks_of(n, BLOCK)
+}
+
+/// A launch of `n` blocks of `threads` threads each, for kernels written for that block size
+/// (at most `MAX_BLOCKS` blocks; kernels loop over the rest).
+pub(crate) fn blocks_of(n: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n.clamp(1, MAX_BLOCKS) as u32, 1, 1),
-        block_dim: (BLOCK, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
 }

@@ -3,7 +3,7 @@
 //! panic); `GFLOW_REQUIRE_BACKEND=cuda` turns the skip into a failure on a GPU machine.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use gflow_core::backend::{Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
+use gflow_core::backend::{AttentionDims, Backend, BinaryOp, MatmulDims, ReduceKind, UnaryOp};
 use gflow_core::{Error, HostData};
 use gflow_cuda::CudaBackend;
 
@@ -125,5 +125,149 @@ fn norms_of_long_rows() {
         gflow_core::conformance::norms_of(&r, &[(5, 300), (2, 1030), (3, 4099), (70_000, 3)])
     {
         panic!("{e}");
+    }
+}
+
+/// Attention by its definition in f64 on dense (heads, seq, dim) operands: the output, each
+/// query row's log-sum-exp, and dq, dk, dv for the output gradient `g`.
+fn attention_reference([q, k, v, g]: [&[f64]; 4], d: &AttentionDims) -> [Vec<f64>; 5] {
+    let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
+    let mut out = vec![0.0; d.heads * tq * dv];
+    let mut lse = vec![0.0; d.heads * tq];
+    let (mut dq, mut dk, mut dvs) = (
+        vec![0.0; d.heads * tq * hd],
+        vec![0.0; d.heads * tk * hd],
+        vec![0.0; d.heads * tk * dv],
+    );
+    for h in 0..d.heads {
+        let (qh, kh, vh) = (h * tq, h * tk, h * tk);
+        for i in 0..tq {
+            let seen = if d.causal { (i + 1).min(tk) } else { tk };
+            let dot = |a: &[f64], ra: usize, b: &[f64], rb: usize, w: usize| -> f64 {
+                (0..w).map(|c| a[ra * w + c] * b[rb * w + c]).sum()
+            };
+            let s: Vec<f64> = (0..seen)
+                .map(|j| d.scale * dot(q, qh + i, k, kh + j, hd))
+                .collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let l = m + s.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+            lse[qh + i] = l;
+            let p: Vec<f64> = s.iter().map(|x| (x - l).exp()).collect();
+            let dp: Vec<f64> = (0..seen).map(|j| dot(g, qh + i, v, vh + j, dv)).collect();
+            let rowsum: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+            for j in 0..seen {
+                let ds = d.scale * p[j] * (dp[j] - rowsum);
+                for c in 0..dv {
+                    out[(qh + i) * dv + c] += p[j] * v[(vh + j) * dv + c];
+                    dvs[(vh + j) * dv + c] += p[j] * g[(qh + i) * dv + c];
+                }
+                for c in 0..hd {
+                    dq[(qh + i) * hd + c] += ds * k[(kh + j) * hd + c];
+                    dk[(kh + j) * hd + c] += ds * q[(qh + i) * hd + c];
+                }
+            }
+        }
+    }
+    [out, lse, dq, dk, dvs]
+}
+
+/// Fused attention, forward and backward, on long sequences (1030 rows: many row blocks and
+/// key tiles, causal and not, dense and packed) and on more (problem, row block) pairs than one
+/// launch has blocks (70 000 problems: blocks loop over the rest), against f64 loops.
+#[test]
+fn attention_of_long_sequences() {
+    if let Some(b) = backend("attention_of_long_sequences") {
+        long_attentions(&b);
+    }
+}
+
+/// [`attention_of_long_sequences`] on backend `b`.
+fn long_attentions<B: Backend>(b: &B) {
+    let vals = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 2_654_435_761 + seed * 97) % 2000) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    let up = |x: &[f32]| b.upload(&HostData::F32(x.to_vec())).unwrap();
+    let got = |s: &B::Storage| -> Vec<f64> { b.download(s).unwrap().to_vec() };
+    let wide = |x: &[f32]| -> Vec<f64> { x.iter().map(|&e| f64::from(e)).collect() };
+    let check = |what: &str, got: &[f64], want: &[f64]| {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= 3e-4 * (1.0 + w.abs()),
+                "{what} at {i}: {g} vs {w}"
+            );
+        }
+    };
+    // (batch, heads, seq, head_dim, causal, packed)
+    for (batch, heads, seq, hd, causal, packed) in [
+        (1, 2, 1030, 16, true, false),
+        (1, 1, 1030, 8, false, false),
+        (2, 35_000, 3, 4, true, false),
+        (1, 2, 1030, 16, true, true),
+    ] {
+        let n = batch * heads;
+        let d = AttentionDims {
+            heads: n,
+            seq_q: seq,
+            seq_k: seq,
+            head_dim: hd,
+            v_dim: hd,
+            scale: 1.0 / (hd as f64).sqrt(),
+            causal,
+        };
+        let [q, k, v, g] = [0, 1, 2, 3].map(|s| vals(n * seq * hd, seq + s));
+        let [out, lse, dq, dk, dv] =
+            attention_reference([&wide(&q), &wide(&k), &wide(&v), &wide(&g)], &d);
+        let what = format!("attention {n} x {seq} x {hd} causal {causal} packed {packed}");
+        if packed {
+            // dense (problem, row) of each operand <-> packed (batch, row, head, part)
+            let at = |p: usize, t: usize| (p / heads * seq + t) * heads + p % heads;
+            let mut qkv = vec![0.0f32; 3 * n * seq * hd];
+            let (mut po, mut pl, mut pg) = (
+                vec![0.0; out.len()],
+                vec![0.0; lse.len()],
+                vec![0.0f32; g.len()],
+            );
+            let mut pd = vec![0.0; qkv.len()];
+            for p in 0..n {
+                for t in 0..seq {
+                    let (r, x) = (at(p, t), p * seq + t);
+                    for (part, (src, grad)) in
+                        [(&q, &dq), (&k, &dk), (&v, &dv)].into_iter().enumerate()
+                    {
+                        let to = (r * 3 + part) * hd;
+                        qkv[to..to + hd].copy_from_slice(&src[x * hd..(x + 1) * hd]);
+                        pd[to..to + hd].copy_from_slice(&grad[x * hd..(x + 1) * hd]);
+                    }
+                    po[r * hd..(r + 1) * hd].copy_from_slice(&out[x * hd..(x + 1) * hd]);
+                    pg[r * hd..(r + 1) * hd].copy_from_slice(&g[x * hd..(x + 1) * hd]);
+                    pl[r] = lse[x];
+                }
+            }
+            let saved = got(&b.attention_packed(&up(&qkv), d, heads, true).unwrap());
+            check(&what, &saved, &[po.clone(), pl.clone()].concat());
+            let (o, l) = saved.split_at(po.len());
+            let [o, l] = [o, l].map(|x| x.iter().map(|&e| e as f32).collect::<Vec<f32>>());
+            let grad = b
+                .attention_packed_grad(&up(&qkv), &up(&pg), &up(&o), &up(&l), d, heads)
+                .unwrap();
+            check(&format!("{what} gradient"), &got(&grad), &pd);
+        } else {
+            let [qb, kb, vb] = [&q, &k, &v].map(|x| up(x));
+            let saved = got(&b.attention(&qb, &kb, &vb, d, true).unwrap());
+            check(&what, &saved, &[out.clone(), lse.clone()].concat());
+            let (o, l) = saved.split_at(out.len());
+            let [o, l] = [o, l].map(|x| x.iter().map(|&e| e as f32).collect::<Vec<f32>>());
+            let grads = b
+                .attention_grad(&qb, &kb, &vb, &up(&g), &up(&o), &up(&l), d)
+                .unwrap();
+            check(
+                &format!("{what} gradients"),
+                &got(&grads),
+                &[dq, dk, dv].concat(),
+            );
+        }
     }
 }

@@ -8,6 +8,119 @@ int fails = 0;
 #define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 bool close(double a, double b, double t = 1e-5) { return std::fabs(a - b) <= t * (1 + std::fabs(b)); }
 double red(int op, double w, double v) { return op == REDUCE_SUM ? w + v : (op == REDUCE_MAX ? std::max(w, v) : std::min(w, v)); }
+// One fused attention case: dense (problems, seq, dim) operands or one packed (batch, seq,
+// heads, 3, dim) qkv; the forward (with and without the log-sum-exp) and both gradient kernels
+// against the definition in f64 loops. Buffers start as NaN, so an element left unwritten
+// shows; `grid` below the block count makes the kernels loop over blocks.
+struct AttCase { int batch, heads, tq, tk, hd, dv; bool causal, packed; unsigned grid; };
+template <typename T> void attention_case(const AttCase &t, double tol) {
+  const int P = t.batch * t.heads, tq = t.tq, tk = t.tk, hd = t.hd, dv = t.dv, H = t.heads;
+  const size_t nq = (size_t)P * tq * hd, nk = (size_t)P * tk * hd, nv = (size_t)P * tk * dv;
+  const size_t no = (size_t)P * tq * dv, nl = (size_t)P * tq;
+  // the element of (problem p, row i, column c) of q (0), k (1), v (2), the output (3) and the
+  // log-sum-exp (4), written out for each layout
+  auto at = [&](int part, int p, int i, int c) -> size_t {
+    if (t.packed) {
+      size_t row = (size_t)(p / H * tq + i) * H + p % H;
+      return part < 3 ? (row * 3 + part) * hd + c : part == 3 ? row * hd + c : row;
+    }
+    switch (part) {
+    case 0: return ((size_t)p * tq + i) * hd + c;
+    case 1: return ((size_t)p * tk + i) * hd + c;
+    case 2: return ((size_t)p * tk + i) * dv + c;
+    case 3: return ((size_t)p * tq + i) * dv + c;
+    default: return (size_t)p * tq + i;
+    }
+  };
+  // the gradient of part (q, k, v) at (p, i, c) in the one gradient buffer
+  auto grad_at = [&](int part, int p, int i, int c) -> size_t {
+    return t.packed ? at(part, p, i, c) : (part == 0 ? 0 : part == 1 ? nq : nq + nk) + at(part, p, i, c);
+  };
+  size_t nin = t.packed ? 3 * nq : nq + nk + nv;
+  std::vector<T> in(nin), g(no);
+  for (size_t e = 0; e < nin; ++e) in[e] = (T)(1.5 * std::sin(0.37 * e + 0.1 * hd));
+  for (size_t e = 0; e < no; ++e) g[e] = (T)std::cos(0.23 * e + 1);
+  const T *q = in.data(), *k = t.packed ? in.data() : in.data() + nq, *v = t.packed ? in.data() : in.data() + nq + nk;
+  double scale = 1 / std::sqrt((double)(hd > 0 ? hd : 1));
+  // the definition, in f64
+  std::vector<double> out(no, 0), lse(nl), dq(nq, 0), dk(nk, 0), dvv(nv, 0);
+  auto val = [&](const T *x, int part, int p, int i, int c) { return (double)x[at(part, p, i, c)]; };
+  for (int p = 0; p < P; ++p) for (int i = 0; i < tq; ++i) {
+    int n = t.causal ? std::min(i + 1, tk) : tk;
+    std::vector<double> s(n), pr(n), dp(n);
+    double m = -INFINITY, z = 0, rowsum = 0;
+    for (int j = 0; j < n; ++j) { s[j] = 0; for (int c = 0; c < hd; ++c) s[j] += val(q, 0, p, i, c) * val(k, 1, p, j, c); s[j] *= scale; m = std::max(m, s[j]); }
+    for (int j = 0; j < n; ++j) z += std::exp(s[j] - m);
+    lse[p * tq + i] = m + std::log(z);
+    for (int j = 0; j < n; ++j) {
+      pr[j] = std::exp(s[j] - lse[p * tq + i]); dp[j] = 0;
+      for (int c = 0; c < dv; ++c) { out[((size_t)p * tq + i) * dv + c] += pr[j] * val(v, 2, p, j, c); dp[j] += (double)g[at(3, p, i, c)] * val(v, 2, p, j, c); }
+      rowsum += pr[j] * dp[j];
+    }
+    for (int j = 0; j < n; ++j) {
+      double ds = pr[j] * (dp[j] - rowsum);
+      for (int c = 0; c < hd; ++c) { dq[((size_t)p * tq + i) * hd + c] += scale * ds * val(k, 1, p, j, c); dk[((size_t)p * tk + j) * hd + c] += scale * ds * val(q, 0, p, i, c); }
+      for (int c = 0; c < dv; ++c) dvv[((size_t)p * tk + j) * dv + c] += pr[j] * g[at(3, p, i, c)];
+    }
+  }
+  // the kernels' layout, as the backend builds it
+  AttLayout a{};
+  if (t.packed) {
+    auto part = [&](int c) { return AttRows{(u64)c * hd, (u64)H, (u64)tq * H * 3 * hd, 3 * (u64)hd, (u64)H * 3 * hd}; };
+    a.q = a.dq = part(0); a.k = a.dk = part(1); a.v = a.dv = part(2);
+    a.out = AttRows{0, (u64)H, (u64)tq * H * hd, (u64)hd, (u64)H * hd};
+    a.lse = AttRows{0, (u64)H, (u64)tq * H, 1, (u64)H};
+  } else {
+    a.q = a.dq = AttRows{0, 1, (u64)tq * hd, 0, (u64)hd};
+    a.k = AttRows{0, 1, (u64)tk * hd, 0, (u64)hd}; a.dk = AttRows{nq, 1, (u64)tk * hd, 0, (u64)hd};
+    a.v = AttRows{0, 1, (u64)tk * dv, 0, (u64)dv}; a.dv = AttRows{nq + nk, 1, (u64)tk * dv, 0, (u64)dv};
+    a.out = AttRows{0, 1, (u64)tq * dv, 0, (u64)dv};
+    a.lse = AttRows{0, 1, (u64)tq, 0, 1};
+  }
+  a.heads = P; a.seq_q = tq; a.seq_k = tk; a.head_dim = hd; a.v_dim = dv; a.causal = t.causal;
+  AttLayout saving = a; saving.lse.at = no;
+  char what[160];
+  snprintf(what, sizeof what, "attention %s f%d %dx%d (%d, %d) (%d, %d) causal %d", t.packed ? "packed" : "dense",
+           (int)(8 * sizeof(T)), t.batch, H, tq, tk, hd, dv, (int)t.causal);
+  // the forward, saving and not (nothing written past the output then)
+  for (int save = 0; save < 2; ++save) {
+    std::vector<T> o(no + nl + 1, (T)NAN);
+    launch_threads(t.grid, ATT_ROWS, [&] {
+      if constexpr (sizeof(T) == 4) attention_f32(q, k, v, o.data(), save ? saving : a, (T)scale, save);
+      else attention_f64(q, k, v, o.data(), save ? saving : a, (T)scale, save);
+    });
+    int bad = 0;
+    for (int p = 0; p < P; ++p) for (int i = 0; i < tq; ++i) {
+      for (int c = 0; c < dv; ++c) bad += !close(o[at(3, p, i, c)], out[((size_t)p * tq + i) * dv + c], tol);
+      if (save) bad += !close(o[no + at(4, p, i, 0)], lse[p * tq + i], tol);
+    }
+    for (size_t e = save ? no + nl : no; e < o.size(); ++e) bad += !std::isnan(o[e]);
+    CHECK(bad == 0, "%s save %d: %d elements differ", what, save, bad);
+  }
+  // the gradients from the reference's output and log-sum-exp
+  std::vector<T> ot(no), lt(nl), grads(nin, (T)NAN), dsum(std::max<size_t>(nl, 1));
+  for (int p = 0; p < P; ++p) for (int i = 0; i < tq; ++i) {
+    for (int c = 0; c < dv; ++c) ot[at(3, p, i, c)] = (T)out[((size_t)p * tq + i) * dv + c];
+    lt[at(4, p, i, 0)] = (T)lse[p * tq + i];
+  }
+  launch_threads(t.grid, ATT_ROWS, [&] {
+    if constexpr (sizeof(T) == 4) attention_dq_f32(q, k, v, g.data(), ot.data(), lt.data(), grads.data(), dsum.data(), a, (T)scale);
+    else attention_dq_f64(q, k, v, g.data(), ot.data(), lt.data(), grads.data(), dsum.data(), a, (T)scale);
+  });
+  launch_threads(t.grid, ATT_ROWS, [&] {
+    if constexpr (sizeof(T) == 4) attention_dkv_f32(q, k, v, g.data(), lt.data(), dsum.data(), grads.data(), a, (T)scale);
+    else attention_dkv_f64(q, k, v, g.data(), lt.data(), dsum.data(), grads.data(), a, (T)scale);
+  });
+  int bad = 0;
+  for (int p = 0; p < P; ++p) {
+    for (int i = 0; i < tq; ++i) for (int c = 0; c < hd; ++c) bad += !close(grads[grad_at(0, p, i, c)], dq[((size_t)p * tq + i) * hd + c], tol);
+    for (int j = 0; j < tk; ++j) {
+      for (int c = 0; c < hd; ++c) bad += !close(grads[grad_at(1, p, j, c)], dk[((size_t)p * tk + j) * hd + c], tol);
+      for (int c = 0; c < dv; ++c) bad += !close(grads[grad_at(2, p, j, c)], dvv[((size_t)p * tk + j) * dv + c], tol);
+    }
+  }
+  CHECK(bad == 0, "%s gradients: %d elements differ", what, bad);
+}
 int main() {
   // unary, affine, grid-stride over 1000 elements with 2 blocks
   { std::vector<float> x(1000), o(1000); for (int i = 0; i < 1000; ++i) x[i] = (i % 37) / 9.0f - 2;
@@ -276,6 +389,18 @@ int main() {
       for (int j = 0; j < cols; ++j)
         CHECK(close(part[j] + part[2 * cols + j], dw[j], 1e-12) && close(part[cols + j] + part[3 * cols + j], db[j], 1e-12), "norm params at %d", j);
     }
+  }
+  // fused attention: odd sizes; rows past one block (64) and keys past one tile (32); more
+  // queries than keys and the reverse; q/k and v widths past a thread's column chunk (64
+  // floats, 32 doubles) and none at all; packed qkv; blocks looped over by a smaller grid
+  for (bool causal : {false, true}) {
+    const AttCase cases[] = {
+      {1, 3, 70, 90, 70, 130, causal, false, 2}, {1, 2, 5, 3, 4, 3, causal, false, 1},
+      {2, 1, 3, 100, 5, 7, causal, false, 1},   {1, 2, 5, 4, 3, 0, causal, false, 1},
+      {1, 1, 4, 6, 0, 2, causal, false, 1},     {2, 3, 67, 67, 8, 8, causal, true, 5},
+      {1, 2, 40, 40, 40, 40, causal, true, 3},  {3, 1, 1, 1, 5, 5, causal, true, 2},
+    };
+    for (const AttCase &c : cases) { attention_case<float>(c, 2e-4); attention_case<double>(c, 1e-10); }
   }
   printf("fails: %d\n", fails);
   return fails != 0;

@@ -1,6 +1,7 @@
 // Just enough of CUDA for the kernels to run on the CPU: thread and block indices per thread,
 // __shared__ as a function static (one block runs at a time), __syncthreads as a barrier, and
-// atomicAdd through std::atomic_ref. launch(grid, body) runs body on grid x 256 threads.
+// atomicAdd through std::atomic_ref. launch(grid, body) runs body on grid x 256 threads,
+// launch_threads(grid, threads, body) on grid x threads.
 #pragma once
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@ std::barrier<> *g_bar;
 #define __grid_constant__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(n)
 #define __shared__ static
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
@@ -26,12 +28,13 @@ template <typename T> T atomicAdd(T *p, T v) { return std::atomic_ref<T>(*p).fet
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::erf; using std::sin; using std::cos;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
-inline void launch(unsigned grid, std::function<void()> body) {
-  blockDim.x = 256; gridDim.x = grid;
+inline void launch_threads(unsigned grid, unsigned threads, std::function<void()> body) {
+  blockDim.x = threads; gridDim.x = grid;
   for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> bar(256); g_bar = &bar;
+    std::barrier<> bar(threads); g_bar = &bar;
     std::vector<std::thread> ts;
-    for (unsigned t = 0; t < 256; ++t) ts.emplace_back([=] { blockIdx.x = b; threadIdx.x = t; body(); });
+    for (unsigned t = 0; t < threads; ++t) ts.emplace_back([=] { blockIdx.x = b; threadIdx.x = t; body(); });
     for (auto &t : ts) t.join();
   }
 }
+inline void launch(unsigned grid, std::function<void()> body) { launch_threads(grid, 256, body); }
