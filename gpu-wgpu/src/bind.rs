@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 21] = [
+const KERNELS: [(&str, &str); 24] = [
     (
         "unary",
         concat!(
@@ -44,9 +44,31 @@ const KERNELS: [(&str, &str); 21] = [
     ("norm", include_str!("../shaders/norm.wgsl")),
     ("norm_param", include_str!("../shaders/norm_param.wgsl")),
     ("sum_squares", include_str!("../shaders/sum_squares.wgsl")),
+    (
+        "attention",
+        concat!(
+            include_str!("../shaders/attention_common.wgsl"),
+            include_str!("../shaders/attention.wgsl")
+        ),
+    ),
+    (
+        "attention_dq",
+        concat!(
+            include_str!("../shaders/attention_common.wgsl"),
+            include_str!("../shaders/attention_dq.wgsl")
+        ),
+    ),
+    (
+        "attention_dkdv",
+        concat!(
+            include_str!("../shaders/attention_common.wgsl"),
+            include_str!("../shaders/attention_dkdv.wgsl")
+        ),
+    ),
 ];
 
-/// Threads per workgroup (every kernel's `@workgroup_size`).
+/// Threads per workgroup (every kernel's `@workgroup_size` but attention's 64, which runs
+/// through [`WgpuBackend::dispatch_groups`]).
 pub(crate) const GROUP: u32 = 256;
 /// Most workgroups along one dispatch dimension (WebGPU's guaranteed limit).
 const MAX_GROUPS: u32 = 65535;
@@ -164,18 +186,31 @@ impl WgpuBackend {
         params: &[u32],
         bindings: &[wgpu::BufferBinding<'_>],
     ) -> Result<()> {
-        if threads == 0 {
+        let groups = (threads as u64).div_ceil(u64::from(GROUP));
+        self.dispatch_groups(name, groups, params, bindings)
+    }
+
+    /// Dispatches kernel `name` over `groups` workgroups of its own size (on a 2-D grid past
+    /// 65535: a kernel numbers them `x + y * num_workgroups.x` and ignores those past its
+    /// count) with `params` and `bindings`.
+    pub(crate) fn dispatch_groups(
+        &self,
+        name: &'static str,
+        groups: u64,
+        params: &[u32],
+        bindings: &[wgpu::BufferBinding<'_>],
+    ) -> Result<()> {
+        if groups == 0 {
             return Ok(());
         }
         let (pipeline, layout) = self.pipeline(name)?;
-        let groups = (threads as u64).div_ceil(u64::from(GROUP));
         let (gx, gy) = if groups <= u64::from(MAX_GROUPS) {
             (groups as u32, 1)
         } else {
             let gy = groups.div_ceil(u64::from(MAX_GROUPS));
             if gy > u64::from(MAX_GROUPS) {
                 return Err(device_error(format!(
-                    "{threads} threads is too many to dispatch"
+                    "{groups} workgroups is too many to dispatch"
                 )));
             }
             (MAX_GROUPS, gy as u32)

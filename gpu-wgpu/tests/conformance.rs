@@ -9,8 +9,9 @@ use gflow_core::{Error, HostData};
 gflow_core::conformance_tests!("wgpu", gflow_wgpu::WgpuBackend::new());
 
 /// The conformance suite again under a storage-binding limit of 1 KiB (products: 8 KiB, where
-/// 1 KiB tiles would take minutes), so that every kernel's path for tensors past the limit
-/// (pieces, blocks, tiles, chunks) runs on the suite's small and odd shapes.
+/// 1 KiB tiles would take minutes; attention: what its largest problem needs), so that every
+/// kernel's path for tensors past the limit (pieces, blocks, tiles, chunks) runs on the
+/// suite's small and odd shapes.
 mod small_bindings {
     fn limited(bytes: u64) -> gflow_core::Result<gflow_wgpu::WgpuBackend> {
         gflow_wgpu::WgpuBackend::new().map(|mut b| {
@@ -19,10 +20,14 @@ mod small_bindings {
         })
     }
 
-    gflow_core::conformance_tests!("wgpu", |case| limited(if case == "matmul_shapes" {
-        8192
-    } else {
-        1024
+    gflow_core::conformance_tests!("wgpu", |case| limited(match case {
+        "matmul_shapes" => 8192,
+        // attention binds whole problems (packed: batch rows): the suite's largest dense
+        // problem holds a q of 20 KiB, its largest packed batch row 193 KiB (windows of
+        // problems run in `attention_of_long_sequences`)
+        "attentions" => 24 << 10,
+        "packed_attentions" => 200 << 10,
+        _ => 1024,
     }));
 }
 
@@ -599,6 +604,91 @@ fn norms_of_long_rows() {
     let x = b.upload(&HostData::F32(vec![1.0; 600])).unwrap();
     assert!(matches!(
         b.norm(&x, &[], 300, 1e-5, true, [false, false]),
+        Err(Error::Device { .. })
+    ));
+}
+
+/// Fused attention against core's CPU kernels (f32, both from the same inputs) where the
+/// suite's shapes do not reach: a causal sequence of 1030 keys (several blocks of keys and of
+/// queries per kernel, the loop budget), widths past one chunk on long sequences, 40 problems
+/// in windows under a 16 KiB binding limit, and 66000 one-key problems (more workgroups than
+/// one dispatch dimension holds); a problem past one binding is a typed `Device` error.
+#[test]
+fn attention_of_long_sequences() {
+    use gflow_core::backend::{AttentionDims, Kernels, Resident};
+    use gflow_core::storage::Buffer;
+    let cases = [
+        (1, (1030, 1030), (64, 64), true, None),
+        (2, (300, 1030), (72, 130), false, None),
+        (40, (70, 70), (16, 16), true, Some(16 << 10)),
+        (66_000, (1, 1), (2, 2), false, None),
+    ];
+    for (heads, (seq_q, seq_k), (head_dim, v_dim), causal, limit) in cases {
+        let Some(mut b) = adapter("attention_of_long_sequences") else {
+            return;
+        };
+        if let Some(bytes) = limit {
+            b.set_binding_limit(bytes);
+        }
+        let r = Resident::new(b);
+        let cpu = gflow_core::cpu::CpuBackend;
+        let d = AttentionDims {
+            heads,
+            seq_q,
+            seq_k,
+            head_dim,
+            v_dim,
+            scale: 1.0 / (head_dim as f64).sqrt(),
+            causal,
+        };
+        let data = |n: usize, seed: usize| -> Buffer {
+            let v = (0..n)
+                .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            HostData::F32(v).into()
+        };
+        let q = data(heads * seq_q * head_dim, 1);
+        let k = data(heads * seq_k * head_dim, 2);
+        let v = data(heads * seq_k * v_dim, 3);
+        let g = data(heads * seq_q * v_dim, 4);
+        let what = format!("{d:?}");
+        let check = |got: &Buffer, want: &Buffer, part: &str| {
+            let got: Vec<f64> = got.host().unwrap().to_vec();
+            let want: Vec<f64> = want.host().unwrap().to_vec();
+            assert_eq!(got.len(), want.len(), "{part} of {what}");
+            for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (x - y).abs() <= 5e-4 * (1.0 + y.abs()),
+                    "{part} of {what}: element {i} is {x}, want {y}"
+                );
+            }
+        };
+        let saved = Kernels::attention(&cpu, &q, &k, &v, d, true).unwrap();
+        check(&r.attention(&q, &k, &v, d, true).unwrap(), &saved, "output");
+        let both: Vec<f32> = saved.host().unwrap().to_vec();
+        let out_len = heads * seq_q * v_dim;
+        let out: Buffer = HostData::F32(both[..out_len].to_vec()).into();
+        let lse: Buffer = HostData::F32(both[out_len..].to_vec()).into();
+        let want = Kernels::attention_grad(&cpu, &q, &k, &v, &g, &out, &lse, d).unwrap();
+        let got = r.attention_grad(&q, &k, &v, &g, &out, &lse, d).unwrap();
+        check(&got, &want, "gradients");
+    }
+    let Some(mut b) = adapter("attention_of_long_sequences") else {
+        return;
+    };
+    b.set_binding_limit(1024);
+    let d = AttentionDims {
+        heads: 2,
+        seq_q: 70,
+        seq_k: 70,
+        head_dim: 16,
+        v_dim: 16,
+        scale: 0.25,
+        causal: false,
+    };
+    let x = b.upload(&HostData::F32(vec![0.5; 2 * 70 * 16])).unwrap();
+    assert!(matches!(
+        b.attention(&x, &x, &x, d, false),
         Err(Error::Device { .. })
     ));
 }

@@ -1,6 +1,7 @@
 //! The kernels, one file per operator family; each kernel of core's list is the function of
 //! its name here (`kernel_table!(forward ops)` calls them).
 
+mod attention;
 mod convert;
 mod copy;
 mod elementwise;
@@ -12,5 +13,6 @@ mod select;
 mod softmax;
 
 pub(crate) use self::{
-    copy::*, elementwise::*, matmul::*, norm::*, reduce::*, rows::*, select::*, softmax::*,
+    attention::*, copy::*, elementwise::*, matmul::*, norm::*, reduce::*, rows::*, select::*,
+    softmax::*,
 };
