@@ -10,10 +10,12 @@
 //! backends' `impl Backend` entries are generated from it. Adding a kernel is one entry there
 //! plus one implementation per backend (a function in its operator family's file).
 
+mod attention_layout;
 mod codes;
 mod registry;
 mod resident;
 
+pub use attention_layout::{AttentionLayout, AttentionRows};
 pub use codes::{AFFINE_CODE, BinaryOp, CmpOp, KernelLang, ReduceKind, UnaryOp, kernel_constants};
 pub use registry::{
     BackendRegistration, device_computes, device_list, kernels, kernels_at, required, say_skipped,

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::kernels::{Float, dot_row, fold_row, wide};
 use super::sgemm::{Packed, View, product, product_packed};
-use crate::backend::AttentionDims;
+use crate::backend::{AttentionDims, AttentionLayout as Layout, AttentionRows as Rows};
 use crate::error::{Error, Result};
 
 /// Query rows per block: a (64, seq_k) block of scores stays in L2 for keys in the thousands.
@@ -177,63 +177,16 @@ fn blocks(d: &AttentionDims) -> impl Iterator<Item = (usize, usize, usize)> + '_
     })
 }
 
-/// Where one operand of attention keeps each problem's rows: problem `p` (head `p % per` of
-/// batch row `p / per`) starts at `at + (p / per) * batch + (p % per) * head`, its rows `row`
-/// apart, each row's elements contiguous. Dense (problems, rows, width) data is one case, a
-/// (batch, seq, heads, width) tensor or a packed (batch, seq, heads, 3, head_dim) projection
-/// others, so attention reads and writes them in place instead of after a transpose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Rows {
-    at: usize,
-    per: usize,
-    batch: usize,
-    head: usize,
-    row: usize,
+/// A matrix view of an operand's rows ([`AttentionRows`]: core's description of where each
+/// problem's rows lie, which the GPU backends share), for the products.
+trait Views {
+    /// Problem `p`'s rows from `r0` on, as a matrix.
+    fn view<'a, T>(&self, x: &'a [T], p: usize, r0: usize) -> View<'a, T>;
+    /// Problem `p`'s rows, transposed.
+    fn view_t<'a, T>(&self, x: &'a [T], p: usize) -> View<'a, T>;
 }
 
-impl Rows {
-    /// Contiguous (problems, rows, width) data, from element `at`, problems `stride` apart.
-    fn dense(at: usize, stride: usize, width: usize) -> Rows {
-        Rows {
-            at,
-            per: 1,
-            batch: stride,
-            head: 0,
-            row: width,
-        }
-    }
-
-    /// (batch, seq, heads, lanes) data of which each head reads `at..at + width` of its
-    /// `lanes` elements per row.
-    fn interleaved(seq: usize, heads: usize, lanes: usize, at: usize) -> Rows {
-        Rows {
-            at,
-            per: heads.max(1),
-            batch: seq * heads * lanes,
-            head: lanes,
-            row: heads * lanes,
-        }
-    }
-
-    /// The first element of problem `p`.
-    fn start(&self, p: usize) -> usize {
-        self.at + (p / self.per) * self.batch + (p % self.per) * self.head
-    }
-
-    /// Whether `problems` problems of `rows` rows of `width` elements lie inside `len`.
-    fn fits(&self, (problems, rows, width): (usize, usize, usize), len: usize) -> bool {
-        if problems == 0 || rows == 0 || width == 0 {
-            return true;
-        }
-        let last = self.at
-            + ((problems - 1) / self.per) * self.batch
-            + (self.per - 1).min(problems - 1) * self.head
-            + (rows - 1) * self.row
-            + width;
-        last <= len
-    }
-
-    /// Problem `p`'s rows from `r0` on, as a matrix.
+impl Views for Rows {
     fn view<'a, T>(&self, x: &'a [T], p: usize, r0: usize) -> View<'a, T> {
         View {
             data: x.get(self.start(p) + r0 * self.row..).unwrap_or(&[]),
@@ -242,92 +195,12 @@ impl Rows {
         }
     }
 
-    /// Problem `p`'s rows, transposed.
     fn view_t<'a, T>(&self, x: &'a [T], p: usize) -> View<'a, T> {
         View {
             data: x.get(self.start(p)..).unwrap_or(&[]),
             rs: 1,
             cs: self.row,
         }
-    }
-}
-
-/// Where attention's operands lie: q, k, v and the output (the output gradient shares the
-/// output's places), each query row's log-sum-exp (one element per row), and the backward's
-/// `dq`, `dk`, `dv` in its one output buffer.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Layout {
-    q: Rows,
-    k: Rows,
-    v: Rows,
-    out: Rows,
-    lse: Rows,
-    grads: [Rows; 3],
-}
-
-impl Layout {
-    /// Separate dense (heads, seq, dim) q, k, v and output; the gradients one after another,
-    /// `dq` (heads, seq_q, head_dim), `dk` (heads, seq_k, head_dim), `dv` (heads, seq_k, v_dim).
-    fn dense(d: &AttentionDims) -> Layout {
-        let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-        // the gradients one after another, each whole: dq, dk, dv
-        let (dq, dk) = (d.heads * tq * hd, d.heads * tk * hd);
-        Layout {
-            q: Rows::dense(0, tq * hd, hd),
-            k: Rows::dense(0, tk * hd, hd),
-            v: Rows::dense(0, tk * dv, dv),
-            out: Rows::dense(0, tq * dv, dv),
-            lse: Rows::dense(0, tq, 1),
-            grads: [
-                Rows::dense(0, tq * hd, hd),
-                Rows::dense(dq, tk * hd, hd),
-                Rows::dense(dq + dk, tk * dv, dv),
-            ],
-        }
-    }
-
-    /// One (batch, seq, heads, 3, head_dim) tensor holding each head's q, k and v side by
-    /// side, `heads` per batch row, a (batch, seq, heads, head_dim) output and a (batch, seq,
-    /// heads) log-sum-exp; the gradients where q, k and v are.
-    fn packed(d: &AttentionDims, heads: usize) -> Layout {
-        let (t, hd) = (d.seq_q, d.head_dim);
-        let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
-        Layout {
-            q: part(0),
-            k: part(1),
-            v: part(2),
-            out: Rows::interleaved(t, heads, hd, 0),
-            lse: Rows::interleaved(t, heads, 1, 0),
-            grads: [part(0), part(1), part(2)],
-        }
-    }
-
-    /// Checks that `q`, `k`, `v` (and the output's gradient, the output and its log-sum-exp,
-    /// when given) hold `d`'s problems.
-    fn check<T>(
-        &self,
-        d: &AttentionDims,
-        [q, k, v]: [&[T]; 3],
-        g: Option<[&[T]; 3]>,
-    ) -> Result<()> {
-        let (n, tq, tk) = (d.heads, d.seq_q, d.seq_k);
-        let ok = self.q.fits((n, tq, d.head_dim), q.len())
-            && self.k.fits((n, tk, d.head_dim), k.len())
-            && self.v.fits((n, tk, d.v_dim), v.len())
-            && g.is_none_or(|[g, out, lse]| {
-                self.out.fits((n, tq, d.v_dim), g.len())
-                    && self.out.fits((n, tq, d.v_dim), out.len())
-                    && self.lse.fits((n, tq, 1), lse.len())
-            });
-        if !ok {
-            return Err(Error::Internal(format!(
-                "attention of {d:?} laid out as {self:?} on q, k, v of {}, {}, {} elements",
-                q.len(),
-                k.len(),
-                v.len()
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -463,7 +336,7 @@ fn forward<T: Float>(
     lay: &Layout,
     save: bool,
 ) -> Result<Vec<T>> {
-    lay.check(d, qkv, None)?;
+    lay.check("attention", d, qkv.map(<[T]>::len), None)?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dv) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
     let outputs = d.heads * tq * dv;
@@ -545,7 +418,8 @@ fn backward<T: Float>(
     d: &AttentionDims,
     lay: &Layout,
 ) -> Result<Vec<T>> {
-    lay.check(d, qkv, Some([g, out, lse]))?;
+    let saved = Some([g, out, lse].map(<[T]>::len));
+    lay.check("attention_grad", d, qkv.map(<[T]>::len), saved)?;
     let [q, k, v] = qkv;
     let (tq, tk, hd, dvw) = (d.seq_q, d.seq_k, d.head_dim, d.v_dim);
     let [dq_at, dk_at, dv_at] = lay.grads;

@@ -7,7 +7,7 @@
 //! `D = g . out` (`shaders/attention_dq.wgsl`), then one per key row for `dk` and `dv`
 //! (`shaders/attention_dkdv.wgsl`).
 //!
-//! Each operand is described as core's `Rows` describes it (problem `p`'s row `r` at `at + (p
+//! Each operand is described by core's `AttentionRows` (problem `p`'s row `r` at `at + (p
 //! / per) * batch + (p % per) * head + r * row`), so both layouts run the same shaders. Widths
 //! past [`CW`] run as one dispatch per chunk of [`CW`] output columns (the scores recomputed
 //! for each); the keys (queries, for `dk` and `dv`) run in blocks per dispatch short enough
@@ -16,7 +16,7 @@
 //! batch rows when packed); a problem (batch row) whose data exceeds one binding is a
 //! `Device` error.
 
-use gflow_core::backend::AttentionDims;
+use gflow_core::backend::{AttentionDims, AttentionLayout as Layout, AttentionRows as Rows};
 use gflow_core::{DType, Error, Result};
 
 use crate::{LOOP_MAX, WgpuBackend, WgpuStorage, device_error};
@@ -34,67 +34,22 @@ const CHUNK_COST: usize = TK * CW / WG + CW / 4 + TK * (CW / 16 + 1);
 /// written, a few chunks each.
 const SETUP_COST: usize = 8 * CW;
 
-/// Where one operand keeps each problem's rows, as core's `Rows`: problem `p` (head `p % per`
-/// of batch row `p / per`) starts at `at + (p / per) * batch + (p % per) * head`, its rows
-/// `row` apart, each row's elements contiguous.
-#[derive(Clone, Copy, Debug)]
-struct Rows {
-    at: usize,
-    per: usize,
-    batch: usize,
-    head: usize,
-    row: usize,
+/// Contiguous (problems, rows, width) scratch laid out for a dispatch whose layout has `per`
+/// problems per batch row (so that windows of whole batch rows cut it as they cut the rest).
+fn dense_in(per: usize, rows: usize, width: usize) -> Rows {
+    Rows {
+        at: 0,
+        per,
+        batch: per * rows * width,
+        head: rows * width,
+        row: width,
+    }
 }
 
-impl Rows {
-    /// Contiguous (problems, rows, width) data from element `at`, problems `stride` apart.
-    fn dense(at: usize, stride: usize, width: usize) -> Rows {
-        Rows {
-            at,
-            per: 1,
-            batch: stride,
-            head: 0,
-            row: width,
-        }
-    }
-
-    /// (batch, seq, heads, lanes) data from element `at`, of which each head reads `width`
-    /// elements at `at` of its `lanes` per row.
-    fn interleaved(seq: usize, heads: usize, lanes: usize, at: usize) -> Rows {
-        Rows {
-            at,
-            per: heads,
-            batch: seq * heads * lanes,
-            head: lanes,
-            row: heads * lanes,
-        }
-    }
-
-    /// Contiguous (problems, rows, width) data laid out for a dispatch whose layout has `per`
-    /// problems per batch row.
-    fn dense_in(per: usize, rows: usize, width: usize) -> Rows {
-        Rows {
-            at: 0,
-            per,
-            batch: per * rows * width,
-            head: rows * width,
-            row: width,
-        }
-    }
-
-    /// The first element of problem `p`.
-    fn start(&self, p: usize) -> usize {
-        self.at + (p / self.per) * self.batch + (p % self.per) * self.head
-    }
-
-    /// Elements from problem `p0`'s first to the end of the last of problems `p0..p0 + n`
-    /// (`rows` rows of `width` each); `p0` starts a batch row.
-    fn span(&self, n: usize, rows: usize, width: usize) -> usize {
-        if n == 0 || rows == 0 || width == 0 {
-            return 0;
-        }
-        self.start(n - 1) - self.start(0) + (rows - 1) * self.row + width
-    }
+/// Elements from problem `p0`'s first to the end of the last of problems `p0..p0 + n` (`rows`
+/// rows of `width` each) laid out as `r`; `p0` starts a batch row.
+fn span(r: &Rows, n: usize, rows: usize, width: usize) -> usize {
+    r.needs((n, rows, width)).saturating_sub(r.at)
 }
 
 /// One operand of a dispatch: its buffer and elements, where its rows lie, and each problem's
@@ -108,71 +63,6 @@ struct Operand<'a> {
     width: usize,
     /// The argument's name, for errors.
     name: &'static str,
-}
-
-/// Where attention's operands lie (the output gradient shares the output's places): as
-/// core's `Layout`, plus where the log-sum-exp follows the output in the forward's buffer.
-struct Layout {
-    q: Rows,
-    k: Rows,
-    v: Rows,
-    out: Rows,
-    /// Each query row's log-sum-exp in its own buffer (the backward's input).
-    lse: Rows,
-    /// The log-sum-exp after the output, in the forward's buffer.
-    saved: Rows,
-    grads: [Rows; 3],
-    /// Problems per batch row.
-    per: usize,
-    /// Elements of the forward's output before the log-sum-exp, and of the gradient.
-    out_len: usize,
-    grad_len: usize,
-}
-
-impl Layout {
-    /// Separate dense (heads, seq, dim) operands; gradients `dq`, `dk`, `dv` one after another.
-    fn dense(d: &AttentionDims) -> Layout {
-        let (n, tq, tk, hd, dv) = (d.heads, d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-        let (dq, dk) = (n * tq * hd, n * tk * hd);
-        let out_len = n * tq * dv;
-        Layout {
-            q: Rows::dense(0, tq * hd, hd),
-            k: Rows::dense(0, tk * hd, hd),
-            v: Rows::dense(0, tk * dv, dv),
-            out: Rows::dense(0, tq * dv, dv),
-            lse: Rows::dense(0, tq, 1),
-            saved: Rows::dense(out_len, tq, 1),
-            grads: [
-                Rows::dense(0, tq * hd, hd),
-                Rows::dense(dq, tk * hd, hd),
-                Rows::dense(dq + dk, tk * dv, dv),
-            ],
-            per: 1,
-            out_len,
-            grad_len: dq + dk + n * tk * dv,
-        }
-    }
-
-    /// One (batch, seq, heads, 3, head_dim) `qkv`, `heads` per batch row; a (batch, seq,
-    /// heads, head_dim) output and (batch, seq, heads) log-sum-exp; gradients in `qkv`'s
-    /// layout.
-    fn packed(d: &AttentionDims, heads: usize) -> Layout {
-        let (t, hd) = (d.seq_q, d.head_dim);
-        let part = |i| Rows::interleaved(t, heads, 3 * hd, i * hd);
-        let out_len = d.heads * t * hd;
-        Layout {
-            q: part(0),
-            k: part(1),
-            v: part(2),
-            out: Rows::interleaved(t, heads, hd, 0),
-            lse: Rows::interleaved(t, heads, 1, 0),
-            saved: Rows::interleaved(t, heads, 1, out_len),
-            grads: [part(0), part(1), part(2)],
-            per: heads,
-            out_len,
-            grad_len: 3 * out_len,
-        }
-    }
 }
 
 /// One kernel's run: which shader, over which rows, and how far its blocks reach.
@@ -202,6 +92,7 @@ pub(crate) fn attention(
     save: bool,
 ) -> Result<WgpuStorage> {
     let l = Layout::dense(&dims);
+    l.check("attention", &dims, [q.len, k.len, v.len], None)?;
     w.attention_forward(&l, [q, k, v], dims, save)
 }
 
@@ -216,6 +107,7 @@ pub(crate) fn attention_packed(
 ) -> Result<WgpuStorage> {
     check_packed(&dims, heads)?;
     let l = Layout::packed(&dims, heads);
+    l.check("attention_packed", &dims, [qkv.len; 3], None)?;
     w.attention_forward(&l, [qkv, qkv, qkv], dims, save)
 }
 
@@ -232,6 +124,8 @@ pub(crate) fn attention_grad(
     dims: AttentionDims,
 ) -> Result<WgpuStorage> {
     let l = Layout::dense(&dims);
+    let saved = Some([g.len, out.len, lse.len]);
+    l.check("attention_grad", &dims, [q.len, k.len, v.len], saved)?;
     w.attention_backward(&l, [q, k, v], [g, out, lse], dims)
 }
 
@@ -248,6 +142,8 @@ pub(crate) fn attention_packed_grad(
 ) -> Result<WgpuStorage> {
     check_packed(&dims, heads)?;
     let l = Layout::packed(&dims, heads);
+    let saved = Some([g.len, out.len, lse.len]);
+    l.check("attention_packed_grad", &dims, [qkv.len; 3], saved)?;
     w.attention_backward(&l, [qkv, qkv, qkv], [g, out, lse], dims)
 }
 
@@ -295,7 +191,8 @@ impl WgpuBackend {
         save: bool,
     ) -> Result<WgpuStorage> {
         let (n, tq, tk, hd, dv) = (d.heads, d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-        let len = l.out_len + if save { n * tq } else { 0 };
+        let out_len = n * tq * dv;
+        let len = out_len + if save { n * tq } else { 0 };
         let out = self.new_storage(len, DType::F32)?;
         if n * tq == 0 {
             return Ok(out);
@@ -309,11 +206,16 @@ impl WgpuBackend {
             None
         };
         let state_op = match &state {
-            Some(s) => self.operand(s, Rows::dense_in(l.per, tq, 2), (tq, 2), "state")?,
+            Some(s) => self.operand(s, dense_in(l.q.per, tq, 2), (tq, 2), "state")?,
             None => self.operand(&out, l.out, (tq, dv), "out")?,
         };
         let lse_op = if save {
-            self.operand(&out, l.saved, (tq, 1), "out")?
+            // the log-sum-exp follows the output in its buffer
+            let saved = Rows {
+                at: l.lse.at + out_len,
+                ..l.lse
+            };
+            self.operand(&out, saved, (tq, 1), "out")?
         } else {
             self.operand(&out, l.out, (tq, dv), "out")?
         };
@@ -328,7 +230,7 @@ impl WgpuBackend {
         self.attention_launch(&Launch {
             kernel: "attention",
             dims: d,
-            per: l.per,
+            per: l.q.per,
             rows: tq,
             reach: tk,
             block,
@@ -349,7 +251,7 @@ impl WgpuBackend {
         d: AttentionDims,
     ) -> Result<WgpuStorage> {
         let (n, tq, tk, hd, dv) = (d.heads, d.seq_q, d.seq_k, d.head_dim, d.v_dim);
-        let grads = self.new_storage(l.grad_len, DType::F32)?;
+        let grads = self.new_storage(n * (tq * hd + tk * hd + tk * dv), DType::F32)?;
         if n == 0 || (tq == 0 && tk == 0) {
             return Ok(grads);
         }
@@ -362,14 +264,14 @@ impl WgpuBackend {
             self.operand(g, l.out, (tq, dv), "g")?,
         ];
         let olse = self.operand(lse, l.lse, (tq, 1), "lse")?;
-        let odd = self.operand(&dd, Rows::dense_in(l.per, tq, 1), (tq, 1), "dd")?;
+        let odd = self.operand(&dd, dense_in(l.q.per, tq, 1), (tq, 1), "dd")?;
         let grad = |i: usize, count: usize, width: usize, name: &'static str| {
             self.operand(&grads, l.grads[i], (count, width), name)
         };
         self.attention_launch(&Launch {
             kernel: "attention_dq",
             dims: d,
-            per: l.per,
+            per: l.q.per,
             rows: tq,
             reach: tk,
             block: block_len(hc + vc, 2 * TK + CHUNK_COST, dv)?,
@@ -389,7 +291,7 @@ impl WgpuBackend {
         self.attention_launch(&Launch {
             kernel: "attention_dkdv",
             dims: d,
-            per: l.per,
+            per: l.q.per,
             rows: tk,
             reach: tq,
             block: block_len(hc + vc, 4 * TK + 3 * CHUNK_COST, 0)?,
@@ -443,7 +345,7 @@ impl WgpuBackend {
             let mut bindings = Vec::with_capacity(l.operands.len());
             let mut words = Vec::with_capacity(4 * l.operands.len());
             for op in &l.operands {
-                let span = op.rows.span(np, op.count, op.width);
+                let span = span(&op.rows, np, op.count, op.width);
                 let (b, base) = self.window(op.buf, op.rows.start(p0), span, 4)?;
                 bindings.push(b);
                 let strides = [op.rows.batch, op.rows.head, op.rows.row];
@@ -487,14 +389,14 @@ impl WgpuBackend {
         let room = self.max_binding.saturating_sub(self.align) as usize / 4;
         let mut fit = units;
         for op in &l.operands {
-            let all = op.rows.start(0) + op.rows.span(problems, op.count, op.width);
+            let all = op.rows.needs((problems, op.count, op.width));
             if all > op.len {
                 return Err(Error::Internal(format!(
                     "{}: `{}` of {} elements does not hold {problems} problems of {} rows of {}",
                     l.kernel, op.name, op.len, op.count, op.width
                 )));
             }
-            let one = op.rows.span(l.per.min(problems), op.count, op.width);
+            let one = span(&op.rows, l.per.min(problems), op.count, op.width);
             if one > room {
                 return Err(device_error(format!(
                     "{}: one batch row of `{}` ({} bytes) exceeds this adapter's storage \
