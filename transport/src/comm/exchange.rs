@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use gflow_core::comm::{Own, combine_piece};
-use gflow_core::{CommError, DType, ReduceOp, Tag};
+use gflow_core::comm::{Own, Reduction, combine_piece};
+use gflow_core::{CommError, Tag};
 
 use super::codec::read_by_ref;
 use super::diagnose::severity;
@@ -247,15 +247,6 @@ impl From<CommError> for Failure {
     }
 }
 
-/// Where an exchange's combining receives go ([`Engine::accumulate`]).
-struct Accumulator<'a> {
-    acc: &'a mut [u8],
-    /// The first receive's left operand, in place of `acc`'s contents.
-    base: Option<&'a [u8]>,
-    dtype: DType,
-    op: ReduceOp,
-}
-
 /// One step of a direct exchange in progress.
 pub(super) struct Engine<'a> {
     rank: usize,
@@ -264,7 +255,7 @@ pub(super) struct Engine<'a> {
     ins: Vec<(In<'a>, &'a mut [u8])>,
     /// Combining receives, in combining order, into `acc`.
     turns: Vec<In<'a>>,
-    acc: Option<Accumulator<'a>>,
+    acc: Option<Reduction<'a>>,
     turn: usize,
     /// The part of an element split between two pieces of a combining receive.
     carry: Vec<u8>,
@@ -303,20 +294,10 @@ impl<'a> Engine<'a> {
         self.turns.push(inc);
     }
 
-    /// Sets the accumulator of the combining receives, and the first one's left operand in its
-    /// place (`base`, out of place) or not (in place).
-    pub(super) fn accumulate(
-        &mut self,
-        (acc, base): (&'a mut [u8], Option<&'a [u8]>),
-        dtype: DType,
-        op: ReduceOp,
-    ) {
-        self.acc = Some(Accumulator {
-            acc,
-            base,
-            dtype,
-            op,
-        });
+    /// Sets the accumulator of the combining receives (`r.acc`, onto `r.base` for the first
+    /// where given), which [`Engine::combine`] adds in `r.from`'s order.
+    pub(super) fn accumulate(&mut self, r: Reduction<'a>) {
+        self.acc = Some(r);
     }
 
     /// Moves whatever can move now; true if anything did.

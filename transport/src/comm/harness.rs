@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gflow_core::comm::Reduction;
 use gflow_core::{CommError, CommOp, DType, ReduceOp, Tag};
 
 use super::exchange::{Clock, Engine, Failure, In, Out, drive};
@@ -203,11 +204,23 @@ fn partial_writes_and_reads_deliver_every_byte() {
         let mut a = Engine::new(0, MAX_FRAME, None);
         a.send(Out::new(1, &mut tx_a, head(tag, 1, sa.len()), &sa, None));
         a.combine(In::new(1, tag, sb.len(), &mut rx_a, &mut seq_a));
-        a.accumulate((&mut acc_a, None), DType::F32, ReduceOp::Sum);
+        a.accumulate(Reduction {
+            acc: &mut acc_a,
+            base: None,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            from: vec![(1, tag)],
+        });
         let mut b = Engine::new(1, MAX_FRAME, None);
         b.send(Out::new(0, &mut tx_b, head(tag, 1, sb.len()), &sb, None));
         b.combine(In::new(0, tag, sa.len(), &mut rx_b, &mut seq_b));
-        b.accumulate((&mut acc_b, None), DType::F32, ReduceOp::Sum);
+        b.accumulate(Reduction {
+            acc: &mut acc_b,
+            base: None,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            from: vec![(0, tag)],
+        });
         run_pair(&mut a, &mut b);
     }
     assert_eq!(acc_a, f32s(&vec![1000.0; 251]));

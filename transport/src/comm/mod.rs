@@ -346,7 +346,7 @@ impl NetComm {
                 let RxSide { link, seq, .. } = &mut **side;
                 engine.combine(In::new(peer, tag, r.acc.len(), &mut **link, seq));
             }
-            engine.accumulate((r.acc, r.base), r.dtype, r.op);
+            engine.accumulate(r);
         }
         // Once the control channel says a process died, every link counts as dead.
         let told = |r: Result<(), LinkError>| match r {
