@@ -293,6 +293,52 @@ fn init_map<'a, T: Float>(slots: Slots<'a, T>, src: &[T], g: impl Fn(T) -> T) ->
     unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<T>]>(slots) as *mut [T]) }
 }
 
+/// [`init_map`], also returning the sum of the values written, as [`sum_map`] sums them
+/// (one pass over the row where a separate sum would take two).
+#[inline(always)]
+fn init_map_sum<'a, T: Float>(
+    slots: Slots<'a, T>,
+    src: &[T],
+    g: impl Fn(T) -> T,
+) -> (&'a mut [T], T) {
+    let n = slots.len().min(src.len());
+    let slots = &mut slots[..n];
+    let mut lanes = [T::zero(); LANES];
+    let mut oc = slots.chunks_exact_mut(LANES);
+    let mut sc = src[..n].chunks_exact(LANES);
+    for (o, c) in (&mut oc).zip(&mut sc) {
+        for k in 0..LANES {
+            let e = g(c[k]);
+            o[k].write(e);
+            lanes[k] = lanes[k] + e;
+        }
+    }
+    let mut tail = T::zero();
+    for (o, &v) in oc.into_remainder().iter_mut().zip(sc.remainder()) {
+        let e = g(v);
+        o.write(e);
+        tail = tail + e;
+    }
+    // SAFETY: the loops wrote all `n` slots, and `MaybeUninit<T>` has `T`'s layout.
+    let out = unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<T>]>(slots) as *mut [T]) };
+    (out, combine(lanes, |a, b| a + b) + tail)
+}
+
+/// `sum(g(v))` over a row, in [`LANES`] interleaved partial sums combined pairwise.
+#[inline(always)]
+fn sum_map<T: Float>(row: &[T], g: impl Fn(T) -> T) -> T {
+    let mut lanes = [T::zero(); LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            lanes[k] = lanes[k] + g(c[k]);
+        }
+    }
+    rest.iter()
+        .fold(combine(lanes, |a, b| a + b), |a, &v| a + g(v))
+}
+
 /// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
 /// vectorizes), then those in order: `init` for an empty row.
 #[inline(always)]
@@ -310,6 +356,20 @@ pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T
         acc = f(acc, v);
     }
     acc
+}
+
+/// [`fold_row`] in [`LANES`] interleaved partial results, combined pairwise.
+#[inline(always)]
+pub(super) fn fold_wide<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut lanes = [init; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            lanes[k] = f(lanes[k], c[k]);
+        }
+    }
+    rest.iter().fold(combine(lanes, &f), |a, &v| f(a, v))
 }
 
 /// Interleaved partial sums of the normalisations' row sums: 32, two AVX-512 registers of
@@ -776,8 +836,10 @@ pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &
     cur.unwrap_or_else(|| x.to_vec())
 }
 
-/// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the exps are stored in the output
-/// row and summed, then scaled (softmax) or replaced by `x - max - ln sum` (log-softmax).
+/// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the max and the exps' sum in
+/// [`LANES`] partial results (with 8, their dependency chains took a third of the forward);
+/// softmax stores the exps in the output row as it sums them, then scales them; log-softmax
+/// only sums them, then writes `x - max - ln sum`.
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
@@ -791,16 +853,13 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
             |o, slots| {
                 let row = &x[o * len..(o + 1) * len];
                 prefetch_row(x, o + AHEAD, len);
-                let m = fold_row(row, T::neg_infinity(), max);
-                // the exps in the output row (a plain loop, so it vectorizes), then their sum
-                let r = init_map(slots, row, |v| (v - m).exp_v());
-                let sum = fold_row(r, T::zero(), |a, v| a + v);
+                let m = fold_wide(row, T::neg_infinity(), max);
                 if log {
-                    let shift = m + sum.ln();
-                    for (e, &v) in r.iter_mut().zip(row) {
-                        *e = v - shift;
-                    }
+                    let shift = m + sum_map(row, |v| (v - m).exp_v()).ln();
+                    init_map(slots, row, |v| v - shift);
                 } else {
+                    // the exps in the output row, summed as they are written, then scaled
+                    let (r, sum) = init_map_sum(slots, row, |v| (v - m).exp_v());
                     let inv = T::one() / sum;
                     for e in r.iter_mut() {
                         *e = *e * inv;
@@ -860,7 +919,7 @@ pub(super) fn softmax_grad<T: Float>(
                 prefetch_row(y, o + AHEAD, len);
                 prefetch_row(g, o + AHEAD, len);
                 if log {
-                    let s = fold_row(gr, T::zero(), |a, v| a + v);
+                    let s = T::sum_row(gr, T::zero(), false);
                     for ((d, &yv), &gv) in dx.iter_mut().zip(yr).zip(gr) {
                         d.write(gv - yv.exp_v() * s);
                     }
