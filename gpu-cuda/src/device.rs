@@ -8,7 +8,7 @@ use cudarc::driver::CudaContext;
 use gflow_core::backend::{KernelLang, kernel_constants};
 use gflow_core::{DeviceInfo, DeviceKind, DeviceType, Error, Result};
 
-use crate::{CudaBackend, device_error};
+use crate::{CudaBackend, device_error, ptx_cache};
 
 /// The kernels' CUDA C++ source: the kernels, then the casts (which use the kernels' helpers).
 pub(crate) const SOURCE: [&str; 2] = [
@@ -141,8 +141,9 @@ pub fn device_infos() -> Vec<DeviceInfo> {
 }
 
 /// The kernels' PTX for the virtual architecture `arch` (`compute_80`), compiled by NVRTC with
-/// the op codes before the source. It needs the NVRTC library only (no driver or device), so
-/// the source's compilation is checked wherever NVRTC is.
+/// the op codes before the source, or read from the kernel cache ([`crate::ptx_cache`]) where
+/// an earlier process stored it. It needs the NVRTC library only (no driver or device), so the
+/// source's compilation is checked wherever NVRTC is.
 ///
 /// # Errors
 /// `BackendUnavailable` without the NVRTC library; `Device` with NVRTC's log when the source
@@ -161,24 +162,46 @@ pub fn kernels_ptx(arch: &str) -> Result<String> {
         SOURCE[0],
         SOURCE[1]
     );
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-        source,
-        cudarc::nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture={arch}")],
-            ..Default::default()
-        },
-    )
-    .map_err(|e| device_error(format!("NVRTC: {e:?}")))?
-    .to_src();
     let entry = |name: &str| format!(".entry {name}(");
-    match FUNCTIONS
-        .iter()
-        .chain(&MORE_FUNCTIONS)
-        .find(|name| !ptx.contains(&entry(name)))
-    {
+    let missing = |ptx: &str| {
+        FUNCTIONS
+            .iter()
+            .chain(&MORE_FUNCTIONS)
+            .find(|name| !ptx.contains(&entry(name)))
+            .copied()
+    };
+    let path = ptx_cache::directory()
+        .zip(nvrtc_version())
+        .map(|(dir, v)| ptx_cache::file(&dir, "cuda-kernels", &[&source, arch, &v]));
+    let ptx = ptx_cache::cached(
+        path.as_deref(),
+        |ptx| missing(ptx).is_none(),
+        || {
+            cudarc::nvrtc::compile_ptx_with_opts(
+                &source,
+                cudarc::nvrtc::CompileOptions {
+                    options: vec![format!("--gpu-architecture={arch}")],
+                    ..Default::default()
+                },
+            )
+            .map(|ptx| ptx.to_src())
+            .map_err(|e| device_error(format!("NVRTC: {e:?}")))
+        },
+    )?;
+    match missing(&ptx) {
         Some(name) => Err(device_error(format!("NVRTC: no kernel {name} in the PTX"))),
         None => Ok(ptx),
     }
+}
+
+/// NVRTC's release (`12.4`), part of the kernel cache's key: another release may compile the
+/// same source differently (`None`, no caching, where NVRTC does not say).
+fn nvrtc_version() -> Option<String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present (checked by the caller); the call writes two ints.
+    let ok = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS;
+    ok.then(|| format!("{major}.{minor}"))
 }
 
 /// The virtual architectures this NVRTC compiles for, as compute capabilities times ten (`75`,

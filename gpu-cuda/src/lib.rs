@@ -24,6 +24,7 @@ mod memory;
 mod device;
 mod launch;
 mod ops;
+mod ptx_cache;
 
 pub use device::{device_infos, kernels_ptx, libraries_present, nvrtc_archs};
 pub use memory::CudaStorage;
