@@ -517,3 +517,96 @@ fn affine_norms_and_their_parameter_gradients_match_a_hand_written_reference() {
         }
     }
 }
+
+/// Attention's output and gradients (`sum(out * w)`) in f64: `(out, dq, dk, dv)`.
+fn attention_and_grads(
+    q: &[f64],
+    (k, v): (&[f64], &[f64]),
+    (tq, tk): (usize, usize),
+    mask: Option<Tensor>,
+    w: &[f64],
+) -> gflow_core::Result<[Vec<f64>; 4]> {
+    let leaf = |x: &[f64], t| {
+        Ok::<_, Error>(
+            Tensor::from_vec(x.to_vec(), &[1, 1, t, 3], Device::Cpu)?.set_requires_grad(true),
+        )
+    };
+    let (q, k, v) = (leaf(q, tq)?, leaf(k, tk)?, leaf(v, tk)?);
+    let out = nn::functional::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), false)?;
+    let w = Tensor::from_vec(w.to_vec(), &[1, 1, tq, 3], Device::Cpu)?;
+    out.mul(&w)?.sum(vec![0, 1, 2, 3], false)?.backward()?;
+    let grad = |t: &Tensor| t.grad().expect("a gradient").to_vec::<f64>();
+    Ok([out.to_vec::<f64>()?, grad(&q)?, grad(&k)?, grad(&v)?])
+}
+
+#[test]
+fn a_query_with_every_key_masked_gets_zeros_and_finite_gradients() {
+    // Rows are independent: with query 0 masked out entirely, queries 1..4 must give what the
+    // same problem without query 0 gives, and query 0 zeros (PyTorch's safe softmax).
+    let (tq, tk) = (4, 5);
+    let data = |n: usize, s: f64| {
+        (0..n)
+            .map(|i| (i as f64 * 0.37 + s).sin())
+            .collect::<Vec<_>>()
+    };
+    let (q, k, v, w) = (
+        data(tq * 3, 0.1),
+        data(tk * 3, 0.7),
+        data(tk * 3, 1.3),
+        data(tq * 3, 2.1),
+    );
+    let allowed: Vec<bool> = (0..tq * tk).map(|i| i >= tk && i % 3 != 1).collect();
+    let rest = |x: &[f64]| x[3..].to_vec();
+    let rest_mask = Tensor::from_vec(allowed[tk..].to_vec(), &[tq - 1, tk], Device::Cpu).unwrap();
+    let want = attention_and_grads(
+        &rest(&q),
+        (&k, &v),
+        (tq - 1, tk),
+        Some(rest_mask),
+        &rest(&w),
+    )
+    .unwrap();
+    let bool_mask = Tensor::from_vec(allowed.clone(), &[tq, tk], Device::Cpu).unwrap();
+    let float_mask = Tensor::from_vec(
+        allowed
+            .iter()
+            .map(|&a| if a { 0.0 } else { f64::NEG_INFINITY })
+            .collect::<Vec<_>>(),
+        &[tq, tk],
+        Device::Cpu,
+    )
+    .unwrap();
+    for mask in [bool_mask, float_mask] {
+        let [out, dq, dk, dv] =
+            attention_and_grads(&q, (&k, &v), (tq, tk), Some(mask), &w).unwrap();
+        assert_eq!(&out[..3], &[0.0; 3], "the masked query's output");
+        assert_eq!(&dq[..3], &[0.0; 3], "the masked query's gradient");
+        assert!(
+            close(&out[3..], &want[0], 1e-12),
+            "{out:?} vs {:?}",
+            want[0]
+        );
+        assert!(close(&dq[3..], &want[1], 1e-12));
+        assert!(close(&dk, &want[2], 1e-12), "{dk:?} vs {:?}", want[2]);
+        assert!(close(&dv, &want[3], 1e-12));
+    }
+}
+
+#[test]
+fn attention_refuses_a_mask_with_is_causal_and_an_integer_mask() {
+    let x = Tensor::ones(&[1, 1, 2, 3], Device::Cpu).unwrap();
+    let sdpa = nn::functional::scaled_dot_product_attention;
+    let bool_mask = Tensor::from_vec(vec![true; 4], &[2, 2], Device::Cpu).unwrap();
+    assert!(matches!(
+        sdpa(&x, &x, &x, Some(&bool_mask), true),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let int_mask = Tensor::from_vec(vec![0i64; 4], &[2, 2], Device::Cpu).unwrap();
+    assert!(matches!(
+        sdpa(&x, &x, &x, Some(&int_mask), false),
+        Err(Error::UnsupportedDType {
+            dtype: DType::I64,
+            ..
+        })
+    ));
+}

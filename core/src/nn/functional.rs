@@ -164,10 +164,14 @@ pub fn qkv_packed_attention(qkv: &Tensor, is_causal: bool) -> Result<Tensor> {
 /// Attention as PyTorch's `scaled_dot_product_attention`: `softmax(q kᵀ / sqrt(head_dim) +
 /// mask) v` on (batch, heads, seq, head_dim) tensors. `mask` (broadcasting to (.., seq_q,
 /// seq_k)) is Bool (true = may attend) or a float added to the scores; `is_causal` lets query
-/// `i` attend to keys `0..=i`. With heads split, every step keeps the split: no communication.
+/// `i` attend to keys `0..=i`. A query whose keys are all masked out gets zeros, and zero
+/// gradients (PyTorch's safe softmax), not NaN. With heads split, every step keeps the split:
+/// no communication.
 ///
 /// # Errors
-/// `ShapeMismatch` for inputs that are not 4-D or do not fit; operator errors.
+/// `ShapeMismatch` for inputs that are not 4-D or do not fit; `InvalidArgument` for a mask
+/// together with `is_causal` (as PyTorch); `UnsupportedDType` for a mask neither Bool nor a
+/// float dtype; operator errors.
 pub fn scaled_dot_product_attention(
     q: &Tensor,
     k: &Tensor,
@@ -187,6 +191,23 @@ pub fn scaled_dot_product_attention(
             reason: "q, k, v must be (batch, heads, seq, head_dim) with matching head_dim and \
                      key/value lengths"
                 .into(),
+        });
+    }
+    if mask.is_some() && is_causal {
+        return Err(Error::InvalidArgument {
+            op: "scaled_dot_product_attention",
+            reason: "a mask together with is_causal: fold the causal mask into `mask` \
+                     (PyTorch refuses the pair too)"
+                .into(),
+        });
+    }
+    if let Some(m) = mask
+        && !(m.dtype() == DType::Bool || m.dtype().is_float())
+    {
+        return Err(Error::UnsupportedDType {
+            op: "scaled_dot_product_attention (mask)",
+            dtype: m.dtype(),
+            device: "any (a mask is Bool or a float dtype)".into(),
         });
     }
     let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
@@ -214,6 +235,24 @@ pub fn scaled_dot_product_attention(
         } else {
             scores.add(m)?
         };
+        return safe_softmax(&scores)?.matmul(v);
     }
     scores.softmax(3)?.matmul(v)
+}
+
+/// Softmax over the last dim where a row of only `-inf` gives zeros (PyTorch's
+/// `_safe_softmax`, what its attention uses): such a row's scores are replaced by zeros before
+/// the softmax and its probabilities by zeros after, so neither the output nor any gradient
+/// is NaN (the softmax saves finite probabilities for its backward). A NaN score still gives
+/// NaN.
+fn safe_softmax(scores: &Tensor) -> Result<Tensor> {
+    let last = scores.ndim() - 1;
+    let scalar = |v: f64| Tensor::full_dtype(&[], v, scores.dtype(), target_like(scores));
+    let dead = scores
+        .detach()
+        .max(last, true)?
+        .eq(&scalar(f64::NEG_INFINITY)?)?;
+    let zero = scalar(0.0)?;
+    let live = dead.where_cond(&zero, scores)?;
+    dead.where_cond(&zero, &live.softmax(last)?)
 }
