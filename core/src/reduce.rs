@@ -65,10 +65,20 @@ macro_rules! float_combine {
     ($t:ty) => {
         impl Combine for $t {
             fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
+                // max and min propagate NaN (as the local reductions and PyTorch do), where
+                // `f32::max` would drop it
                 match op {
                     ReduceOp::Sum => acc.iter_mut().zip(x).for_each(|(a, b)| *a += *b),
-                    ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, b)| *a = a.min(*b)),
-                    ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, b)| *a = a.max(*b)),
+                    ReduceOp::Min => acc.iter_mut().zip(x).for_each(|(a, &b)| {
+                        if b < *a || b.is_nan() {
+                            *a = b
+                        }
+                    }),
+                    ReduceOp::Max => acc.iter_mut().zip(x).for_each(|(a, &b)| {
+                        if b > *a || b.is_nan() {
+                            *a = b
+                        }
+                    }),
                 }
             }
         }
@@ -103,8 +113,9 @@ macro_rules! half_combine {
             fn combine(op: ReduceOp, acc: &mut [Self], x: &[Self]) {
                 let f = |a: f32, b: f32| match op {
                     ReduceOp::Sum => a + b,
-                    ReduceOp::Min => a.min(b),
-                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min if b < a || b.is_nan() => b,
+                    ReduceOp::Max if b > a || b.is_nan() => b,
+                    ReduceOp::Min | ReduceOp::Max => a,
                 };
                 acc.iter_mut()
                     .zip(x)
@@ -183,6 +194,19 @@ mod tests {
             let mut b = vec![7i64, -9];
             op.combine(&mut b, &[op.identity(), op.identity()]);
             assert_eq!(b, vec![7, -9]);
+        }
+    }
+
+    #[test]
+    fn max_and_min_propagate_nan_from_either_side() {
+        let nan = f32::NAN;
+        for op in [ReduceOp::Max, ReduceOp::Min] {
+            let mut a = vec![nan, 1.0, 2.0];
+            op.combine(&mut a, &[1.0, nan, 3.0]);
+            assert!(a[0].is_nan() && a[1].is_nan(), "{op}: {a:?}");
+            let mut h = vec![crate::dtype::bf16::from_f32(1.0)];
+            op.combine(&mut h, &[crate::dtype::bf16::from_f32(nan)]);
+            assert!(h[0].is_nan(), "{op} bf16");
         }
     }
 

@@ -610,3 +610,28 @@ fn attention_refuses_a_mask_with_is_causal_and_an_integer_mask() {
         })
     ));
 }
+
+#[test]
+fn global_max_and_min_over_a_split_dim_propagate_nan() {
+    let got = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let x = Tensor::from_vec(vec![1.0f32, f32::NAN, 2.0, 3.0], &[4], (&p, Sbp::split(0)))?;
+        let m = [x.max(0, false)?, x.min(0, false)?];
+        let y = Tensor::from_vec(
+            vec![1.0f32, f32::NAN, 2.0, 3.0],
+            &[2, 2],
+            (&p, Sbp::split(0)),
+        )?;
+        Ok((
+            m.iter()
+                .map(|t| t.to_vec::<f32>())
+                .collect::<gflow_core::Result<Vec<_>>>()?,
+            y.max(0, false)?.to_vec::<f32>()?,
+        ))
+    })
+    .unwrap();
+    for (whole, cols) in got {
+        assert!(whole.iter().all(|v| v[0].is_nan()), "{whole:?}");
+        assert!(cols[0] == 2.0 && cols[1].is_nan(), "{cols:?}");
+    }
+}
