@@ -635,3 +635,28 @@ fn global_max_and_min_over_a_split_dim_propagate_nan() {
         assert!(cols[0] == 2.0 && cols[1].is_nan(), "{cols:?}");
     }
 }
+
+#[test]
+fn log_softmax_keeps_precision_at_large_inputs_locally_and_over_a_split_dim() {
+    let got = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let data = vec![1000.0f32, 1000.0, 1.0, f32::INFINITY, 2.0, 3.0, 5.0, 5.0];
+        let local = Tensor::from_vec(data.clone(), &[4, 2], Device::Cpu)?;
+        let split = Tensor::from_vec(data, &[4, 2], (&p, Sbp::split(1)))?;
+        Ok([
+            local.log_softmax(1)?.to_vec::<f32>()?,
+            split.log_softmax(1)?.to_vec::<f32>()?,
+        ])
+    })
+    .unwrap();
+    let half = -std::f32::consts::LN_2;
+    for [local, split] in got {
+        for v in [&local, &split] {
+            // (x - max) - ln 2 exactly; x - (max + ln 2) was 1000's ulp away (-0.69317627)
+            assert_eq!([v[0], v[1], v[6], v[7]], [half; 4], "{v:?}");
+            // a row holding +inf: NaN throughout (PyTorch)
+            assert!(v[2].is_nan() && v[3].is_nan(), "{v:?}");
+            assert_eq!(v[4], 2.0 - 3.0 - (1.0f32 + (-1.0f32).exp()).ln());
+        }
+    }
+}

@@ -839,7 +839,8 @@ pub(super) fn reduce<T: Float>(op: ReduceKind, x: &[T], shape: &[usize], dims: &
 /// (Log-)softmax over `dim`. Contiguous rows (`dim` last): the max and the exps' sum in
 /// [`LANES`] partial results (with 8, their dependency chains took a third of the forward);
 /// softmax stores the exps in the output row as it sums them, then scales them; log-softmax
-/// only sums them, then writes `x - max - ln sum`.
+/// only sums them, then writes `(x - max) - ln sum` (PyTorch's order: `x - (max + ln sum)`
+/// loses the low bits of large inputs).
 pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool) -> Vec<T> {
     let len = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
@@ -855,8 +856,8 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
                 prefetch_row(x, o + AHEAD, len);
                 let m = fold_wide(row, T::neg_infinity(), max);
                 if log {
-                    let shift = m + sum_map(row, |v| (v - m).exp_v()).ln();
-                    init_map(slots, row, |v| v - shift);
+                    let ln_sum = sum_map(row, |v| (v - m).exp_v()).ln();
+                    init_map(slots, row, |v| (v - m) - ln_sum);
                 } else {
                     // the exps in the output row, summed as they are written, then scaled
                     let (r, sum) = init_map_sum(slots, row, |v| (v - m).exp_v());
@@ -884,10 +885,14 @@ pub(super) fn softmax<T: Float>(x: &[T], shape: &[usize], dim: usize, log: bool)
                     block[l * inner + i] = e;
                     sum = sum + e;
                 }
-                let shift = m + sum.ln();
+                let ln_sum = sum.ln();
                 for l in 0..len {
                     let at = l * inner + i;
-                    block[at] = if log { xb[at] - shift } else { block[at] / sum };
+                    block[at] = if log {
+                        (xb[at] - m) - ln_sum
+                    } else {
+                        block[at] / sum
+                    };
                 }
             }
         },

@@ -126,14 +126,18 @@ impl Tensor {
         )
     }
 
-    /// Log-softmax over `dim` (computed stably, not as `log(softmax)`); over a split dim as
-    /// `x - logsumexp(x)`, never gathering the dim.
+    /// Log-softmax over `dim` (computed stably, not as `log(softmax)`: `(x - max) - ln sum`, as
+    /// PyTorch, where `x - (max + ln sum)` would lose the low bits of large inputs); over a split
+    /// dim from a max and a sum of partials, never gathering the dim.
     ///
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
         if self.splits_dim(dim) {
-            return self.sub(&self.logsumexp(dim, true)?.resolved()?);
+            let m = self.detach().max(dim, true)?.resolved()?;
+            let shifted = self.sub(&m)?;
+            let ln_sum = shifted.exp()?.sum(dim, true)?.resolved()?.log()?;
+            return shifted.sub(&ln_sum);
         }
         record(
             super::dispatch(&Softmax { dim, log: true }, &[self]),
