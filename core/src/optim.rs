@@ -328,8 +328,10 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// Plain SGD over `params` (handles, e.g. `model.parameters()`) with learning rate `lr`.
+    /// Plain SGD over `params` (handles, e.g. `model.parameters()`; one listed twice is updated
+    /// once) with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Sgd {
+        let params = crate::nn::distinct(params);
         Sgd {
             state: params
                 .iter()
@@ -519,8 +521,9 @@ impl Optimizer for AdamW {
 }
 
 impl Adam {
-    /// Adam over `params` with learning rate `lr`.
+    /// Adam over `params` (one listed twice is updated once) with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+        let params = crate::nn::distinct(params);
         Adam {
             state: params
                 .iter()

@@ -660,3 +660,83 @@ fn log_softmax_keeps_precision_at_large_inputs_locally_and_over_a_split_dim() {
         }
     }
 }
+
+#[test]
+fn a_tied_parameter_is_one_parameter_to_containers_optimizers_and_clipping() {
+    // w shared by two layers: y = w (w x); PyTorch counts it once everywhere
+    let w = Tensor::from_vec(vec![1.0f64, -0.5, 0.25, 1.5], &[2, 2], Device::Cpu)
+        .unwrap()
+        .set_requires_grad(true);
+    let layer = || nn::Linear::from_tensors(w.clone(), None).unwrap();
+    let seq = nn::Sequential::new().add(layer()).add(layer());
+    assert_eq!(seq.parameters().len(), 1);
+    let names: Vec<String> = seq.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight"]);
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], &[1, 2], Device::Cpu).unwrap();
+    seq.forward(&x)
+        .unwrap()
+        .sum(vec![0, 1], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = w.grad().unwrap().to_vec::<f64>().unwrap();
+    let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+    // clipping a list that names w twice: the norm of w's gradient, scaled once
+    let got = nn::utils::clip_grad_norm(&[w.clone(), w.clone()], 1e9).unwrap();
+    assert!((got - norm).abs() < 1e-12, "{got} vs {norm}");
+    let before = w.to_vec::<f64>().unwrap();
+    let mut opt = optim::Sgd::new(vec![w.clone(), w.clone()], 0.1);
+    opt.step().unwrap();
+    let after = w.to_vec::<f64>().unwrap();
+    for ((a, b), g) in after.iter().zip(&before).zip(&g) {
+        assert!(
+            (a - (b - 0.1 * g)).abs() < 1e-12,
+            "updated twice? {after:?}"
+        );
+    }
+}
+
+#[test]
+fn clipping_a_nan_norm_makes_every_gradient_nan() {
+    let w = Tensor::from_vec(vec![f64::NAN, 2.0], &[2], Device::Cpu)
+        .unwrap()
+        .set_requires_grad(true);
+    w.mul(&w)
+        .unwrap()
+        .sum(vec![0], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(
+        nn::utils::clip_grad_norm(&[w.clone()], 1.0)
+            .unwrap()
+            .is_nan()
+    );
+    assert!(
+        w.grad()
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan())
+    );
+}
+
+#[test]
+fn to_global_with_takes_a_closure_that_records() {
+    simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let mut seen = vec![];
+        let m = nn::Linear::new(3, 2, true)?.to_global_with(&p, |name, shape| {
+            seen.push((name.to_string(), shape.to_vec()));
+            Sbp::broadcast().into()
+        })?;
+        assert_eq!(m.parameters().len(), 2);
+        assert_eq!(
+            seen,
+            [("weight".to_string(), vec![2, 3]), ("bias".into(), vec![2])]
+        );
+        Ok(())
+    })
+    .unwrap();
+}

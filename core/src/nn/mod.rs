@@ -105,7 +105,7 @@ pub trait Module: Send + Sync {
     fn to_global_with(
         self,
         placement: &Placement,
-        layout: impl Fn(&str, &[usize]) -> NdSbp,
+        mut layout: impl FnMut(&str, &[usize]) -> NdSbp,
     ) -> Result<Self>
     where
         Self: Sized,
@@ -179,6 +179,18 @@ pub trait Module: Send + Sync {
     }
 }
 
+/// `ts` without repeats of a tensor (the same handle, [`Tensor::same_as`]), first ones kept:
+/// a tied parameter is one parameter to optimizers, norms and containers.
+pub(crate) fn distinct(ts: impl IntoIterator<Item = Tensor>) -> Vec<Tensor> {
+    let mut out: Vec<Tensor> = vec![];
+    for t in ts {
+        if !out.iter().any(|d| d.same_as(&t)) {
+            out.push(t);
+        }
+    }
+    out
+}
+
 /// Converts each distinct parameter of `m` with `f(name, parameter)` and makes the parameter
 /// that result in place, a leaf requiring gradients as before.
 fn convert_in_place(
@@ -248,24 +260,31 @@ impl Module for Sequential {
         Ok(y)
     }
 
+    /// The layers' parameters in order, each once: a parameter shared by two layers (tied
+    /// weights) is one parameter, as in PyTorch, so optimizers update it once.
     fn parameters(&self) -> Vec<Tensor> {
-        self.layers.iter().flat_map(|m| m.parameters()).collect()
+        distinct(self.layers.iter().flat_map(|m| m.parameters()))
     }
 
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.layers.iter_mut().try_for_each(|m| m.map_parameters(f))
     }
 
+    /// Named as [`Module::named_parameters`] says, a shared parameter under its first name
+    /// only (PyTorch's `remove_duplicate=True`).
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, m)| {
-                m.named_parameters()
-                    .into_iter()
-                    .map(move |(n, t)| (format!("{i}.{n}"), t))
-            })
-            .collect()
+        let mut named: Vec<(String, Tensor)> = vec![];
+        let all = self.layers.iter().enumerate().flat_map(|(i, m)| {
+            m.named_parameters()
+                .into_iter()
+                .map(move |(n, t)| (format!("{i}.{n}"), t))
+        });
+        for (name, t) in all {
+            if !named.iter().any(|(_, d)| d.same_as(&t)) {
+                named.push((name, t));
+            }
+        }
+        named
     }
 
     fn set_training(&self, training: bool) {

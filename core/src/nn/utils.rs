@@ -9,9 +9,10 @@ use crate::tensor::Tensor;
 
 /// PyTorch's `clip_grad_norm_`: the global 2-norm of every parameter's gradient (over all
 /// parameters, whatever their SBP: each gradient's squared sum is reduced over its placement,
-/// so every rank gets the same norm, also a rank outside some gradient's placement), and, when `max_norm / (norm + 1e-6)` is below 1, every
-/// gradient scaled by it in place. Parameters without a gradient are skipped. Returns the
-/// norm before clipping.
+/// so every rank gets the same norm, also a rank outside some gradient's placement), and,
+/// when `max_norm / (norm + 1e-6)` is below 1 (or NaN: a NaN norm makes every gradient NaN, as
+/// PyTorch's), every gradient scaled by it in place. Parameters without a gradient are
+/// skipped; one listed twice counts once. Returns the norm before clipping.
 ///
 /// ```
 /// use gflow_core::{DType, Device, Tensor, nn, nn::Module};
@@ -33,6 +34,8 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
             reason: format!("max_norm must be a finite non-negative number, got {max_norm}"),
         });
     }
+    // a parameter listed twice (tied weights) counts once, and is scaled once
+    let params = super::distinct(params.iter().cloned());
     let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
     // Each gradient's squared sum over its local component, grouped by layout: a group whose
     // layout has split axes sums its ranks' parts with one all-reduce (not one per gradient),
@@ -145,8 +148,9 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
     drop(grads);
     let norm = total.sqrt();
     let coef = max_norm / (norm + 1e-6);
-    if coef < 1.0 {
-        for p in params {
+    // as PyTorch's clamp(coef, max=1): a NaN norm makes every gradient NaN
+    if coef < 1.0 || coef.is_nan() {
+        for p in &params {
             if let Some(g) = p.grad() {
                 p.set_grad(Some(crate::no_grad(|| g.mul_scalar(coef))?));
             }
