@@ -38,10 +38,12 @@ from ._gflow import (
     rand,
     zeros,
     ones,
+    empty,
     full,
     arange,
     tensor,
     cat,
+    stack,
     where,
     manual_seed,
     is_grad_enabled,
@@ -87,8 +89,54 @@ class no_grad:
 
 
 def matmul(a, b):
-    """The matrix product ``a @ b`` (2-D and batched), local or global."""
+    """The matrix product ``a @ b`` as PyTorch's (2-D, batched, 1-D operands), local or global."""
     return a.matmul(b)
+
+
+def is_tensor(obj):
+    """Whether ``obj`` is a ``flow.Tensor``."""
+    return isinstance(obj, Tensor)
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether ``|a - b| <= atol + rtol * |b|`` everywhere (a collective for global tensors,
+    as ``numpy()``)."""
+    import builtins
+
+    import numpy as np
+
+    return builtins.bool(np.allclose(a.numpy(), b.numpy(), rtol=rtol, atol=atol,
+                                     equal_nan=equal_nan))
+
+
+def _like(make):
+    def f(input, *, dtype=None, placement=None, sbp=None, requires_grad=False, **kwargs):
+        if placement is None and sbp is None and input.is_global:
+            placement = input.placement
+            # A partial SBP describes a sum of components, not a layout to fill: broadcast.
+            sbp = tuple(s if s.dim is not None or s == _gflow.broadcast else _gflow.broadcast
+                        for s in input.sbp)
+        return make(input.shape, dtype=input.dtype if dtype is None else dtype,
+                    placement=placement, sbp=sbp, requires_grad=requires_grad, **kwargs)
+
+    f.__name__ = make.__name__ + "_like"
+    f.__doc__ = (f"``flow.{f.__name__}(x)``: ``flow.{make.__name__}`` of ``x``'s shape, dtype, "
+                 "placement and SBP (a partial SBP becomes broadcast).")
+    return f
+
+
+zeros_like = _like(zeros)
+ones_like = _like(ones)
+empty_like = _like(empty)
+randn_like = _like(randn)
+rand_like = _like(rand)
+
+
+def full_like(input, fill_value, *, dtype=None, placement=None, sbp=None, requires_grad=False):
+    """``flow.full`` of ``x``'s shape, dtype, placement and SBP (a partial SBP becomes
+    broadcast)."""
+    return _like(lambda shape, **kw: full(shape, fill_value, **kw))(
+        input, dtype=dtype, placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
 def from_numpy(array):
@@ -111,7 +159,8 @@ for _name in (
     "add sub mul div neg exp log sqrt square relu gelu sigmoid tanh sum mean amax max "
     "softmax log_softmax reshape transpose narrow flatten squeeze unsqueeze "
     "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
-    "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select"
+    "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select "
+    "view expand mm bmm t clone any all"
 ).split():
     globals()[_name] = _method(_name)
 del _name

@@ -1,7 +1,15 @@
-"""Python-side pieces the extension module calls back: `flow.Size`, `flow.device`, and how a
-tensor prints. Kept free of imports from the rest of the package so `_gflow` can load it early."""
+"""Python-side pieces the extension module calls back: `flow.Size`, `flow.device`, the named
+tuples of `x.max(dim)` / `x.min(dim)`, and how a tensor prints. Kept free of imports from the
+rest of the package so `_gflow` can load it early."""
+
+from collections import namedtuple
 
 import numpy as np
+
+max_result = namedtuple("max", ("values", "indices"))
+max_result.__doc__ = "``x.max(dim)``: the largest values along ``dim`` and their indices."
+min_result = namedtuple("min", ("values", "indices"))
+min_result.__doc__ = "``x.min(dim)``: the smallest values along ``dim`` and their indices."
 
 
 class Size(tuple):

@@ -27,12 +27,13 @@ pub fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
     })
 }
 
-/// Where a new tensor goes: local on `device` (the CPU by default), or global with `placement`
-/// and `sbp` (broadcast on every axis when left out).
+/// Where a new tensor goes: local on `device` (a name such as `"cpu"` or `"cpu:0"`, or a
+/// `flow.device`; the CPU by default), or global with `placement` and `sbp` (broadcast on every
+/// axis when left out).
 pub fn target(
     placement: Option<&PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
-    device: Option<&str>,
+    device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Target> {
     match (placement, sbp) {
         (Some(p), s) => {
@@ -43,11 +44,27 @@ pub fn target(
             Ok(Target::Global(p.inner.clone(), sbp))
         }
         (None, Some(_)) => Err(PyValueError::new_err("sbp= needs placement= as well")),
-        (None, None) => Ok(Target::Local(parse_device(device.unwrap_or("cpu"))?)),
+        (None, None) => Ok(Target::Local(match device {
+            Some(d) => parse_device(&d.str()?.to_string())?,
+            None => Device::Cpu,
+        })),
     }
 }
 
-fn parse_device(name: &str) -> PyResult<Device> {
+/// Refuses a `device=` other than the CPU where data is copied in from the host.
+pub fn check_cpu(device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    match device {
+        Some(d) if parse_device(&d.str()?.to_string())? != Device::Cpu => {
+            Err(PyValueError::new_err(
+                "a tensor made from data supports device=\"cpu\"; use placement= for other devices",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The device named `name` (`"cpu"`, `"cuda:1"`, ...; the index is this process's own).
+pub fn parse_device(name: &str) -> PyResult<Device> {
     let kind = name.split(':').next().unwrap_or(name);
     match kind {
         "cpu" => Ok(Device::Cpu),
@@ -72,8 +89,10 @@ pub fn from_data(
     sbp: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Tensor> {
     let np = py.import("numpy")?;
-    let is_array = data.is_instance(&np.getattr("ndarray")?)?;
-    let arr = if is_array {
+    // NumPy arrays and NumPy scalars (`np.float64(2.0)`) keep their dtype, as in PyTorch.
+    let is_ndarray = data.is_instance(&np.getattr("ndarray")?)?;
+    let is_array = is_ndarray || data.is_instance(&np.getattr("generic")?)?;
+    let arr = if is_ndarray {
         data.clone()
     } else {
         np.call_method1("asarray", (data,))?
@@ -159,7 +178,7 @@ macro_rules! creator {
             dtype: Option<PyDType>,
             placement: Option<PyPlacement>,
             sbp: Option<&Bound<'_, PyAny>>,
-            device: Option<&str>,
+            device: Option<&Bound<'_, PyAny>>,
             requires_grad: bool,
         ) -> PyResult<PyTensor> {
             let $shape = shape_args(size)?;
@@ -190,6 +209,10 @@ creator!(
     /// Ones.
     ones, |s, d, t| Tensor::full_dtype(&s, 1.0, d, t)
 );
+creator!(
+    /// A tensor to be written over (gflow fills it with zeros).
+    empty, |s, d, t| Tensor::full_dtype(&s, 0.0, d, t)
+);
 
 /// A tensor of `size` filled with `value`.
 #[pyfunction]
@@ -202,7 +225,7 @@ pub fn full(
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
-    device: Option<&str>,
+    device: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.inner);
@@ -215,21 +238,68 @@ pub fn full(
     Ok(t)
 }
 
-/// `0, 1, ..., n - 1` (int64 unless `dtype` says otherwise).
+/// `flow.arange(end)`, `flow.arange(start, end, step=1)`: `start, start + step, ...` up to
+/// `end` (excluded), as PyTorch: int64 when every bound is an integer, else float32, unless
+/// `dtype` says otherwise. Values are computed in float64 (exact for integers below 2^53).
 #[pyfunction]
-#[pyo3(signature = (n, dtype = None, placement = None, sbp = None, device = None))]
+#[pyo3(signature = (start, end = None, step = None, *, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[allow(clippy::too_many_arguments)]
 pub fn arange(
     py: Python<'_>,
-    n: usize,
+    start: &Bound<'_, PyAny>,
+    end: Option<&Bound<'_, PyAny>>,
+    step: Option<&Bound<'_, PyAny>>,
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
-    device: Option<&str>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
 ) -> PyResult<PyTensor> {
-    let dtype = dtype.map_or(DType::I64, |d| d.inner);
+    let number = |b: &Bound<'_, PyAny>| -> PyResult<(f64, bool)> {
+        let integral = b.extract::<i64>().is_ok() && !b.is_instance_of::<pyo3::types::PyFloat>();
+        let v = b
+            .extract::<f64>()
+            .map_err(|_| PyTypeError::new_err("arange: start, end and step must be numbers"))?;
+        Ok((v, integral))
+    };
+    let (a, a_int) = number(start)?;
+    let ((start, s_int), (end, e_int)) = match end {
+        Some(e) => ((a, a_int), number(e)?),
+        None => ((0.0, true), (a, a_int)),
+    };
+    let (step, p_int) = match step {
+        Some(s) => number(s)?,
+        None => (1.0, true),
+    };
+    if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+        return Err(PyValueError::new_err(format!(
+            "arange: needs finite bounds and a non-zero step, got start={start}, end={end}, \
+             step={step}"
+        )));
+    }
+    let n = ((end - start) / step).ceil().max(0.0) as usize;
+    let natural = if s_int && e_int && p_int {
+        DType::I64
+    } else {
+        DType::F32
+    };
+    let dtype = dtype.map_or(natural, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
     let global = matches!(target, Target::Global(..));
-    op(py, global, move || Tensor::arange_dtype(n, dtype, target))
+    let t = op(py, global, move || {
+        gflow::no_grad(|| {
+            let i = Tensor::arange_dtype(n, DType::F64, target)?;
+            let v = if step == 1.0 { i } else { i.mul_scalar(step)? };
+            let v = if start == 0.0 {
+                v
+            } else {
+                v.add_scalar(start)?
+            };
+            v.to_dtype(dtype)
+        })
+    })?;
+    t.get().set_requires_grad(requires_grad);
+    Ok(t)
 }
 
 /// `flow.tensor(data)`: a tensor holding a copy of `data` (NumPy array, lists, scalar, tensor).
@@ -241,14 +311,10 @@ pub fn tensor(
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
-    device: Option<&str>,
+    device: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
-    if device.is_some_and(|d| !d.starts_with("cpu")) {
-        return Err(PyValueError::new_err(
-            "flow.tensor(data, device=...) supports the CPU; use placement= for other devices",
-        ));
-    }
+    check_cpu(device)?;
     let data = match data.cast::<PyTensor>() {
         Ok(t) => crate::tensor::to_numpy(py, &t.get().get())?,
         Err(_) => data.clone(),

@@ -6,15 +6,16 @@
 // edition 2024's unsafe_op_in_unsafe_fn lint inside pyo3's own generated code.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use gflow::{NdSbp, Target, Tensor};
-use pyo3::exceptions::PyTypeError;
+use gflow::{DType, NdSbp, Target, Tensor};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
 
 use crate::tensor::{PyTensor, dim, op};
 
 /// Where a scalar operand of `t` goes: `t`'s device, or `t`'s placement, broadcast.
-fn target_like(t: &Tensor) -> Target {
+pub fn target_like(t: &Tensor) -> Target {
     match t.placement() {
         Some(p) => Target::Global(p.clone(), NdSbp::broadcast(p.ndim())),
         None => Target::Local(t.device()),
@@ -91,8 +92,6 @@ binary_ops! {
     __mul__ => mul, reflected __rmul__;
     /// `x / y` elementwise (broadcasting).
     __truediv__ => div, reflected __rtruediv__;
-    /// `x @ y`: matrix product (2-D and batched).
-    __matmul__ => matmul, reflected __rmatmul__;
     /// `x.add(y)`.
     add => add;
     /// `x.sub(y)`.
@@ -101,10 +100,6 @@ binary_ops! {
     mul => mul;
     /// `x.div(y)`.
     div => div;
-    /// `x.matmul(y)`: matrix product (2-D and batched).
-    matmul => matmul;
-    /// `x.mm(y)`: matrix product.
-    mm => matmul;
     /// Elementwise maximum (broadcasting).
     maximum => maximum;
     /// Elementwise minimum (broadcasting).
@@ -224,12 +219,8 @@ reduce_ops! {
     mean => mean;
     /// Maximum over `dim` (values only; every dim when left out).
     amax => max;
-    /// Maximum over `dim` (values only; every dim when left out).
-    max => max;
     /// Minimum over `dim` (values only; every dim when left out).
     amin => min;
-    /// Minimum over `dim` (values only; every dim when left out).
-    min => min;
     /// `log(sum(exp(x)))` over `dim`, computed stably.
     logsumexp => logsumexp;
 }
@@ -334,23 +325,98 @@ impl PyTensor {
         op(py, t.is_global(), move || t.transpose(a, b))
     }
 
-    /// The transpose of a 2-D tensor (`x.T`).
+    /// `x.T`: the dims reversed (the transpose of a 2-D tensor; a 0-d or 1-D tensor is
+    /// itself), as PyTorch.
     #[getter(T)]
-    fn t_prop(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.t(py)
+    fn t_prop(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+        let t = slf.get().get();
+        let rev: Vec<usize> = (0..t.ndim()).rev().collect();
+        match t.ndim() {
+            0 | 1 => Ok(PyTensor::new(t)),
+            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1)),
+            _ => op(slf.py(), t.is_global(), move || t.permute(&rev)),
+        }
     }
 
-    /// The transpose of a 2-D tensor.
-    fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        let t = self.get();
-        if t.ndim() != 2 {
-            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+    /// The transpose of a 2-D tensor (a 0-d or 1-D tensor is itself, as PyTorch).
+    fn t(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+        let t = slf.get().get();
+        match t.ndim() {
+            0 | 1 => Ok(PyTensor::new(t)),
+            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1)),
+            _ => Err(crate::error::to_py(gflow::Error::ShapeMismatch {
                 op: "t",
                 shapes: vec![t.shape().to_vec()],
-                reason: "t() needs a 2-D tensor".into(),
+                reason: "t() needs a tensor of at most 2 dims".into(),
+            })),
+        }
+    }
+
+    /// `x @ y`: matrix product as PyTorch's `matmul` (2-D, batched, and 1-D operands: a dot
+    /// product, a vector-matrix or matrix-vector product).
+    fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, a, b, matmul_any)
+    }
+
+    fn __rmatmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, b, a, matmul_any)
+    }
+
+    /// `x.matmul(y)`: as `x @ y`.
+    fn matmul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__matmul__(py, other)
+    }
+
+    /// `x.mm(y)`: the product of two matrices.
+    fn mm(&self, py: Python<'_>, other: &PyTensor) -> PyResult<PyTensor> {
+        let (a, b) = (self.get(), other.get());
+        if a.ndim() != 2 || b.ndim() != 2 {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "mm",
+                shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
+                reason: "mm() needs two 2-D tensors".into(),
             }));
         }
-        op(py, t.is_global(), move || t.transpose(0, 1))
+        binary(py, a, b, |a, b| a.matmul(b))
+    }
+
+    /// `x.bmm(y)`: batched matrix product of two 3-D tensors.
+    fn bmm(&self, py: Python<'_>, other: &PyTensor) -> PyResult<PyTensor> {
+        let (a, b) = (self.get(), other.get());
+        if a.ndim() != 3 || b.ndim() != 3 {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "bmm",
+                shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
+                reason: "bmm() needs two 3-D tensors".into(),
+            }));
+        }
+        binary(py, a, b, |a, b| a.matmul(b))
+    }
+
+    /// `x.max()`: the largest element (a 0-d tensor); `x.max(dim, keepdim=False)`: the
+    /// named tuple `(values, indices)` along `dim`; `x.max(other)`: the elementwise maximum.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn max<'py>(
+        slf: &Bound<'py, Self>,
+        dim: Option<&Bound<'py, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        extreme(slf, dim, keepdim, true)
+    }
+
+    /// `x.min()`: the smallest element (a 0-d tensor); `x.min(dim, keepdim=False)`: the
+    /// named tuple `(values, indices)` along `dim`; `x.min(other)`: the elementwise minimum.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn min<'py>(
+        slf: &Bound<'py, Self>,
+        dim: Option<&Bound<'py, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        extreme(slf, dim, keepdim, false)
     }
 
     /// `length` elements of `dim` from `start`.
@@ -405,6 +471,76 @@ impl PyTensor {
         op(py, t.is_global(), move || t.log_softmax(d))
     }
 
+    /// `b ** x` for a number `b > 0`: `exp(x * ln b)` (an integer tensor with an integer base
+    /// stays integer, rounded).
+    fn __rpow__(
+        &self,
+        py: Python<'_>,
+        base: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let b: f64 = base.extract()?;
+        if b <= 0.0 || !b.is_finite() {
+            return Err(PyValueError::new_err(format!(
+                "number ** tensor needs a positive finite base, got {b}"
+            )));
+        }
+        let int_base = !base.is_instance_of::<pyo3::types::PyFloat>();
+        let t = self.get();
+        let dtype = t.dtype();
+        op(py, t.is_global(), move || {
+            if dtype.is_float() {
+                return t.mul_scalar(b.ln())?.exp();
+            }
+            let e = t.to_dtype(DType::F64)?.mul_scalar(b.ln())?.exp()?;
+            if int_base && dtype != DType::Bool {
+                e.add_scalar(0.5)?.to_dtype(dtype)
+            } else {
+                e.to_dtype(DType::F32)
+            }
+        })
+    }
+
+    /// `x.clone()`: a copy of the tensor (differentiable, in the tensor's own placement and
+    /// SBP).
+    #[pyo3(name = "clone")]
+    pub fn clone_tensor(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || t.where_cond(&t, &t))
+    }
+
+    /// The tensor itself: gflow's tensors are always contiguous.
+    fn contiguous(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Whether the dtype is a floating-point type.
+    fn is_floating_point(&self) -> bool {
+        self.get().dtype().is_float()
+    }
+
+    /// Whether any element is non-zero (along `dim` when given), a bool tensor.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn any(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        self.count(py, dim, keepdim, true)
+    }
+
+    /// Whether every element is non-zero (along `dim` when given), a bool tensor.
+    #[pyo3(signature = (dim = None, keepdim = false))]
+    fn all(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        self.count(py, dim, keepdim, false)
+    }
+
     /// `x ** e` for a number `e` (`x.pow(e)`).
     fn __pow__(
         &self,
@@ -420,6 +556,124 @@ impl PyTensor {
         let t = self.get();
         op(py, t.is_global(), move || t.pow(e))
     }
+}
+
+impl PyTensor {
+    /// `any` (`nonzero`) or `all`: counts the non-zero (zero) elements and compares with 0.
+    fn count(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        nonzero: bool,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let dims = reduce_dims(dim, t.ndim())?;
+        op(py, t.is_global(), move || {
+            gflow::no_grad(|| {
+                let zero = Tensor::full_dtype(&[], 0.0, t.dtype(), target_like(&t))?;
+                let hits = if nonzero { t.ne(&zero)? } else { t.eq(&zero)? };
+                let n = hits.to_dtype(DType::F32)?.sum(dims, keepdim)?;
+                let none = Tensor::full_dtype(&[], 0.0, DType::F32, target_like(&n))?;
+                if nonzero { n.gt(&none) } else { n.eq(&none) }
+            })
+        })
+    }
+}
+
+/// PyTorch's `matmul`: 1-D operands get a dim of size 1 for the product (in front of the
+/// first, after the second) that is then dropped.
+fn matmul_any(a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
+    let (na, nb) = (a.ndim(), b.ndim());
+    if na >= 2 && nb >= 2 {
+        return a.matmul(b);
+    }
+    let a2 = if na == 1 {
+        a.reshape(&[1, a.shape()[0]])?
+    } else {
+        a.clone()
+    };
+    let b2 = if nb == 1 {
+        b.reshape(&[b.shape()[0], 1])?
+    } else {
+        b.clone()
+    };
+    let out = a2.matmul(&b2)?;
+    let mut shape = out.shape().to_vec();
+    if nb == 1 {
+        shape.pop();
+    }
+    if na == 1 {
+        let at = shape.len().saturating_sub(if nb == 1 { 1 } else { 2 });
+        shape.remove(at);
+    }
+    out.reshape(&shape)
+}
+
+/// `x.max(...)` / `x.min(...)` (`largest`: max): see [`PyTensor::max`].
+fn extreme<'py>(
+    slf: &Bound<'py, PyTensor>,
+    dim: Option<&Bound<'py, PyAny>>,
+    keepdim: bool,
+    largest: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    static MAX: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static MIN: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let py = slf.py();
+    let t = slf.get().get();
+    let Some(dim) = dim else {
+        let r = op(py, t.is_global(), move || {
+            if largest {
+                t.max(Vec::<usize>::new(), false)
+            } else {
+                t.min(Vec::<usize>::new(), false)
+            }
+        })?;
+        return Ok(Bound::new(py, r)?.into_any());
+    };
+    if let Ok(other) = dim.cast::<PyTensor>() {
+        let b = other.get().get();
+        let r = binary(
+            py,
+            t,
+            b,
+            move |a, b| {
+                if largest { a.maximum(b) } else { a.minimum(b) }
+            },
+        )?;
+        return Ok(Bound::new(py, r)?.into_any());
+    }
+    let d: isize = dim.extract().map_err(|_| {
+        PyTypeError::new_err(
+            "max/min take one dim (an int) or a tensor; use amax/amin for several dims",
+        )
+    })?;
+    let d = self::dim(d, t.ndim())?;
+    let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
+        Ok(if largest {
+            (t.max(vec![d], keepdim)?, t.argmax(d, keepdim)?)
+        } else {
+            (t.min(vec![d], keepdim)?, t.argmin(d, keepdim)?)
+        })
+    })?;
+    let (cell, name) = if largest {
+        (&MAX, "max_result")
+    } else {
+        (&MIN, "min_result")
+    };
+    crate::tensor::python_class(py, cell, name)?
+        .call1((PyTensor::new(values), PyTensor::new(indices)))
+}
+
+/// `flow.stack(tensors, dim)`: the tensors (of one shape) joined along a new dim `dim`.
+#[pyfunction]
+#[pyo3(signature = (tensors, dim = 0))]
+pub fn stack(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> PyResult<PyTensor> {
+    let ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
+    let ndim = ts.first().map_or(0, Tensor::ndim);
+    let d = self::dim(dim, ndim + 1)?;
+    let global = ts.iter().any(Tensor::is_global);
+    op(py, global, move || Tensor::stack(&ts, d))
 }
 
 /// `flow.cat(tensors, dim)`: concatenation along `dim`.

@@ -113,17 +113,45 @@ impl PyTensor {
         op(py, t.is_global(), move || t.permute(&p))
     }
 
-    /// Pieces of `split_size` along `dim` (the last one shorter), a tuple.
-    #[pyo3(signature = (split_size, dim = 0))]
+    /// Pieces of `split_size` along `dim` (the last one shorter), or pieces of the sizes of a
+    /// list (`x.split([1, 2], dim=1)`, adding up to the dim's size), a tuple.
+    #[pyo3(signature = (split_size_or_sections, dim = 0))]
     fn split<'py>(
         &self,
         py: Python<'py>,
-        split_size: usize,
+        split_size_or_sections: &Bound<'py, PyAny>,
         dim: isize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let t = self.get();
         let d = self::dim(dim, t.ndim())?;
-        tuple(py, run(py, t.is_global(), move || t.split(split_size, d))?)
+        if let Ok(size) = split_size_or_sections.extract::<usize>() {
+            return tuple(py, run(py, t.is_global(), move || t.split(size, d))?);
+        }
+        let sizes: Vec<usize> = split_size_or_sections.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(
+                "split takes a piece size (an int) or a list of piece sizes",
+            )
+        })?;
+        let n = t.shape().get(d).copied().unwrap_or(0);
+        if sizes.iter().sum::<usize>() != n {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "split",
+                shapes: vec![t.shape().to_vec()],
+                reason: format!("the sizes {sizes:?} do not add up to dim {d}'s size {n}"),
+            }));
+        }
+        let pieces = run(py, t.is_global(), move || {
+            let mut start = 0;
+            sizes
+                .iter()
+                .map(|&len| {
+                    let piece = t.narrow(d, start, len);
+                    start += len;
+                    piece
+                })
+                .collect::<gflow::Result<Vec<_>>>()
+        })?;
+        tuple(py, pieces)
     }
 
     /// `chunks` pieces along `dim` (as PyTorch: of size `ceil(n / chunks)`), a tuple.
@@ -168,20 +196,66 @@ impl PyTensor {
         self.clamp(py, min, max)
     }
 
-    /// `x.to(dtype)` converts the elements (as PyTorch casts); `x.to("cpu")` (or a
-    /// `flow.device`) is the tensor itself, which lives on this process's CPU.
-    fn to(slf: &Bound<'_, Self>, target: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        if let Ok(d) = target.extract::<PyDType>() {
-            return slf.get().cast(slf.py(), d.inner);
+    /// PyTorch's `to`: `x.to(dtype)`, `x.to(device)`, `x.to(device, dtype)`, `x.to(other)`
+    /// (`other`'s dtype and device), with `dtype=` / `device=` keywords. A dtype converts the
+    /// elements (as PyTorch casts); a device (a name or a `flow.device`) moves a local tensor
+    /// (global tensors move with `to_global`). Nothing to change gives the tensor itself.
+    #[pyo3(signature = (*args, dtype = None, device = None, non_blocking = false, copy = false))]
+    fn to(
+        slf: &Bound<'_, Self>,
+        args: &Bound<'_, PyTuple>,
+        dtype: Option<PyDType>,
+        device: Option<&Bound<'_, PyAny>>,
+        non_blocking: bool,
+        copy: bool,
+    ) -> PyResult<Py<PyTensor>> {
+        let _ = non_blocking;
+        let py = slf.py();
+        let (mut dtype, mut device) = (
+            dtype.map(|d| d.inner),
+            match device {
+                Some(d) => Some(crate::creation::parse_device(&d.str()?.to_string())?),
+                None => None,
+            },
+        );
+        for a in args.iter() {
+            if let Ok(d) = a.extract::<PyDType>() {
+                dtype = Some(d.inner);
+            } else if let Ok(other) = a.cast::<PyTensor>() {
+                let o = other.get().get();
+                dtype = Some(o.dtype());
+                device = Some(o.device());
+            } else if a.extract::<bool>().is_ok() {
+                // PyTorch's positional `non_blocking` / `copy` flags: nothing to do here.
+            } else {
+                device = Some(crate::creation::parse_device(&a.str()?.to_string())?);
+            }
         }
-        let name = target.str()?.to_string();
-        if name == "cpu" || name.starts_with("cpu:") {
-            let t = slf.call_method0("cpu")?;
-            return Ok(PyTensor::new(t.cast::<PyTensor>()?.get().get()));
+        let t = slf.get().get();
+        let moved = match device {
+            Some(d) if d != t.device() => {
+                if t.is_global() {
+                    return Err(PyValueError::new_err(format!(
+                        "to(): a global tensor moves to another device with to_global (a \
+                         placement of type {d}), not to()"
+                    )));
+                }
+                let t = t.clone();
+                Some(op(py, false, move || t.to_device(d))?.get())
+            }
+            _ => None,
+        };
+        let t = moved.clone().unwrap_or(t);
+        let cast = match dtype {
+            Some(d) if d != t.dtype() => Some(op(py, t.is_global(), move || t.to_dtype(d))?),
+            _ => None,
+        };
+        match (cast, moved) {
+            (Some(c), _) => Py::new(py, c),
+            (None, Some(m)) => Py::new(py, PyTensor::new(m)),
+            (None, None) if copy => Py::new(py, slf.get().clone_tensor(py)?),
+            (None, None) => Ok(slf.clone().unbind()),
         }
-        Err(PyValueError::new_err(format!(
-            "to(): expected a dtype or \"cpu\", got {name:?} (global tensors move with to_global)"
-        )))
     }
 
     /// The tensor as float32.

@@ -8,7 +8,7 @@ use std::sync::RwLock;
 
 use gflow::{DType, Device, Tensor};
 use numpy::PyArray1;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
@@ -25,6 +25,10 @@ thread_local! {
 #[pyclass(name = "Tensor", module = "gflow", subclass, frozen, weakref)]
 pub struct PyTensor {
     inner: RwLock<Tensor>,
+    /// The tensor whose `.grad` this handle was read from: an in-place operator on it gives
+    /// that tensor a new gradient rather than writing into storage that backward may have
+    /// shared between several leaves' gradients.
+    grad_of: Option<Tensor>,
 }
 
 impl PyTensor {
@@ -32,7 +36,13 @@ impl PyTensor {
     pub fn new(t: Tensor) -> PyTensor {
         PyTensor {
             inner: RwLock::new(t),
+            grad_of: None,
         }
+    }
+
+    /// The tensor whose gradient this handle was read from (see [`PyTensor::grad_of`]).
+    pub fn grad_of(&self) -> Option<&Tensor> {
+        self.grad_of.as_ref()
     }
 
     /// The handle's tensor (a cheap clone).
@@ -40,7 +50,8 @@ impl PyTensor {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, t: Tensor) {
+    /// Points this handle at `t`.
+    pub fn set(&self, t: Tensor) {
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 }
@@ -147,7 +158,8 @@ pub fn dtypes() -> [(&'static str, DType); 12] {
     ]
 }
 
-fn python_class<'py>(
+/// A class of `gflow._pyapi`, looked up once.
+pub fn python_class<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyType>>,
     name: &str,
@@ -232,31 +244,44 @@ pub fn dim(d: isize, ndim: usize) -> PyResult<usize> {
 
 #[pymethods]
 impl PyTensor {
-    /// `flow.Tensor(data)` (float32), `flow.Tensor(*shape)` (zeros), or `flow.Tensor(t)` (a
-    /// new handle on `t`'s storage).
+    /// `flow.Tensor(data)` (float32), `flow.Tensor(*shape)` or `flow.Tensor(flow.Size(...))`
+    /// (zeros; `flow.Tensor()` has shape `[0]`), or `flow.Tensor(t)` (a new handle on `t`'s
+    /// storage).
     #[new]
-    #[pyo3(signature = (*args, dtype = None, placement = None, sbp = None, requires_grad = false))]
+    #[pyo3(signature = (*args, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
     fn py_new(
         py: Python<'_>,
         args: &Bound<'_, PyTuple>,
         dtype: Option<PyDType>,
         placement: Option<PyPlacement>,
         sbp: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
         requires_grad: bool,
     ) -> PyResult<Self> {
+        static SIZE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let size_class = python_class(py, &SIZE, "Size")?;
         let first = args.get_item(0).ok();
         let t = match first {
             Some(a) if args.len() == 1 && a.cast::<PyTensor>().is_ok() => {
                 let a = a.cast::<PyTensor>()?.get().get();
                 a.detach()
             }
-            Some(a) if args.len() == 1 && a.extract::<usize>().is_err() => {
+            Some(a)
+                if args.len() == 1
+                    && a.extract::<usize>().is_err()
+                    && !a.is_instance(&size_class)? =>
+            {
+                crate::creation::check_cpu(device)?;
                 let dtype = dtype.map_or(DType::F32, |d| d.inner);
                 crate::creation::from_data(py, &a, Some(dtype), placement.as_ref(), sbp)?
             }
             _ => {
-                let shape = crate::creation::shape_args(args)?;
-                let target = crate::creation::target(placement.as_ref(), sbp, None)?;
+                let shape = if args.is_empty() {
+                    vec![0]
+                } else {
+                    crate::creation::shape_args(args)?
+                };
+                let target = crate::creation::target(placement.as_ref(), sbp, device)?;
                 let dtype = dtype.map_or(DType::F32, |d| d.inner);
                 run(py, false, || Tensor::full_dtype(&shape, 0.0, dtype, target))?
             }
@@ -417,7 +442,21 @@ impl PyTensor {
     }
 
     fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
-        self.__float__(py).map(|v| v as i64)
+        self.item(py)?.call_method0("__int__")?.extract()
+    }
+
+    /// The truth of a one-element tensor (its value is not zero), as PyTorch; more or fewer
+    /// elements are ambiguous (`RuntimeError`). For a global tensor a collective, as `item()`.
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        match self.get().numel() {
+            1 => self.item(py)?.is_truthy(),
+            0 => Err(PyRuntimeError::new_err(
+                "Boolean value of Tensor with no values is ambiguous",
+            )),
+            _ => Err(PyRuntimeError::new_err(
+                "Boolean value of Tensor with more than one value is ambiguous",
+            )),
+        }
     }
 
     /// The tensor on this process's CPU (a local tensor on the CPU is returned as is).
@@ -453,7 +492,10 @@ impl PyTensor {
     /// storage (keeping this handle's `requires_grad`), as PyTorch's `param.data = ...`.
     #[getter]
     fn get_data(&self) -> PyTensor {
-        self.detach()
+        PyTensor {
+            inner: RwLock::new(self.get().detach()),
+            grad_of: self.grad_of.clone(),
+        }
     }
 
     #[setter]
@@ -498,7 +540,11 @@ impl PyTensor {
     /// non-leaf only after `retain_grad()`.
     #[getter]
     fn get_grad(&self) -> Option<PyTensor> {
-        self.get().grad().map(PyTensor::new)
+        let t = self.get();
+        t.grad().map(|g| PyTensor {
+            inner: RwLock::new(g),
+            grad_of: Some(t),
+        })
     }
 
     #[setter]

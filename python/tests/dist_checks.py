@@ -1,7 +1,7 @@
 """Run under the launcher with 2 processes by test_distributed.py: per-rank randomness, a
 sharded save and a load into another layout, retain_grad on a global tensor, [] indexing and
-the NumPy view of a shard, attention with heads split, norms and gradient clipping. Prints
-``key: value`` lines the test reads; argv[1] is a scratch directory."""
+the NumPy view of a shard, attention with heads split, norms, gradient clipping and manual
+SGD in place. Prints ``key: value`` lines the test reads; argv[1] is a scratch directory."""
 
 import sys
 from pathlib import Path
@@ -97,3 +97,21 @@ total = nn.utils.clip_grad_norm_([p1, p2], 1.0)
 # float32 gradients: the norm comes back as a float32 tensor.
 print("clip_ok:", np.isclose(float(total), np.sqrt(8 * 9 + 3 * 16), rtol=1e-7),
       np.allclose(p1.grad.numpy(), 3 / (float(total) + 1e-6), rtol=1e-6))
+
+# OneFlow's manual SGD on a split and a broadcast parameter: in place, layouts and grads kept.
+ws = flow.tensor(a, placement=P, sbp=flow.sbp.split(0), requires_grad=True)
+wb = flow.tensor(a[0], placement=P, sbp=flow.sbp.broadcast, requires_grad=True)
+same_objects = (ws, wb)
+for _ in range(2):
+    ((ws * ws).sum() + (ws * wb).sum()).backward()
+    with flow.no_grad():
+        ws -= 0.1 * ws.grad
+        wb.sub_(wb.grad, alpha=0.1)
+    ws.grad.zero_()
+    wb.grad.zero_()
+ra, rb = a.copy(), a[0].copy()
+for _ in range(2):
+    ra, rb = ra - 0.1 * (2 * ra + rb), rb - 0.1 * ra.sum(0)
+print("inplace_sgd_ok:", all(x is y for x, y in zip((ws, wb), same_objects)),
+    np.allclose(ws.numpy(), ra, rtol=1e-12) and np.allclose(wb.numpy(), rb, rtol=1e-12),
+    ws.sbp, wb.sbp, float(ws.grad.abs().sum()) == 0.0 and bool((wb.grad == 0).all()))

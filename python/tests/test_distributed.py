@@ -1,6 +1,7 @@
 """Promises that need several processes, under the launcher: a local random tensor differs from
 rank to rank, flow.save writes each rank's shard and flow.load fills another layout, retain_grad,
-[] indexing, shard views, attention, LayerNorm and clip_grad_norm_ on global tensors."""
+[] indexing, shard views, attention, LayerNorm, clip_grad_norm_ and in-place SGD on global
+tensors."""
 
 from conftest import launch
 from pathlib import Path
@@ -33,4 +34,6 @@ def test_two_ranks(tmp_path):
         assert field(job, r, "sdpa_ok") == "True (flow.sbp.split(dim=1),)"
         assert field(job, r, "layer_norm_ok") == "True"
         assert field(job, r, "clip_ok") == "True True"
+        assert field(job, r, "inplace_sgd_ok") == (
+            "True True (flow.sbp.split(dim=0),) (flow.sbp.broadcast,) True")
     assert field(job, 0, "saved_w0") == field(job, 1, "saved_w0")

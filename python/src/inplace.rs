@@ -1,0 +1,231 @@
+//! In-place operators: `x.add_(y)`, `sub_`, `mul_`, `div_`, `zero_`, `fill_`, `copy_`,
+//! `clamp_`, `masked_fill_` and `x += y`, `-=`, `*=`, `/=`. The Python object stays the same
+//! tensor: its identity, `requires_grad`, `.grad`, placement and SBP are kept, so OneFlow's
+//! manual-SGD idiom works unchanged:
+//!
+//! ```python
+//! with flow.no_grad():
+//!     w -= 0.1 * w.grad
+//! w.grad.zero_()
+//! ```
+//!
+//! The new value is computed by gflow's ordinary operators and written into the tensor's
+//! storage with `gflow_core::state_dict::assign` (in its own layout: a collective for a global
+//! tensor), so every handle on that storage (`x.data`, optimizers' handles, `numpy()` views)
+//! sees it. As PyTorch: a leaf that requires grad may only be changed under `flow.no_grad()`;
+//! a result recorded for autograd (or a tensor given a recorded value) is updated on the graph,
+//! the Python object now naming the recorded result. A handle read from `w.grad` gives `w` a
+//! new gradient instead of writing into storage that backward may share between gradients.
+
+use gflow::Tensor;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+use crate::ops::{operand, target_like};
+use crate::tensor::{PyTensor, is_grad_enabled, run};
+
+/// `value` made to fit `dst`: broadcast to its shape, cast to its dtype (never a float into
+/// an integer tensor, as PyTorch), in its placement and SBP.
+fn fit(dst: &Tensor, value: Tensor, name: &'static str) -> gflow::Result<Tensor> {
+    let v = if value.shape() == dst.shape() {
+        value
+    } else if value.ndim() < dst.ndim() {
+        let mut s = vec![1; dst.ndim() - value.ndim()];
+        s.extend_from_slice(value.shape());
+        value.reshape(&s)?.expand(dst.shape())?
+    } else {
+        value.expand(dst.shape())?
+    };
+    if v.shape() != dst.shape() {
+        return Err(gflow::Error::ShapeMismatch {
+            op: name,
+            shapes: vec![dst.shape().to_vec(), v.shape().to_vec()],
+            reason: "an in-place result must have the shape of the tensor it is written to".into(),
+        });
+    }
+    let v = match (v.dtype(), dst.dtype()) {
+        (a, b) if a == b => v,
+        (a, b) if a.is_float() && !b.is_float() => {
+            return Err(gflow::Error::DTypeMismatch {
+                expected: b,
+                got: a,
+            });
+        }
+        (_, b) => v.to_dtype(b)?,
+    };
+    match (dst.placement(), dst.sbp()) {
+        (Some(p), Some(s)) if v.placement() != Some(p) || v.sbp() != Some(s) => {
+            v.to_global(p, s.clone())
+        }
+        _ => Ok(v),
+    }
+}
+
+impl PyTensor {
+    /// Replaces the value of the tensor behind `slf` with `f(value)` in place (see the module
+    /// docs); `global`: some operand is global (a collective).
+    fn update<'py>(
+        slf: &Bound<'py, Self>,
+        name: &'static str,
+        global: bool,
+        f: impl FnOnce(&Tensor) -> gflow::Result<Tensor> + Send,
+    ) -> PyResult<Bound<'py, Self>> {
+        let py = slf.py();
+        let this = slf.get();
+        let t = this.get();
+        let grad_mode = is_grad_enabled();
+        if grad_mode && t.requires_grad() && t.is_leaf() {
+            return Err(PyRuntimeError::new_err(format!(
+                "a leaf tensor that requires grad is used in an in-place operation ({name}); \
+                 change it under `with flow.no_grad():`"
+            )));
+        }
+        let global = global || t.is_global();
+        let dst = t.clone();
+        let value = run(py, global, move || fit(&dst, f(&dst)?, name))?;
+        if value.requires_grad() {
+            this.set(value);
+        } else if let Some(owner) = this.grad_of() {
+            owner.set_grad(Some(value.clone()));
+            this.set(value);
+        } else {
+            run(py, global, move || {
+                gflow_core::state_dict::assign(&t, &value)
+            })?;
+        }
+        Ok(slf.clone())
+    }
+
+    /// `self op= other` for a tensor or number `other` (times `alpha` when given).
+    fn update_with<'py>(
+        slf: &Bound<'py, Self>,
+        name: &'static str,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+        f: impl FnOnce(&Tensor, &Tensor) -> gflow::Result<Tensor> + Send,
+    ) -> PyResult<Bound<'py, Self>> {
+        let py = slf.py();
+        let t = slf.get().get();
+        let mut b = operand(py, &t, other)?;
+        if let Some(alpha) = alpha {
+            let a = operand(py, &b, alpha)?;
+            let global = b.is_global() || a.is_global();
+            b = run(py, global, move || b.mul(&a))?;
+        }
+        let global = b.is_global();
+        Self::update(slf, name, global, move |t| f(t, &b))
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `x.add_(y, alpha=1)`: `x += alpha * y` in place; returns `x`.
+    #[pyo3(signature = (other, *, alpha = None))]
+    fn add_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::update_with(slf, "add_", other, alpha, |a, b| a.add(b))
+    }
+
+    /// `x.sub_(y, alpha=1)`: `x -= alpha * y` in place; returns `x`.
+    #[pyo3(signature = (other, *, alpha = None))]
+    fn sub_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::update_with(slf, "sub_", other, alpha, |a, b| a.sub(b))
+    }
+
+    /// `x.mul_(y)`: `x *= y` in place; returns `x`.
+    fn mul_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        Self::update_with(slf, "mul_", other, None, |a, b| a.mul(b))
+    }
+
+    /// `x.div_(y)`: `x /= y` in place; returns `x`.
+    fn div_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        Self::update_with(slf, "div_", other, None, |a, b| a.div(b))
+    }
+
+    fn __iadd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::update_with(slf, "+=", other, None, |a, b| a.add(b)).map(drop)
+    }
+
+    fn __isub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::update_with(slf, "-=", other, None, |a, b| a.sub(b)).map(drop)
+    }
+
+    fn __imul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::update_with(slf, "*=", other, None, |a, b| a.mul(b)).map(drop)
+    }
+
+    fn __itruediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::update_with(slf, "/=", other, None, |a, b| a.div(b)).map(drop)
+    }
+
+    /// `x.fill_(value)`: every element set to `value`; returns `x`.
+    fn fill_<'py>(slf: &Bound<'py, Self>, value: f64) -> PyResult<Bound<'py, Self>> {
+        Self::update(slf, "fill_", false, move |t| {
+            Tensor::full_dtype(&[], value, t.dtype(), target_like(t))
+        })
+    }
+
+    /// `x.zero_()`: every element set to 0; returns `x`.
+    fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        Self::fill_(slf, 0.0)
+    }
+
+    /// `x.copy_(src)`: the value of `src` (broadcast and cast to `x`'s shape and dtype, moved to
+    /// `x`'s placement and SBP) written into `x`; returns `x`.
+    fn copy_<'py>(slf: &Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let t = slf.get().get();
+        let s = operand(slf.py(), &t, src)?;
+        let global = s.is_global();
+        Self::update(slf, "copy_", global, move |t| {
+            if t.is_global() && s.is_local() {
+                // A local source stands for its whole value on every rank.
+                let p = t.placement().cloned().ok_or_else(|| {
+                    gflow::Error::Internal("a global tensor without a placement".into())
+                })?;
+                let sbp = gflow::NdSbp::broadcast(p.ndim());
+                return s.to_global(&p, sbp);
+            }
+            Ok(s)
+        })
+    }
+
+    /// `x.clamp_(min, max)`: values limited to `[min, max]` in place; returns `x`.
+    #[pyo3(signature = (min = None, max = None))]
+    fn clamp_<'py>(
+        slf: &Bound<'py, Self>,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::update(slf, "clamp_", false, move |t| t.clamp(min, max))
+    }
+
+    /// As `clamp_`.
+    #[pyo3(signature = (min = None, max = None))]
+    fn clip_<'py>(
+        slf: &Bound<'py, Self>,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::clamp_(slf, min, max)
+    }
+
+    /// `x.masked_fill_(mask, value)`: `value` where `mask` is true, in place; returns `x`.
+    fn masked_fill_<'py>(
+        slf: &Bound<'py, Self>,
+        mask: &PyTensor,
+        value: f64,
+    ) -> PyResult<Bound<'py, Self>> {
+        let m = mask.get();
+        let global = m.is_global();
+        Self::update(slf, "masked_fill_", global, move |t| {
+            t.masked_fill(&m, value)
+        })
+    }
+}
