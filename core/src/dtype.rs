@@ -99,12 +99,7 @@ impl DType {
         if self == other {
             return self;
         }
-        let kind = |d: DType| match d {
-            Bool => 0,
-            I32 | I64 => 1,
-            _ => 2,
-        };
-        match kind(self).cmp(&kind(other)) {
+        match self.category().cmp(&other.category()) {
             std::cmp::Ordering::Greater => self,
             std::cmp::Ordering::Less => other,
             std::cmp::Ordering::Equal => match (self, other) {
@@ -112,6 +107,44 @@ impl DType {
                 _ if self.size() >= other.size() => self,
                 _ => other,
             },
+        }
+    }
+
+    /// The promotion category: 0 for Bool, 1 for integers, 2 for floats.
+    fn category(self) -> u8 {
+        match self {
+            DType::Bool => 0,
+            DType::I32 | DType::I64 => 1,
+            _ => 2,
+        }
+    }
+
+    /// The dtype of an operator's result over operands given as (dtype, number of dims), as
+    /// PyTorch's `result_type`: the dimensioned operands (at least one dim) promote among
+    /// themselves ([`DType::promote`]), and so do the 0-d ones; a 0-d operand changes the
+    /// result only when its category (bool < integers < floats) is higher than that of every
+    /// dimensioned operand. `None` for no operands.
+    ///
+    /// ```
+    /// use gflow_core::DType;
+    /// // f16[3] + f32 0-d stays F16; i32[3] + f32 0-d is F32 (a higher category).
+    /// assert_eq!(DType::result_type(&[(DType::F16, 1), (DType::F32, 0)]), Some(DType::F16));
+    /// assert_eq!(DType::result_type(&[(DType::I32, 1), (DType::F32, 0)]), Some(DType::F32));
+    /// assert_eq!(DType::result_type(&[(DType::I32, 1), (DType::I64, 0)]), Some(DType::I32));
+    /// assert_eq!(DType::result_type(&[(DType::F16, 0), (DType::F32, 0)]), Some(DType::F32));
+    /// ```
+    pub fn result_type(operands: &[(DType, usize)]) -> Option<DType> {
+        let fold = |zero_dim: bool| {
+            operands
+                .iter()
+                .filter(|&&(_, ndim)| (ndim == 0) == zero_dim)
+                .map(|&(d, _)| d)
+                .reduce(DType::promote)
+        };
+        match (fold(false), fold(true)) {
+            (Some(d), Some(z)) if z.category() > d.category() => Some(d.promote(z)),
+            (Some(d), _) => Some(d),
+            (None, z) => z,
         }
     }
 
@@ -220,6 +253,52 @@ mod tests {
             assert_eq!(a.promote(b), want, "{a} with {b}");
             assert_eq!(b.promote(a), want, "{b} with {a}");
         }
+    }
+
+    #[test]
+    fn zero_dim_operands_promote_by_category_only() {
+        use DType::*;
+        // (dimensioned, 0-d, want), each checked against torch 2.x's result_type.
+        let cases = [
+            (F16, F32, F16),
+            (I32, I64, I32),
+            (F32, F64, F32),
+            (BF16, F32, BF16),
+            (F16, BF16, F16),
+            (I32, F32, F32),
+            (I32, F64, F64),
+            (I32, F16, F16),
+            (Bool, I64, I64),
+            (Bool, F64, F64),
+            (I32, Bool, I32),
+            (F32, I64, F32),
+        ];
+        for (d, z, want) in cases {
+            assert_eq!(
+                DType::result_type(&[(d, 1), (z, 0)]),
+                Some(want),
+                "{d}[3] with {z} 0-d"
+            );
+            assert_eq!(
+                DType::result_type(&[(z, 0), (d, 2)]),
+                Some(want),
+                "{z} 0-d with {d}"
+            );
+        }
+        // Only 0-d operands, or only dimensioned ones: plain promotion.
+        assert_eq!(DType::result_type(&[(F16, 0), (F32, 0)]), Some(F32));
+        assert_eq!(DType::result_type(&[(I32, 0), (F16, 0)]), Some(F16));
+        assert_eq!(DType::result_type(&[(F32, 1), (F64, 3)]), Some(F64));
+        // Dimensioned operands promote among themselves first.
+        assert_eq!(
+            DType::result_type(&[(I32, 1), (I64, 1), (F64, 0)]),
+            Some(F64)
+        );
+        assert_eq!(
+            DType::result_type(&[(F16, 1), (BF16, 1), (F64, 0)]),
+            Some(F32)
+        );
+        assert_eq!(DType::result_type(&[]), None);
     }
 
     #[test]

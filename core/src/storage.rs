@@ -76,6 +76,8 @@ macro_rules! with_vec {
     };
 }
 
+pub(crate) use with_vec;
+
 /// Maps the vector inside any variant to a vector of the same type, kept in the same variant.
 macro_rules! map_same {
     ($data:expr, $v:ident => $body:expr) => {
@@ -240,6 +242,11 @@ impl HostData {
             }
             (HostData::I64(v), DType::F16 | DType::BF16) => {
                 return HostData::F32(v.iter().map(|&x| x as f32).collect()).cast(dtype);
+            }
+            // One rounding, straight from the integer (through f64 would round twice above
+            // 2^53: (1 << 60) + (1 << 36) + 1 would give 2^60, not 2^60 + 2^37).
+            (HostData::I64(v), DType::F32) => {
+                return HostData::F32(v.iter().map(|&x| x as f32).collect());
             }
             (HostData::I64(v), DType::I32) => {
                 return HostData::I32(v.iter().map(|&x| x as i32).collect());

@@ -6,7 +6,7 @@ use crate::backend::CmpOp;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::{broadcast_strides, strides};
-use crate::storage::{HostData, Stored, map_same};
+use crate::storage::{HostData, Stored, map_same, with_vec};
 
 /// Calls `f(out_index, offsets)` for every element of `out_shape`, with the element's offsets in
 /// each input broadcast to it (`shapes` right-aligned with `out_shape`).
@@ -152,11 +152,12 @@ pub(crate) fn pow_scalar(x: &HostData, e: f64) -> HostData {
     }
 }
 
-/// `x` clamped to `[lo, hi]` (NaN stays NaN).
+/// `x` clamped to `[lo, hi]` (`min(max(x, lo), hi)`, as PyTorch: NaN stays NaN, a NaN bound
+/// gives NaN).
 pub(crate) fn clamp(x: &HostData, lo: Option<f64>, hi: Option<f64>) -> HostData {
     let f = |a: f64| {
-        let a = lo.map_or(a, |l| if a < l { l } else { a });
-        hi.map_or(a, |h| if a > h { h } else { a })
+        let a = lo.map_or(a, |l| if a < l || l.is_nan() { l } else { a });
+        hi.map_or(a, |h| if a > h || h.is_nan() { h } else { a })
     };
     match x {
         HostData::I64(v) => {
@@ -202,38 +203,43 @@ pub(crate) fn triangle(
 }
 
 /// The index (I64, within this buffer) of the largest (or smallest) element along `dim`; ties
-/// and NaNs as PyTorch: the first NaN wins, else the lowest index among equals.
+/// and NaNs as PyTorch: the first NaN wins, else the lowest index among equals. Elements
+/// compare in their own type (I64 beyond 2^53 exactly).
 pub(crate) fn arg_reduce(x: &HostData, shape: &[usize], dim: usize, max: bool) -> HostData {
-    let vals = x.to_f64_vec();
-    let outer: usize = shape[..dim].iter().product();
-    let len = shape[dim];
-    let inner: usize = shape[dim + 1..].iter().product();
-    let mut out = vec![0i64; outer * inner];
-    for o in 0..outer {
-        for i in 0..inner {
-            let mut best = 0usize;
-            for l in 1..len {
-                let (v, b) = (
-                    vals[(o * len + l) * inner + i],
-                    vals[(o * len + best) * inner + i],
-                );
-                let better = if b.is_nan() {
-                    false
-                } else if v.is_nan() {
-                    true
-                } else if max {
-                    v > b
-                } else {
-                    v < b
-                };
-                if better {
-                    best = l;
+    fn go<T: PartialOrd + Copy>(vals: &[T], shape: &[usize], dim: usize, max: bool) -> Vec<i64> {
+        // NaN is the only value not comparable with itself.
+        let nan = |v: T| v.partial_cmp(&v).is_none();
+        let outer: usize = shape[..dim].iter().product();
+        let len = shape[dim];
+        let inner: usize = shape[dim + 1..].iter().product();
+        let mut out = vec![0i64; outer * inner];
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut best = 0usize;
+                for l in 1..len {
+                    let (v, b) = (
+                        vals[(o * len + l) * inner + i],
+                        vals[(o * len + best) * inner + i],
+                    );
+                    let better = if nan(b) {
+                        false
+                    } else if nan(v) {
+                        true
+                    } else if max {
+                        v > b
+                    } else {
+                        v < b
+                    };
+                    if better {
+                        best = l;
+                    }
                 }
+                out[o * inner + i] = best as i64;
             }
-            out[o * inner + i] = best as i64;
         }
+        out
     }
-    HostData::I64(out)
+    HostData::I64(with_vec!(x, v => go(v, shape, dim, max)))
 }
 
 /// Integer indices as i64 (I64 or I32 data).
@@ -336,6 +342,7 @@ pub(crate) fn gather_rows_partial(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::f16;
 
     #[test]
     fn broadcast_iteration_matches_the_definition() {
@@ -365,6 +372,35 @@ mod tests {
         let s = scatter_add_dim(&g, &[2, 3], 1, &idx, &[2, 2])?;
         assert_eq!(s.to_vec::<f64>(), vec![1.0, 0.0, 3.0, 0.0, 10.0, 0.0]);
         Ok(())
+    }
+
+    #[test]
+    fn clamp_with_a_nan_bound_gives_nan() {
+        let x = HostData::from_vec(vec![0.0f32, 1.0, f32::NAN]);
+        for (lo, hi) in [(Some(f64::NAN), None), (None, Some(f64::NAN))] {
+            let y = clamp(&x, lo, hi).to_vec::<f32>();
+            assert!(y.iter().all(|v| v.is_nan()), "{lo:?} {hi:?}: {y:?}");
+        }
+        // Ordinary bounds: NaN stays NaN; lo > hi gives hi (PyTorch's min(max(x, lo), hi)).
+        let y = clamp(&x, Some(0.5), Some(0.75)).to_vec::<f32>();
+        assert_eq!(&y[..2], &[0.5, 0.75]);
+        assert!(y[2].is_nan());
+        assert_eq!(
+            clamp(&x, Some(3.0), Some(1.0)).to_vec::<f32>()[..2],
+            [1.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn arg_reduce_compares_in_the_elements_type() {
+        let x = HostData::from_vec(vec![1i64 << 53, (1 << 53) + 1, i64::MIN, i64::MIN + 1]);
+        assert_eq!(arg_reduce(&x, &[2, 2], 1, true).to_vec::<i64>(), vec![1, 1]);
+        assert_eq!(
+            arg_reduce(&x, &[2, 2], 1, false).to_vec::<i64>(),
+            vec![0, 0]
+        );
+        let h = HostData::from_vec(vec![f16::from_f32(1.0), f16::NAN, f16::NAN]);
+        assert_eq!(arg_reduce(&h, &[3], 0, false).to_vec::<i64>(), vec![1]);
     }
 
     #[test]

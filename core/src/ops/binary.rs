@@ -208,7 +208,8 @@ binary_methods! {
 impl Tensor {
     /// `op(self, other)` after PyTorch's type promotion, recorded for autograd.
     pub(crate) fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
-        let mut dtype = self.dtype().promote(other.dtype());
+        // As PyTorch's result_type: a 0-d operand changes the dtype only by a higher category.
+        let mut dtype = super::result_type(&[self, other]);
         if op == BinaryOp::Div && !dtype.is_float() {
             dtype = DType::F32;
         }

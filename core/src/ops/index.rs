@@ -225,6 +225,10 @@ impl Tensor {
         for (i, &d) in perm.iter().enumerate() {
             inv[d] = i;
         }
-        self.permute(&perm)?.gather_rows(index)?.permute(&inv)
+        // Errors of the inner ops (an index out of range above all) name `index_select`.
+        self.permute(&perm)
+            .and_then(|t| t.gather_rows(index))
+            .and_then(|t| t.permute(&inv))
+            .map_err(super::renamed("index_select"))
     }
 }

@@ -145,7 +145,8 @@ impl Tensor {
         self.reshape(&shape)
     }
 
-    /// Joins tensors of one shape along a new dim `dim` (`0..=ndim`).
+    /// Joins tensors of one shape along a new dim `dim` (`0..=ndim`); different dtypes are
+    /// promoted to a common one first, as [`Tensor::cat`].
     ///
     /// # Errors
     /// `InvalidArgument` for no tensors; `ShapeMismatch` for different shapes; `DimOutOfRange`.
@@ -189,7 +190,7 @@ impl Tensor {
     }
 
     /// `n` pieces along `dim` as PyTorch's `chunk`: `ceil(len / n)` each, the last shorter
-    /// (so there may be fewer than `n`).
+    /// (so there may be fewer than `n`); an empty dim gives `n` empty pieces.
     ///
     /// # Errors
     /// `InvalidArgument` for `n == 0`; `DimOutOfRange`.
@@ -202,6 +203,10 @@ impl Tensor {
             });
         }
         let len = self.shape()[dim];
-        self.split(len.div_ceil(n).max(1), dim)
+        if len == 0 {
+            // As PyTorch: an empty dim gives `n` empty pieces.
+            return (0..n).map(|_| self.narrow(dim, 0, 0)).collect();
+        }
+        self.split(len.div_ceil(n), dim)
     }
 }

@@ -361,6 +361,34 @@ fn choose(
         })
 }
 
+/// The dtype an operator computes in over `tensors`, as PyTorch's `result_type` (see
+/// [`DType::result_type`]): 0-d tensors change it only by a higher category. Decided from the
+/// logical shapes, so every rank of a placement agrees. F32 for no tensors.
+pub(crate) fn result_type(tensors: &[&Tensor]) -> DType {
+    let operands: Vec<(DType, usize)> = tensors.iter().map(|t| (t.dtype(), t.ndim())).collect();
+    DType::result_type(&operands).unwrap_or(DType::F32)
+}
+
+/// Maps an error of an inner operator to name `op`, the operator the user called (an
+/// `index_select` built from `gather_rows` reports `index_select`).
+pub(crate) fn renamed(op: &'static str) -> impl Fn(Error) -> Error {
+    move |e| match e {
+        Error::ShapeMismatch { shapes, reason, .. } => Error::ShapeMismatch { op, shapes, reason },
+        Error::DimOutOfRange { dim, ndim, .. } => Error::DimOutOfRange { op, dim, ndim },
+        Error::InvalidArgument { reason, .. } => Error::InvalidArgument { op, reason },
+        Error::IndexOutOfRange { index, size, .. } => Error::IndexOutOfRange { op, index, size },
+        Error::PlacementMismatch { left, right, .. } => {
+            Error::PlacementMismatch { op, left, right }
+        }
+        Error::DeviceMismatch { left, right, .. } => Error::DeviceMismatch { op, left, right },
+        Error::UnsupportedDType { dtype, device, .. } => {
+            Error::UnsupportedDType { op, dtype, device }
+        }
+        Error::WrongKind { needs, .. } => Error::WrongKind { op, needs },
+        e => e,
+    }
+}
+
 /// Checks a dimension index.
 fn check_dim(op: &'static str, dim: usize, ndim: usize) -> Result<()> {
     if dim < ndim {

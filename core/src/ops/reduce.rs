@@ -52,6 +52,9 @@ impl Op for Reduce {
         let s = shapes[0];
         for &d in &self.dims {
             check_dim(self.name(), d, s.len())?;
+            if matches!(self.kind, Kind::Max | Kind::Min) {
+                check_nonempty(self.name(), s, d)?;
+            }
         }
         Ok((0..s.len())
             .filter_map(|d| match (self.dims.contains(&d), self.keepdim) {
@@ -102,6 +105,19 @@ impl Op for Reduce {
     }
 }
 
+/// Refuses a max, min, argmax or argmin over a dim of size 0 (it has no value to give), as
+/// PyTorch does; decided from the logical shape, so every rank of a placement agrees.
+fn check_nonempty(op: &'static str, shape: &[usize], dim: usize) -> Result<()> {
+    if shape[dim] == 0 {
+        return Err(Error::ShapeMismatch {
+            op,
+            shapes: vec![shape.to_vec()],
+            reason: format!("expected reduction dim {dim} to have non-zero size"),
+        });
+    }
+    Ok(())
+}
+
 /// Dimensions to reduce: one `usize`, or a list (`&[usize]`, `[usize; N]`, `Vec<usize>`); an empty
 /// list means every dimension.
 pub trait Dims {
@@ -144,7 +160,12 @@ fn reduce(t: &Tensor, kind: Kind, dims: impl Dims, keepdim: bool) -> Result<Tens
     dims.sort_unstable();
     if dims.windows(2).any(|w| w[0] == w[1]) {
         return Err(Error::InvalidArgument {
-            op: "reduce",
+            op: match kind {
+                Kind::Sum => "sum",
+                Kind::Mean => "mean",
+                Kind::Max => "max",
+                Kind::Min => "min",
+            },
             reason: format!("dimension listed twice in {dims:?}"),
         });
     }
@@ -224,7 +245,7 @@ impl Tensor {
     /// Maximum over `dims` (all dims when empty).
     ///
     /// # Errors
-    /// As [`Tensor::sum`].
+    /// As [`Tensor::sum`]; `ShapeMismatch` for a reduced dim of size 0 (as PyTorch).
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Max, dims, keepdim)
     }
@@ -232,19 +253,35 @@ impl Tensor {
     /// Minimum over `dims` (all dims when empty); the gradient is shared between ties.
     ///
     /// # Errors
-    /// As [`Tensor::sum`].
+    /// As [`Tensor::max`].
     pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         reduce(self, Kind::Min, dims, keepdim)
     }
 
     /// `log(sum(exp(x)))` over `dims` (all dims when empty), computed stably: the maximum is
     /// taken out first. Over a split dim it runs as a max and a sum of partials (two small
-    /// all-reduces), never gathering the dim.
+    /// all-reduces), never gathering the dim. Over an empty dim it is `-inf`, as PyTorch.
     ///
     /// # Errors
-    /// As [`Tensor::sum`].
+    /// As [`Tensor::sum`] (naming `logsumexp`).
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        let dims = dims.dims();
+        self.logsumexp_inner(dims.dims(), keepdim)
+            .map_err(super::renamed("logsumexp"))
+    }
+
+    fn logsumexp_inner(&self, dims: Vec<usize>, keepdim: bool) -> Result<Tensor> {
+        for &d in &dims {
+            check_dim("logsumexp", d, self.ndim())?;
+        }
+        let all: Vec<usize> = if dims.is_empty() {
+            (0..self.ndim()).collect()
+        } else {
+            dims.clone()
+        };
+        if all.iter().any(|&d| self.shape()[d] == 0) {
+            // log(0) = -inf; there is no maximum to take out.
+            return self.exp()?.sum(dims, keepdim)?.log();
+        }
         let m = self.detach().max(dims.clone(), true)?.resolved()?;
         // Rows of infinities (all -inf, or a +inf) subtract nothing, as PyTorch.
         let inf = m.abs()?.eq(&m.scalar_like(f64::INFINITY)?)?;
@@ -252,18 +289,13 @@ impl Tensor {
         let out = self
             .sub(&m)?
             .exp()?
-            .sum(dims.clone(), true)?
+            .sum(dims, true)?
             .resolved()?
             .log()?
             .add(&m)?;
         if keepdim {
             return Ok(out);
         }
-        let all: Vec<usize> = if dims.is_empty() {
-            (0..self.ndim()).collect()
-        } else {
-            dims
-        };
         let shape: Vec<usize> = (0..self.ndim())
             .filter(|d| !all.contains(d))
             .map(|d| self.shape()[d])
@@ -275,7 +307,8 @@ impl Tensor {
     /// across ranks: a split `dim` is gathered first).
     ///
     /// # Errors
-    /// `DimOutOfRange`; communication failures of boxing.
+    /// `DimOutOfRange`, `ShapeMismatch` for a dim of size 0 (as PyTorch); communication
+    /// failures of boxing.
     pub fn argmax(&self, dim: usize, keepdim: bool) -> Result<Tensor> {
         super::dispatch(
             &ArgReduce {
@@ -323,6 +356,7 @@ impl Op for ArgReduce {
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let s = shapes[0];
         check_dim(self.name(), self.dim, s.len())?;
+        check_nonempty(self.name(), s, self.dim)?;
         Ok((0..s.len())
             .filter_map(|d| match (d == self.dim, self.keepdim) {
                 (false, _) => Some(s[d]),

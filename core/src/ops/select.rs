@@ -205,7 +205,7 @@ compare_methods! {
 
 impl Tensor {
     fn compare(&self, op: CmpOp, other: &Tensor) -> Result<Tensor> {
-        let dtype = self.dtype().promote(other.dtype());
+        let dtype = super::result_type(&[self, other]);
         let (a, b) = (
             self.to_dtype(dtype)?.detach(),
             other.to_dtype(dtype)?.detach(),
@@ -215,7 +215,8 @@ impl Tensor {
 
     /// `self ? on_true : on_false` elementwise (PyTorch's `torch.where(cond, a, b)`), with
     /// broadcasting over all three; `self` is the condition (Bool; other dtypes mean `!= 0`).
-    /// The result's dtype is the promotion of the two branches'. Gradients flow to the branch
+    /// The result's dtype is the promotion of the two branches' (PyTorch's `result_type`: a 0-d
+    /// branch changes it only by a higher category). Gradients flow to the branch
     /// that was taken.
     ///
     /// ```
@@ -232,7 +233,7 @@ impl Tensor {
     /// `DeviceMismatch`; communication failures of boxing.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let cond = self.to_dtype(DType::Bool)?.detach();
-        let dtype = on_true.dtype().promote(on_false.dtype());
+        let dtype = super::result_type(&[on_true, on_false]);
         let (a, b) = (on_true.to_dtype(dtype)?, on_false.to_dtype(dtype)?);
         record(
             super::dispatch(&Select, &[&cond, &a, &b]),

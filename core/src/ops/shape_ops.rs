@@ -332,12 +332,25 @@ impl Tensor {
         )
     }
 
-    /// Concatenates `tensors` (`&[Tensor]` or `&[&Tensor]`) along `dim`.
+    /// Concatenates `tensors` (`&[Tensor]` or `&[&Tensor]`) along `dim`. Tensors of different
+    /// dtypes are promoted to a common one first, as PyTorch's `cat` (F32 with F64 gives F64,
+    /// I32 with I64 gives I64).
     ///
     /// # Errors
     /// `ShapeMismatch` when the other dims differ, `DimOutOfRange`, `InvalidArgument` for none.
     pub fn cat<T: std::borrow::Borrow<Tensor>>(tensors: &[T], dim: usize) -> Result<Tensor> {
         let refs: Vec<&Tensor> = tensors.iter().map(|t| t.borrow()).collect();
+        let dtype = super::result_type(&refs);
+        let cast: Vec<Tensor>;
+        let refs: Vec<&Tensor> = if refs.iter().all(|t| t.dtype() == dtype) {
+            refs
+        } else {
+            cast = refs
+                .iter()
+                .map(|t| t.to_dtype(dtype))
+                .collect::<Result<_>>()?;
+            cast.iter().collect()
+        };
         record(
             super::dispatch(&Cat(dim), &refs),
             "cat",

@@ -338,6 +338,12 @@ impl Tensor {
     /// `x` clamped to `[min, max]`; either bound may be `None`. The gradient passes where the
     /// input lies strictly inside the bounds (a value on a bound gets none, as PyTorch).
     ///
+    /// The result's dtype is PyTorch's for a tensor and Python scalars: a float tensor keeps
+    /// its dtype; an integer or Bool tensor with integral bounds gives its own dtype (I64 for
+    /// Bool), and with a fractional, infinite or NaN bound the default float F32 (so
+    /// `[0, 1, 2, 3]` clamped to `[1.5, 2.5]` is `[1.5, 1.5, 2, 2.5]`). A NaN bound makes every
+    /// element NaN, as PyTorch.
+    ///
     /// # Errors
     /// `InvalidArgument` when both bounds are `None`; communication failures of boxing.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
@@ -347,10 +353,23 @@ impl Tensor {
                 reason: "at least one of min and max must be given".into(),
             });
         }
+        let bounds = || min.into_iter().chain(max);
+        let integral = bounds().all(|b| b.is_finite() && b.fract() == 0.0);
+        let x = match self.dtype() {
+            d if d.is_float() => self.clone(),
+            crate::DType::Bool if integral => self.to_dtype(crate::DType::I64)?,
+            _ if integral => self.clone(),
+            _ => self.to_dtype(crate::DType::F32)?,
+        };
+        if bounds().any(f64::is_nan) {
+            // NaN everywhere (and no gradient, as PyTorch's), on every backend alike.
+            return x.mul_scalar(0.0)?.add_scalar(f64::NAN);
+        }
+        let x = &x;
         record(
-            super::dispatch(&Clamp(min, max), &[self]),
+            super::dispatch(&Clamp(min, max), &[x]),
             "clamp",
-            &[self],
+            &[x],
             move |c, g| {
                 // Strictly inside the bounds, as PyTorch: a value on a bound gets no gradient.
                 let x = &c.inputs[0];
