@@ -124,7 +124,7 @@ pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
             if on_device {
                 // the step's kernels are queued in order: reading the loss after them waits
                 // for all of them (the peer's `loss.item()` and `torch.cuda.synchronize()`)
-                loss.to_local()?.to_vec::<f32>()?;
+                loss.to_local()?.to_vec_cast::<f32>()?;
             }
             Ok(())
         })?;
@@ -211,9 +211,15 @@ fn matmul_peak(device: &str) -> Result<f64> {
     let mut n = 2048;
     if dev != Device::Cpu {
         let small = Tensor::randn(&[256, 256], dev)?;
-        small.matmul(&small)?.sum([0, 1], false)?.to_vec::<f32>()?;
+        small
+            .matmul(&small)?
+            .sum([0, 1], false)?
+            .to_vec_cast::<f32>()?;
         let s = Instant::now();
-        small.matmul(&small)?.sum([0, 1], false)?.to_vec::<f32>()?;
+        small
+            .matmul(&small)?
+            .sum([0, 1], false)?
+            .to_vec_cast::<f32>()?;
         if 2.0 * 256f64.powi(3) / s.elapsed().as_secs_f64() < 10e9 {
             n = 512;
         }
@@ -227,7 +233,7 @@ fn matmul_peak(device: &str) -> Result<f64> {
             y = x.matmul(&x)?;
         }
         if dev != Device::Cpu {
-            y.sum([0, 1], false)?.to_vec::<f32>()?;
+            y.sum([0, 1], false)?.to_vec_cast::<f32>()?;
         }
         std::hint::black_box(y);
         t.push(s.elapsed().as_secs_f64() / per_round as f64);
@@ -256,7 +262,7 @@ fn peak_rss_fields(placement: &Placement) -> Result<String> {
     let mine = [kb / 1024.0, peer_pages_kb() / 1024.0];
     let all = Tensor::from_vec(mine.to_vec(), &[1, 2], Device::Cpu)?
         .to_global(placement, Sbp::split(0))?
-        .to_vec::<f64>()?;
+        .to_vec_cast::<f64>()?;
     if all.iter().any(|v| v.is_nan()) {
         return Ok(
             "\"peak_rss_mb\": null, \"rank_peak_rss_mb\": null, \"rank_peer_pages_mb\": null"

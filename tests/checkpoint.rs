@@ -57,14 +57,22 @@ fn dict(ts: &[Tensor]) -> StateDict {
 fn bits(ts: &[Tensor]) -> Result<Vec<Vec<u64>>> {
     Ok(vec![
         ts[0]
-            .to_vec::<f32>()?
+            .to_vec_cast::<f32>()?
             .iter()
             .map(|x| u64::from(x.to_bits()))
             .collect(),
-        ts[1].to_vec::<f64>()?.iter().map(|x| x.to_bits()).collect(),
-        ts[2].to_vec::<i64>()?.iter().map(|&x| x as u64).collect(),
+        ts[1]
+            .to_vec_cast::<f64>()?
+            .iter()
+            .map(|x| x.to_bits())
+            .collect(),
+        ts[2]
+            .to_vec_cast::<i64>()?
+            .iter()
+            .map(|&x| x as u64)
+            .collect(),
         ts[3]
-            .to_vec::<f32>()?
+            .to_vec_cast::<f32>()?
             .iter()
             .map(|x| u64::from(x.to_bits()))
             .collect(),
@@ -245,7 +253,7 @@ fn bad_input_is_a_typed_checkpoint_error_naming_the_file() {
     let e = reason(checkpoint::save(&sd2, &dir).unwrap_err());
     assert!(e.contains(".ok.partial"), "{e}");
     checkpoint::load(&mut sd2, &dir).unwrap();
-    assert_eq!(t2.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(t2.to_vec_cast::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     let e = reason(checkpoint::save(&sd2, "/proc/gflow-no-such/ckpt").unwrap_err());
     assert!(e.contains("cannot create"), "{e}");
     std::fs::remove_dir_all(&root).ok();
@@ -293,11 +301,11 @@ fn an_optimizer_built_before_to_global_trains_the_converted_parameters() {
         let model = model.to_global(&p, Sbp::broadcast())?;
         let w = model.parameters()[0].clone();
         assert!(w.is_global());
-        let before = w.to_vec::<f32>()?;
+        let before = w.to_vec_cast::<f32>()?;
         let x = Tensor::ones(&[4, 3], (&p, Sbp::split(0)))?;
         model.forward(&x)?.sum(vec![], false)?.backward()?;
         opt.step()?;
-        let after = w.to_vec::<f32>()?;
+        let after = w.to_vec_cast::<f32>()?;
         // d(sum)/dW = 4 (rows of ones), so each weight moves by -0.5 * 4.
         Ok(before
             .iter()
@@ -342,7 +350,7 @@ fn train(
             loss.backward()?;
             opt.step()?;
             opt.zero_grad();
-            losses.push(loss.to_vec::<f32>()?[0].to_bits());
+            losses.push(loss.to_vec_cast::<f32>()?[0].to_bits());
         }
         if let Some(dir) = save {
             sd.insert_rng_state("rng", gflow::rng_state());
@@ -351,7 +359,7 @@ fn train(
         let w: Vec<u32> = model
             .parameters()
             .iter()
-            .map(|t| t.to_vec::<f32>())
+            .map(|t| t.to_vec_cast::<f32>())
             .collect::<Result<Vec<_>>>()?
             .concat()
             .iter()

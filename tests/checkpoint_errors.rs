@@ -94,7 +94,7 @@ fn a_save_without_write_permission_fails_and_the_previous_checkpoint_stays_loada
             }
         }
         checkpoint::load(&mut sd2, &dir).unwrap();
-        assert_eq!(new.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+        assert_eq!(new.to_vec_cast::<f32>().unwrap(), [1.0, 2.0, 3.0]);
     }
     assert!(!root.join("step-2").exists());
     std::fs::remove_dir_all(&root).ok();
@@ -117,7 +117,7 @@ fn local_tensors_save_and_load_whole_on_each_rank() {
         let mut sd = StateDict::new();
         sd.insert("mine", &t);
         checkpoint::load(&mut sd, &dir)?;
-        t.to_vec::<f32>()
+        t.to_vec_cast::<f32>()
     })
     .unwrap();
     assert_eq!(got, [vec![0.0, 0.5, -0.0], vec![1.0, 1.5, -1.0]]);
@@ -164,7 +164,7 @@ fn every_dtype_round_trips_through_a_resharding_load() {
                 sd.get(&format!("{d}"))
                     .unwrap()
                     .to_dtype(DType::F64)?
-                    .to_vec::<f64>()
+                    .to_vec_cast::<f64>()
             })
             .collect()
     };
@@ -305,7 +305,7 @@ fn a_save_over_a_checkpoint_replaces_it_and_leaves_nothing_beside_it() {
     let mut sd = StateDict::new();
     sd.insert("w", &t);
     checkpoint::load(&mut sd, &dir).unwrap();
-    assert_eq!(t.to_vec::<f32>().unwrap(), [2.0; 5]);
+    assert_eq!(t.to_vec_cast::<f32>().unwrap(), [2.0; 5]);
     let names: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -341,7 +341,10 @@ fn plain_files_load_16_bit_tensors_and_name_a_dtype_gflow_cannot_hold() {
     sd.insert("w", &w);
     checkpoint::load_safetensors(&path, &mut sd).unwrap();
     assert_eq!(
-        w.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+        w.to_dtype(DType::F32)
+            .unwrap()
+            .to_vec_cast::<f32>()
+            .unwrap(),
         [1.0, 2.0]
     );
     sd.insert("q", &Tensor::zeros(&[2], Device::Cpu).unwrap());

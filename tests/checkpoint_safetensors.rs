@@ -30,11 +30,11 @@ fn a_file_written_by_python_loads_into_a_tensor_parallel_model() {
         let mut sd = model.state_dict();
         sd.insert("steps", &steps);
         checkpoint::load_safetensors(FIXTURE, &mut sd)?;
-        let local = model.parameters()[0].to_local()?.to_vec::<f32>()?;
+        let local = model.parameters()[0].to_local()?.to_vec_cast::<f32>()?;
         Ok((
-            model.parameters()[0].to_vec::<f32>()?,
-            model.parameters()[1].to_vec::<f32>()?,
-            steps.to_vec::<i64>()?,
+            model.parameters()[0].to_vec_cast::<f32>()?,
+            model.parameters()[1].to_vec_cast::<f32>()?,
+            steps.to_vec_cast::<i64>()?,
             local,
         ))
     })

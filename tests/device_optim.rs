@@ -47,7 +47,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                     );
                 }
             }
-            finals.push(w.to_vec::<f32>()?);
+            finals.push(w.to_vec_cast::<f32>()?);
         }
         finals.push(norms);
         Ok(finals)

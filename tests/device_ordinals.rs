@@ -98,7 +98,7 @@ fn local_gpu_tensors_need_no_init_and_move_with_to_device() {
     let y = x.relu().unwrap().matmul(&x).unwrap();
     assert_eq!(y.device(), Device::wgpu(0));
     assert_eq!(y.resident_on(), Some("wgpu:0"));
-    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, -2.0, 15.0, 10.0]);
+    assert_eq!(y.to_vec_cast::<f32>().unwrap(), vec![1.0, -2.0, 15.0, 10.0]);
     let c = x.to_device(Device::Cpu).unwrap();
     assert_eq!(c.device(), Device::Cpu);
     // Different devices: never a silent copy.
@@ -110,7 +110,7 @@ fn local_gpu_tensors_need_no_init_and_move_with_to_device() {
     }
     let back = c.to_device(Device::wgpu(0)).unwrap();
     assert_eq!(
-        (&back + &x).unwrap().to_vec::<f32>().unwrap(),
+        (&back + &x).unwrap().to_vec_cast::<f32>().unwrap(),
         vec![2.0, -4.0, 6.0, 8.0]
     );
     if n > 1 {
@@ -139,7 +139,7 @@ fn to_device_carries_gradients_back() {
         .unwrap();
     let g = x.grad().expect("a gradient");
     assert_eq!(g.device(), Device::Cpu);
-    assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    assert_eq!(g.to_vec_cast::<f32>().unwrap(), vec![2.0, 4.0]);
 }
 
 #[test]
@@ -151,6 +151,6 @@ fn cuda_ordinal_opens_that_device() {
         let x = Tensor::ones(&[3], Device::cuda(i)).unwrap();
         let y = (&x + &x).unwrap();
         assert_eq!(y.resident_on(), Some(format!("cuda:{i}").as_str()));
-        assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0; 3]);
+        assert_eq!(y.to_vec_cast::<f32>().unwrap(), vec![2.0; 3]);
     }
 }

@@ -51,12 +51,12 @@ fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
         let g = w.grad().expect("a gradient");
         assert_eq!(g.sbp(), w.sbp());
         Ok(vec![
-            h.to_vec::<f32>()?,
+            h.to_vec_cast::<f32>()?,
             c.to_global(&p, Sbp::broadcast())?
                 .to_local()?
-                .to_vec::<f32>()?,
-            loss.to_vec::<f32>()?,
-            g.to_vec::<f32>()?,
+                .to_vec_cast::<f32>()?,
+            loss.to_vec_cast::<f32>()?,
+            g.to_vec_cast::<f32>()?,
         ])
     })?;
     assert_eq!(out[0], out[1], "both ranks see the same values");

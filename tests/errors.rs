@@ -167,7 +167,7 @@ fn outside_the_placement() {
         let x = Tensor::ones(&[4], (&p01(), Sbp::split(0)))?;
         Ok((
             x.to_local().err().map(|e| e.to_string()),
-            x.to_vec::<f32>()
+            x.to_vec_cast::<f32>()
                 .err()
                 .map(|e| matches!(e, Error::NotInPlacement { rank: 2, .. })),
         ))
@@ -297,7 +297,7 @@ fn a_failed_rank_releases_its_peers() {
             });
         }
         Tensor::ones(&[6], (&Placement::new("cpu", [0, 1, 2])?, Sbp::split(0)))?
-            .to_vec::<f32>()
+            .to_vec_cast::<f32>()
             .map(drop)
     })
     .err();
@@ -310,7 +310,7 @@ fn a_failed_rank_releases_its_peers() {
             panic!("user code panicked");
         }
         Tensor::ones(&[6], (&p01(), Sbp::split(0)))?
-            .to_vec::<f32>()
+            .to_vec_cast::<f32>()
             .map(drop)
     })
     .err();

@@ -27,7 +27,7 @@ fn program(device: &'static str) -> Result<Vec<Vec<f64>>> {
             }
             let b = x.to_global(&p, Sbp::broadcast())?;
             assert_eq!(b.dtype(), dtype);
-            got.push(b.to_local()?.to_dtype(DType::F64)?.to_vec::<f64>()?);
+            got.push(b.to_local()?.to_dtype(DType::F64)?.to_vec_cast::<f64>()?);
             // products of small numbers, partial sums past 16-bit precision when summed
             let a: Vec<f32> = (0..24)
                 .map(|i| ((i * 7) % 11) as f32 * 1.25 - 6.0)
@@ -45,7 +45,12 @@ fn program(device: &'static str) -> Result<Vec<Vec<f64>>> {
             );
             let whole = prod.to_global(&p, Sbp::broadcast())?;
             assert_eq!(whole.dtype(), dtype);
-            got.push(whole.to_local()?.to_dtype(DType::F64)?.to_vec::<f64>()?);
+            got.push(
+                whole
+                    .to_local()?
+                    .to_dtype(DType::F64)?
+                    .to_vec_cast::<f64>()?,
+            );
         }
         Ok(got)
     })?;

@@ -43,7 +43,7 @@ fn rank_reports_its_device() {
         .unwrap()
         .to_local()
         .unwrap()
-        .to_vec::<f32>()
+        .to_vec_cast::<f32>()
         .unwrap();
     let count = gflow::devices()
         .iter()

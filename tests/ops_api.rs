@@ -9,29 +9,38 @@ use gflow::prelude::*;
 fn local_ops_and_operator_overloads() -> Result<()> {
     let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
     let b = Tensor::from_vec(vec![10.0f32, 20.0], &[2], Device::Cpu)?;
-    assert_eq!((&a + &b)?.to_vec::<f32>()?, vec![11.0, 22.0, 13.0, 24.0]);
-    assert_eq!((&a - &b)?.to_vec::<f32>()?, vec![-9.0, -18.0, -7.0, -16.0]);
-    assert_eq!((&a * &a)?.to_vec::<f32>()?, vec![1.0, 4.0, 9.0, 16.0]);
-    assert_eq!((&a / &b)?.to_vec::<f32>()?, vec![0.1, 0.1, 0.3, 0.2]);
-    assert_eq!((-&a)?.to_vec::<f32>()?, vec![-1.0, -2.0, -3.0, -4.0]);
-    assert_eq!(a.matmul(&a)?.to_vec::<f32>()?, vec![7.0, 10.0, 15.0, 22.0]);
-    assert_eq!(a.sum([0], false)?.to_vec::<f32>()?, vec![4.0, 6.0]);
-    assert_eq!(a.mean([], false)?.to_vec::<f32>()?, vec![2.5]);
+    assert_eq!(
+        (&a + &b)?.to_vec_cast::<f32>()?,
+        vec![11.0, 22.0, 13.0, 24.0]
+    );
+    assert_eq!(
+        (&a - &b)?.to_vec_cast::<f32>()?,
+        vec![-9.0, -18.0, -7.0, -16.0]
+    );
+    assert_eq!((&a * &a)?.to_vec_cast::<f32>()?, vec![1.0, 4.0, 9.0, 16.0]);
+    assert_eq!((&a / &b)?.to_vec_cast::<f32>()?, vec![0.1, 0.1, 0.3, 0.2]);
+    assert_eq!((-&a)?.to_vec_cast::<f32>()?, vec![-1.0, -2.0, -3.0, -4.0]);
+    assert_eq!(
+        a.matmul(&a)?.to_vec_cast::<f32>()?,
+        vec![7.0, 10.0, 15.0, 22.0]
+    );
+    assert_eq!(a.sum([0], false)?.to_vec_cast::<f32>()?, vec![4.0, 6.0]);
+    assert_eq!(a.mean([], false)?.to_vec_cast::<f32>()?, vec![2.5]);
     assert_eq!(a.max([1], true)?.shape(), &[2, 1]);
     assert_eq!(
-        a.transpose(0, 1)?.to_vec::<f32>()?,
+        a.transpose(0, 1)?.to_vec_cast::<f32>()?,
         vec![1.0, 3.0, 2.0, 4.0]
     );
     assert_eq!(Tensor::cat(&[&a, &a], 0)?.shape(), &[4, 2]);
-    assert_eq!(a.narrow(1, 1, 1)?.to_vec::<f32>()?, vec![2.0, 4.0]);
+    assert_eq!(a.narrow(1, 1, 1)?.to_vec_cast::<f32>()?, vec![2.0, 4.0]);
     assert_eq!(a.reshape(&[4])?.shape(), &[4]);
     assert!(a.is_local() && a.matmul(&a)?.is_local());
     // argument forms: one dim or a list; tensors or references; integer fill values
-    assert_eq!(a.sum(1, false)?.to_vec::<f32>()?, vec![3.0, 7.0]);
-    assert_eq!(a.sum([0, 1], false)?.to_vec::<f32>()?, vec![10.0]);
+    assert_eq!(a.sum(1, false)?.to_vec_cast::<f32>()?, vec![3.0, 7.0]);
+    assert_eq!(a.sum([0, 1], false)?.to_vec_cast::<f32>()?, vec![10.0]);
     assert_eq!(Tensor::cat(&[a.clone(), a.clone()], 1)?.shape(), &[2, 4]);
     assert_eq!(
-        Tensor::full(&[2], 3, Device::Cpu)?.to_vec::<f32>()?,
+        Tensor::full(&[2], 3, Device::Cpu)?.to_vec_cast::<f32>()?,
         vec![3.0, 3.0]
     );
     Ok(())
@@ -49,9 +58,9 @@ fn no_exact_signature_boxes_the_cheapest_input() -> Result<()> {
         let y = x.matmul(&w)?;
         Ok((
             y.sbp().map(ToString::to_string),
-            y.to_vec::<f32>()?,
-            x.to_vec::<f32>()?,
-            w.to_vec::<f32>()?,
+            y.to_vec_cast::<f32>()?,
+            x.to_vec_cast::<f32>()?,
+            w.to_vec_cast::<f32>()?,
         ))
     })?;
     let (sbp, y, x, w) = out[0].clone();
@@ -110,10 +119,13 @@ fn operator_errors_are_typed() {
     // As PyTorch: a float function of integers computes in F32.
     let e = i.exp().unwrap();
     assert_eq!(e.dtype(), DType::F32);
-    assert_eq!(e.to_vec::<f32>().unwrap(), vec![1f32.exp(), 2f32.exp()]);
+    assert_eq!(
+        e.to_vec_cast::<f32>().unwrap(),
+        vec![1f32.exp(), 2f32.exp()]
+    );
     let f64t = Tensor::zeros(&[2, 3], Device::Cpu)
         .unwrap()
-        .to_vec::<f64>()
+        .to_vec_cast::<f64>()
         .unwrap();
     let d = Tensor::from_vec(f64t, &[2, 3], Device::Cpu).unwrap();
     // Mixed float widths promote to the wider (PyTorch's rules).

@@ -21,8 +21,8 @@ fn randn_split0_has_global_shape_and_local_halves() -> Result<()> {
         Ok((
             x.shape().to_vec(),
             local.shape().to_vec(),
-            local.to_vec::<f32>()?,
-            x.to_vec::<f32>()?,
+            local.to_vec_cast::<f32>()?,
+            x.to_vec_cast::<f32>()?,
         ))
     })?;
     for (shape, lshape, _, _) in &out {
@@ -45,7 +45,7 @@ fn local_to_global_split_concatenates() -> Result<()> {
         let g = x.to_global(&p01()?, Sbp::split(0))?;
         assert!(x.is_local() && !x.is_global());
         assert!(g.is_global() && !g.is_local());
-        Ok((g.shape().to_vec(), g.to_vec::<f32>()?))
+        Ok((g.shape().to_vec(), g.to_vec_cast::<f32>()?))
     })?;
     let mut want = vec![0.0f32; 10];
     want.extend(vec![1.0f32; 10]);
@@ -67,7 +67,10 @@ fn split_to_broadcast_gathers_the_slices() -> Result<()> {
         assert_eq!(xb.shape(), &[4, 5]);
         assert_eq!(xg.to_local()?.shape(), &[2, 5]);
         assert_eq!(xb.to_local()?.shape(), &[4, 5]);
-        assert_eq!(xb.to_local()?.to_vec::<f32>()?, xg.to_vec::<f32>()?);
+        assert_eq!(
+            xb.to_local()?.to_vec_cast::<f32>()?,
+            xg.to_vec_cast::<f32>()?
+        );
         assert_eq!(
             xg.sbp().map(ToString::to_string).as_deref(),
             Some("(split(dim=0),)")
@@ -87,10 +90,10 @@ fn two_d_sbp_broadcast_takes_the_first_rank_of_each_group() -> Result<()> {
         let g = x.to_global(&p, [Sbp::broadcast(), Sbp::split(0)])?;
         let local = g.to_local()?;
         Ok((
-            x.to_vec::<f32>()?,
+            x.to_vec_cast::<f32>()?,
             g.shape().to_vec(),
             local.shape().to_vec(),
-            local.to_vec::<f32>()?,
+            local.to_vec_cast::<f32>()?,
         ))
     })?;
     for o in &out {
@@ -116,7 +119,7 @@ fn two_d_sbp_figure() -> Result<()> {
             &[2, 2],
             (&p, [Sbp::broadcast(), Sbp::split(0)]),
         )?;
-        a.to_local()?.to_vec::<f32>()
+        a.to_local()?.to_vec_cast::<f32>()
     })?;
     assert_eq!(
         out,
@@ -144,7 +147,10 @@ fn sbp_definitions() -> Result<()> {
             Device::Cpu,
         )?
         .to_global(&p, Sbp::partial_sum())?;
-        Ok((s1.to_local()?.to_vec::<f32>()?, part.to_vec::<f32>()?))
+        Ok((
+            s1.to_local()?.to_vec_cast::<f32>()?,
+            part.to_vec_cast::<f32>()?,
+        ))
     })?;
     assert_eq!(out[0].0, vec![0.0, 1.0, 4.0, 5.0]);
     assert_eq!(out[1].0, vec![2.0, 3.0, 6.0, 7.0]);
@@ -170,15 +176,15 @@ fn matmul_signatures_as_the_seeds_say() -> Result<()> {
         let x3 = x2.to_global(&p, Sbp::split(1))?;
         let w3 = w.to_global(&p, Sbp::split(0))?;
         let y3 = x3.matmul(&w3)?;
-        let reference = x2.to_vec::<f32>()?;
+        let reference = x2.to_vec_cast::<f32>()?;
         Ok((
             y.sbp().map(ToString::to_string),
             y.shape().to_vec(),
             y2.sbp().map(ToString::to_string),
             y3.sbp().map(ToString::to_string),
-            y3.to_vec::<f32>()?,
+            y3.to_vec_cast::<f32>()?,
             reference,
-            w.to_vec::<f32>()?,
+            w.to_vec_cast::<f32>()?,
         ))
     })?;
     let (s1, shape, s2, s3, v3, x2, w) = out[0].clone();

@@ -35,7 +35,8 @@ fn randn_is_placement_invariant() -> Result<()> {
     let reference = gflow::simulate(1, |_| {
         gflow::manual_seed(42);
         let _first = Tensor::randn(&[3, 3], (&Placement::new("cpu", [0])?, Sbp::broadcast()))?;
-        Tensor::randn(&[5, 7], (&Placement::new("cpu", [0])?, Sbp::broadcast()))?.to_vec::<f32>()
+        Tensor::randn(&[5, 7], (&Placement::new("cpu", [0])?, Sbp::broadcast()))?
+            .to_vec_cast::<f32>()
     })?;
     let layouts: Vec<(usize, Placement, NdSbp)> = vec![
         (2, Placement::new("cpu", [0, 1])?, Sbp::split(0).into()),
@@ -66,7 +67,7 @@ fn randn_is_placement_invariant() -> Result<()> {
             let _first = Tensor::randn(&[3, 3], (&p, sbp.clone()))?;
             let x = Tensor::randn(&[5, 7], (&p, sbp.clone()))?;
             if p.contains(env.rank()) {
-                x.to_vec::<f32>().map(Some)
+                x.to_vec_cast::<f32>().map(Some)
             } else {
                 Ok(None)
             }
@@ -82,9 +83,9 @@ fn randn_is_placement_invariant() -> Result<()> {
 fn manual_seed_restarts_the_stream_and_local_randn_differs_per_rank() -> Result<()> {
     let out = gflow::simulate(2, |_| {
         gflow::manual_seed(7);
-        let a = Tensor::randn(&[4], Device::Cpu)?.to_vec::<f32>()?;
+        let a = Tensor::randn(&[4], Device::Cpu)?.to_vec_cast::<f32>()?;
         gflow::manual_seed(7);
-        let b = Tensor::randn(&[4], Device::Cpu)?.to_vec::<f32>()?;
+        let b = Tensor::randn(&[4], Device::Cpu)?.to_vec_cast::<f32>()?;
         assert_eq!(a, b);
         Ok(a)
     })?;
@@ -105,11 +106,11 @@ fn creation_functions() -> Result<()> {
         assert_eq!(z.dtype(), DType::F32);
         Ok((
             z.to_local()?.shape().to_vec(),
-            o.to_vec::<f32>()?,
-            f.to_vec::<f32>()?,
-            f.to_local()?.to_vec::<f32>()?,
-            a.to_local()?.to_vec::<i64>()?,
-            a.to_vec::<f32>()?,
+            o.to_vec_cast::<f32>()?,
+            f.to_vec_cast::<f32>()?,
+            f.to_local()?.to_vec_cast::<f32>()?,
+            a.to_local()?.to_vec_cast::<i64>()?,
+            a.to_vec_cast::<f32>()?,
         ))
     })?;
     // 5 rows over 3 ranks: 2, 2, 1 (OneFlow's balanced splitter).
@@ -145,8 +146,8 @@ fn uneven_local_sizes_concatenate_and_rebalance() -> Result<()> {
             .to_global(&Placement::new("cpu", [0, 1])?, Sbp::split(0))?;
         Ok((
             g.shape().to_vec(),
-            g.to_local()?.to_vec::<f32>()?,
-            g.to_vec::<f32>()?,
+            g.to_local()?.to_vec_cast::<f32>()?,
+            g.to_vec_cast::<f32>()?,
         ))
     })?;
     assert_eq!(out[0].0, vec![4, 2]);
@@ -169,9 +170,13 @@ fn cross_placement_and_ranks_outside() -> Result<()> {
         let back = b.to_global(&p0, Sbp::split(1))?;
         let in0 = p0.contains(env.rank());
         assert_eq!(a.to_local().is_ok(), in0);
-        let full_b = if in0 { None } else { Some(b.to_vec::<f32>()?) };
+        let full_b = if in0 {
+            None
+        } else {
+            Some(b.to_vec_cast::<f32>()?)
+        };
         let full_a = if in0 {
-            Some(back.to_vec::<f32>()?)
+            Some(back.to_vec_cast::<f32>()?)
         } else {
             None
         };
@@ -205,6 +210,37 @@ fn init_without_variables_is_a_world_of_one() -> Result<()> {
     let again = gflow::init()?;
     assert_eq!(again.rank(), 0);
     let x = Tensor::ones(&[2], (&Placement::new("cpu", [0])?, Sbp::split(0)))?;
-    assert_eq!(x.to_vec::<f32>()?, vec![1.0, 1.0]);
+    assert_eq!(x.to_vec_cast::<f32>()?, vec![1.0, 1.0]);
     Ok(())
+}
+
+#[test]
+fn to_vec_of_another_element_type_is_a_dtype_mismatch_on_every_rank() {
+    let got = gflow::simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let x = Tensor::from_vec(vec![1.5f32, -2.0, 3.0, 4.0], &[4], (&p, Sbp::split(0)))?;
+        let wrong = matches!(
+            x.to_vec::<f64>(),
+            Err(gflow::Error::DTypeMismatch {
+                expected: DType::F32,
+                got: DType::F64
+            })
+        );
+        let b = x.to_dtype(DType::Bool)?;
+        Ok((
+            wrong,
+            x.to_vec::<f32>()?,
+            b.to_vec::<bool>()?,
+            x.to_vec_cast::<i64>()?,
+            matches!(b.to_vec::<i64>(), Err(gflow::Error::DTypeMismatch { .. })),
+        ))
+    })
+    .unwrap();
+    for (wrong, right, bools, cast, bytes) in got {
+        assert!(wrong);
+        assert_eq!(right, [1.5, -2.0, 3.0, 4.0]);
+        assert_eq!(bools, [true; 4]);
+        assert_eq!(cast, [1, -2, 3, 4]);
+        assert!(bytes);
+    }
 }

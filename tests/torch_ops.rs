@@ -102,18 +102,22 @@ fn make(d: &Data, t: Target) -> Result<Tensor> {
 /// The whole logical value of `t` as [`Data`].
 fn read(t: &Tensor) -> Result<Data> {
     let data = match t.dtype() {
-        DType::F64 => t.to_vec::<f64>()?,
-        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F64 => t.to_vec_cast::<f64>()?,
+        DType::F32 => t.to_vec_cast::<f32>()?.into_iter().map(f64::from).collect(),
         DType::F16 | DType::BF16 => t
             .to_dtype(DType::F32)?
-            .to_vec::<f32>()?
+            .to_vec_cast::<f32>()?
             .into_iter()
             .map(f64::from)
             .collect(),
-        DType::I64 => t.to_vec::<i64>()?.into_iter().map(|x| x as f64).collect(),
-        DType::I32 => t.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::I64 => t
+            .to_vec_cast::<i64>()?
+            .into_iter()
+            .map(|x| x as f64)
+            .collect(),
+        DType::I32 => t.to_vec_cast::<i32>()?.into_iter().map(f64::from).collect(),
         DType::Bool => t
-            .to_vec::<bool>()?
+            .to_vec_cast::<bool>()?
             .into_iter()
             .map(|b| f64::from(u8::from(b)))
             .collect(),

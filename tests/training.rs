@@ -60,7 +60,7 @@ fn train(
         opt.step()?;
         opt.zero_grad();
         if loss.placement().is_none_or(|p| p.contains(rank)) {
-            losses.push(loss.to_vec::<f32>()?[0]);
+            losses.push(loss.to_vec_cast::<f32>()?[0]);
         }
     }
     Ok(losses)
@@ -262,7 +262,7 @@ fn two_stage_pipeline_matches_single_device() {
             opt.step()?;
             opt.zero_grad();
             if p2.contains(env.rank()) {
-                losses.push(loss.to_vec::<f32>()?[0]);
+                losses.push(loss.to_vec_cast::<f32>()?[0]);
             }
         }
         Ok(losses)

@@ -204,15 +204,15 @@ fn gradients_match_finite_differences() {
             let xs = local_inputs(&shapes);
             loss(f, &xs)?.backward()?;
             for (i, x) in xs.iter().enumerate() {
-                let got = x.grad().expect("a gradient").to_vec::<f64>()?;
-                let base = x.to_vec::<f64>()?;
+                let got = x.grad().expect("a gradient").to_vec_cast::<f64>()?;
+                let base = x.to_vec_cast::<f64>()?;
                 for e in 0..base.len() {
                     let at = |h: f64| -> Result<f64> {
                         let mut v = base.clone();
                         v[e] += h;
                         let mut ys: Vec<Tensor> = xs.iter().map(Tensor::detach).collect();
                         ys[i] = Tensor::from_vec(v, x.shape(), Device::Cpu)?;
-                        Ok(no_grad(|| loss(f, &ys))?.to_vec::<f64>()?[0])
+                        Ok(no_grad(|| loss(f, &ys))?.to_vec_cast::<f64>()?[0])
                     };
                     let h = 1e-6;
                     let want = (at(h)? - at(-h)?) / (2.0 * h);
@@ -253,7 +253,7 @@ fn global_gradients_equal_single_device_and_keep_the_leaf_layout() {
                 let xs = local_inputs(&shapes);
                 loss(f, &xs)?.backward()?;
                 xs.iter()
-                    .map(|x| x.grad().unwrap().to_vec::<f64>())
+                    .map(|x| x.grad().unwrap().to_vec_cast::<f64>())
                     .collect()
             })
             .collect()
@@ -278,7 +278,7 @@ fn global_gradients_equal_single_device_and_keep_the_leaf_layout() {
                     let g = x.grad().expect("a gradient");
                     assert_eq!(g.sbp(), x.sbp(), "{name}: gradient layout of input {i}");
                     assert_eq!(g.placement(), x.placement());
-                    let got = g.to_vec::<f64>()?;
+                    let got = g.to_vec_cast::<f64>()?;
                     assert_eq!(got.len(), want[i].len());
                     for (a, b) in got.iter().zip(&want[i]) {
                         assert!(
@@ -310,11 +310,11 @@ fn embedding_lookup_gradient_adds_rows_back() {
             let i = Tensor::from_vec(idx.clone(), &[5], (&p, i_sbp))?;
             let e = w.gather_rows(&i)?;
             assert_eq!(e.shape(), &[5, 3]);
-            let rows = e.to_vec::<f64>()?;
+            let rows = e.to_vec_cast::<f64>()?;
             assert_eq!(&rows[..3], &[9.0, 10.0, 11.0]);
             e.sum(Vec::new(), false)?.backward()?;
             assert_eq!(w.grad().unwrap().sbp(), w.sbp());
-            grads.push(w.grad().unwrap().to_vec::<f64>()?);
+            grads.push(w.grad().unwrap().to_vec_cast::<f64>()?);
         }
         Ok(grads)
     })
@@ -337,7 +337,7 @@ fn gradients_accumulate_and_graphs_free() {
             "a second backward through a freed graph"
         );
         x.square()?.sum(0, false)?.backward()?;
-        assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![4.0, 8.0]);
+        assert_eq!(x.grad().unwrap().to_vec_cast::<f32>()?, vec![4.0, 8.0]);
         assert!(x.is_leaf() && !y.is_leaf() && y.requires_grad());
         let z = no_grad(|| x.square())?;
         assert!(!z.requires_grad());
@@ -368,7 +368,7 @@ fn to_global_and_to_local_are_differentiable_across_placements() {
         // Ranks 0 and 1 are not on p2: they take part in the collectives but hold nothing.
         let total = g2.square()?.sum(Vec::new(), false)?;
         total.backward()?;
-        Ok((x.grad().unwrap().to_vec::<f32>()?, l.is_ok()))
+        Ok((x.grad().unwrap().to_vec_cast::<f32>()?, l.is_ok()))
     })
     .unwrap();
     // g1 is [1,1; 2,2; 2,2] (ranks 0 and 1 only), loss = sum (3 g1)^2, d/dx = 18 x.

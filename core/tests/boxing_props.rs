@@ -251,16 +251,20 @@ fn run_case(c: &Case) -> Result<(), String> {
                 &s[..],
                 "component shape follows the balanced splitter"
             );
-            assert_eq!(&l.to_vec::<f64>()?, v, "local->global keeps the components");
+            assert_eq!(
+                &l.to_vec_cast::<f64>()?,
+                v,
+                "local->global keeps the components"
+            );
         }
         let y = x.to_global(&dp, dst_nd.clone())?;
         assert_eq!(y.shape(), &c.shape[..]);
         if let Some((v, s)) = dst_parts.get(&me) {
-            assert_eq!(y.to_vec::<f64>()?, value, "boxed value");
+            assert_eq!(y.to_vec_cast::<f64>()?, value, "boxed value");
             if !dst_has_partial {
                 let l = y.to_local()?;
                 assert_eq!(l.shape(), &s[..], "boxed component shape");
-                assert_eq!(&l.to_vec::<f64>()?, v, "boxed component");
+                assert_eq!(&l.to_vec_cast::<f64>()?, v, "boxed component");
             }
         }
         if c.same_placement {
@@ -279,7 +283,7 @@ fn run_case(c: &Case) -> Result<(), String> {
             let out = exec::execute(&plan, &c.shape, DType::F64, data, env.comm())?;
             let z = Tensor::from_component(out.map(Into::into), &c.shape, DType::F64, dst)?;
             if sp.contains(me) {
-                assert_eq!(z.to_vec::<f64>()?, value, "per-axis route value");
+                assert_eq!(z.to_vec_cast::<f64>()?, value, "per-axis route value");
             }
         }
         Ok(())

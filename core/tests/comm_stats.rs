@@ -80,7 +80,7 @@ fn a_vocabulary_parallel_lookup_moves_rows_not_the_table() -> Result<()> {
             out = Some(
                 rows.to_global(&p, [Sbp::broadcast()])?
                     .to_local()?
-                    .to_vec::<f32>()?,
+                    .to_vec_cast::<f32>()?,
             );
             Ok(())
         })?;
@@ -137,7 +137,7 @@ fn no_sync_accumulates_without_communication_and_boxes_once() -> Result<()> {
             partial,
             last,
             g.sbp().map(ToString::to_string),
-            g.to_dtype(DType::F64)?.to_vec::<f64>()?,
+            g.to_dtype(DType::F64)?.to_vec_cast::<f64>()?,
         ))
     })?;
     for (quiet, partial, last, sbp, got) in per_rank {

@@ -36,10 +36,10 @@ fn cross_entropy_matches_a_hand_computation_and_its_gradient() {
             let x = Tensor::from_vec(logits.clone(), &[2, 3], lt)?.set_requires_grad(true);
             let t = Tensor::from_vec(target.clone(), &[2], tt)?;
             let l = cross_entropy(&x, &t)?;
-            assert!((l.to_vec::<f64>()?[0] - want).abs() < 1e-12);
+            assert!((l.to_vec_cast::<f64>()?[0] - want).abs() < 1e-12);
             l.backward()?;
             // d/dlogits = (softmax - onehot) / N
-            let g = x.grad().unwrap().to_vec::<f64>()?;
+            let g = x.grad().unwrap().to_vec_cast::<f64>()?;
             let mut expect = vec![];
             for (r, &t) in logits.chunks(3).zip(&target) {
                 let z: f64 = r.iter().map(|v| v.exp()).sum();
@@ -52,7 +52,7 @@ fn cross_entropy_matches_a_hand_computation_and_its_gradient() {
         // Probabilities as targets give the same loss as their one-hot indices.
         let x = Tensor::from_vec(logits.clone(), &[2, 3], Device::Cpu)?;
         let probs = Tensor::from_vec(vec![0.0f64, 1.0, 0.0, 0.0, 0.0, 1.0], &[2, 3], Device::Cpu)?;
-        assert!((cross_entropy(&x, &probs)?.to_vec::<f64>()?[0] - want).abs() < 1e-12);
+        assert!((cross_entropy(&x, &probs)?.to_vec_cast::<f64>()?[0] - want).abs() < 1e-12);
         let bad = Tensor::from_vec(vec![3i64, 0], &[2], Device::Cpu)?;
         assert!(matches!(
             cross_entropy(&x, &bad),
@@ -72,7 +72,7 @@ fn layer_norm_normalises_and_embeds_look_up() {
     simulate(1, |_| {
         let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, -1.0, 1.0], &[2, 3], Device::Cpu)?;
         let ln = nn::LayerNorm::new(3)?.with_eps(0.0);
-        let y = ln.forward(&x)?.to_vec::<f64>()?;
+        let y = ln.forward(&x)?.to_vec_cast::<f64>()?;
         let s = (2.0f64 / 3.0).sqrt();
         let row2_mean: f64 = 4.0 / 3.0;
         let row2_var = ((4.0 - row2_mean).powi(2)
@@ -92,7 +92,7 @@ fn layer_norm_normalises_and_embeds_look_up() {
         let e = nn::Embedding::from_tensor(Tensor::arange(6, Device::Cpu)?.reshape(&[3, 2])?)?;
         let idx = Tensor::from_vec(vec![2i64, 0, 2], &[3], Device::Cpu)?;
         assert_eq!(
-            e.forward(&idx)?.to_vec::<f32>()?,
+            e.forward(&idx)?.to_vec_cast::<f32>()?,
             vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0]
         );
         assert!(nn::LayerNorm::new(4)?.forward(&x).is_err());
@@ -114,9 +114,9 @@ fn dropout_masks_are_placement_invariant() {
             };
             let x = Tensor::ones(&[8, 6], (&p, sbp.clone()))?;
             let d = nn::Dropout::new(0.25)?;
-            let y = d.forward(&x)?.to_vec::<f32>()?;
+            let y = d.forward(&x)?.to_vec_cast::<f32>()?;
             d.set_training(false);
-            assert_eq!(d.forward(&x)?.to_vec::<f32>()?, vec![1.0; 48]);
+            assert_eq!(d.forward(&x)?.to_vec_cast::<f32>()?, vec![1.0; 48]);
             Ok(y)
         })
         .unwrap()
@@ -147,7 +147,7 @@ fn modules_convert_to_global_and_back() {
             .add(nn::GELU)
             .add(nn::Linear::new(3, 2, false)?);
         assert_eq!(model.parameters().len(), 3);
-        let w = model.parameters()[0].to_vec::<f32>()?;
+        let w = model.parameters()[0].to_vec_cast::<f32>()?;
         // PyTorch's default: uniform in +-1/sqrt(in)
         assert!(w.iter().all(|v| v.abs() <= 1.0 / 5f32.sqrt()));
         let p = Placement::new("cpu", [0, 1])?;
@@ -158,7 +158,7 @@ fn modules_convert_to_global_and_back() {
                 .iter()
                 .all(|t| t.is_global() && t.requires_grad() && t.is_leaf())
         );
-        let global_w = params[0].to_vec::<f32>()?;
+        let global_w = params[0].to_vec_cast::<f32>()?;
         let x = Tensor::randn(&[4, 5], (&p, Sbp::split(0)))?;
         let y = model.forward(&x)?;
         assert_eq!(y.shape(), &[4, 2]);
@@ -204,7 +204,7 @@ fn optimizers_follow_their_update_rules_on_global_parameters() {
                 assert!(w.grad().is_none());
             }
             assert_eq!(w.sbp().unwrap(), &NdSbp::from(Sbp::split(0)));
-            w.to_vec::<f32>()
+            w.to_vec_cast::<f32>()
         })
         .unwrap()
         .remove(0)
@@ -261,17 +261,17 @@ fn a_user_module_with_forward_and_parameters_trains() {
         let model = nn::Sequential::new().add(Scale(s.clone())).add(nn::ReLU);
         let x = Tensor::from_vec(vec![1.0f32, 3.0], &[2], Device::Cpu)?;
         model.forward(&x)?.sum(0, false)?.backward()?;
-        assert_eq!(s.grad().unwrap().to_vec::<f32>()?, vec![4.0]);
+        assert_eq!(s.grad().unwrap().to_vec_cast::<f32>()?, vec![4.0]);
         let mut opt = optim::Sgd::new(model.parameters(), 0.5);
         opt.step()?;
-        assert_eq!(s.to_vec::<f32>()?, vec![0.0]);
+        assert_eq!(s.to_vec_cast::<f32>()?, vec![0.0]);
         // Conversion is in place, so a module with only `parameters` converts too, and the
         // handle held outside sees it.
         let p = Placement::new("cpu", [0])?;
         let model = model.to_global(&p, Sbp::broadcast())?;
         assert_eq!(s.placement(), Some(&p));
         let y = model.forward(&x.to_global(&p, Sbp::broadcast())?)?;
-        assert_eq!(y.to_local()?.to_vec::<f32>()?, vec![0.0, 0.0]);
+        assert_eq!(y.to_local()?.to_vec_cast::<f32>()?, vec![0.0, 0.0]);
         Ok(())
     })
     .unwrap();
@@ -354,7 +354,7 @@ fn norms_match_a_hand_written_reference_fused_and_composed() {
                 };
                 y.mul(&wt)?.sum(vec![0, 1, 2], false)?.backward()?;
                 let dx = xt.grad().expect("x has a gradient");
-                Ok((y.to_vec::<f64>()?, dx.to_vec::<f64>()?))
+                Ok((y.to_vec_cast::<f64>()?, dx.to_vec_cast::<f64>()?))
             })
             .unwrap();
             for (y, dx) in got {
@@ -393,7 +393,7 @@ fn sixteen_bit_norm_and_softmax_gradients_follow_f32() {
             xt.grad()
                 .expect("x has a gradient")
                 .to_dtype(DType::F64)?
-                .to_vec::<f64>()
+                .to_vec_cast::<f64>()
         })
         .unwrap()
         .remove(0)
@@ -494,8 +494,8 @@ fn affine_norms_and_their_parameter_gradients_match_a_hand_written_reference() {
                     (rms.forward(&xt)?, rms.parameters())
                 };
                 y.mul(&gt)?.sum(vec![0, 1], false)?.backward()?;
-                let grad = |t: &Tensor| t.grad().expect("a gradient").to_vec::<f64>();
-                let mut out = vec![y.to_vec::<f64>()?, grad(&xt)?];
+                let grad = |t: &Tensor| t.grad().expect("a gradient").to_vec_cast::<f64>();
+                let mut out = vec![y.to_vec_cast::<f64>()?, grad(&xt)?];
                 for p in &params {
                     out.push(grad(p)?);
                 }
@@ -535,8 +535,8 @@ fn attention_and_grads(
     let out = nn::functional::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), false)?;
     let w = Tensor::from_vec(w.to_vec(), &[1, 1, tq, 3], Device::Cpu)?;
     out.mul(&w)?.sum(vec![0, 1, 2, 3], false)?.backward()?;
-    let grad = |t: &Tensor| t.grad().expect("a gradient").to_vec::<f64>();
-    Ok([out.to_vec::<f64>()?, grad(&q)?, grad(&k)?, grad(&v)?])
+    let grad = |t: &Tensor| t.grad().expect("a gradient").to_vec_cast::<f64>();
+    Ok([out.to_vec_cast::<f64>()?, grad(&q)?, grad(&k)?, grad(&v)?])
 }
 
 #[test]
@@ -624,9 +624,9 @@ fn global_max_and_min_over_a_split_dim_propagate_nan() {
         )?;
         Ok((
             m.iter()
-                .map(|t| t.to_vec::<f32>())
+                .map(|t| t.to_vec_cast::<f32>())
                 .collect::<gflow_core::Result<Vec<_>>>()?,
-            y.max(0, false)?.to_vec::<f32>()?,
+            y.max(0, false)?.to_vec_cast::<f32>()?,
         ))
     })
     .unwrap();
@@ -644,8 +644,8 @@ fn log_softmax_keeps_precision_at_large_inputs_locally_and_over_a_split_dim() {
         let local = Tensor::from_vec(data.clone(), &[4, 2], Device::Cpu)?;
         let split = Tensor::from_vec(data, &[4, 2], (&p, Sbp::split(1)))?;
         Ok([
-            local.log_softmax(1)?.to_vec::<f32>()?,
-            split.log_softmax(1)?.to_vec::<f32>()?,
+            local.log_softmax(1)?.to_vec_cast::<f32>()?,
+            split.log_softmax(1)?.to_vec_cast::<f32>()?,
         ])
     })
     .unwrap();
@@ -679,15 +679,15 @@ fn a_tied_parameter_is_one_parameter_to_containers_optimizers_and_clipping() {
         .unwrap()
         .backward()
         .unwrap();
-    let g = w.grad().unwrap().to_vec::<f64>().unwrap();
+    let g = w.grad().unwrap().to_vec_cast::<f64>().unwrap();
     let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
     // clipping a list that names w twice: the norm of w's gradient, scaled once
     let got = nn::utils::clip_grad_norm(&[w.clone(), w.clone()], 1e9).unwrap();
     assert!((got - norm).abs() < 1e-12, "{got} vs {norm}");
-    let before = w.to_vec::<f64>().unwrap();
+    let before = w.to_vec_cast::<f64>().unwrap();
     let mut opt = optim::Sgd::new(vec![w.clone(), w.clone()], 0.1);
     opt.step().unwrap();
-    let after = w.to_vec::<f64>().unwrap();
+    let after = w.to_vec_cast::<f64>().unwrap();
     for ((a, b), g) in after.iter().zip(&before).zip(&g) {
         assert!(
             (a - (b - 0.1 * g)).abs() < 1e-12,
@@ -708,14 +708,14 @@ fn clipping_a_nan_norm_makes_every_gradient_nan() {
         .backward()
         .unwrap();
     assert!(
-        nn::utils::clip_grad_norm(&[w.clone()], 1.0)
+        nn::utils::clip_grad_norm(std::slice::from_ref(&w), 1.0)
             .unwrap()
             .is_nan()
     );
     assert!(
         w.grad()
             .unwrap()
-            .to_vec::<f64>()
+            .to_vec_cast::<f64>()
             .unwrap()
             .iter()
             .all(|v| v.is_nan())

@@ -57,7 +57,7 @@ proptest! {
         let want = simulate(1, |_| {
             let a = Tensor::from_vec(av.clone(), &[m, n], Device::Cpu)?;
             let b = Tensor::from_vec(bv.clone(), &bshape, Device::Cpu)?;
-            apply(&call, &a, &b)?.to_vec::<f64>()
+            apply(&call, &a, &b)?.to_vec_cast::<f64>()
         }).unwrap().remove(0);
         let got = simulate(4, |_| {
             let p = if two_d { Placement::new("cpu", [[0, 1], [2, 3]])? } else { Placement::new("cpu", [0, 1, 3])? };
@@ -65,7 +65,7 @@ proptest! {
             let b = Tensor::from_vec(bv.clone(), &bshape, Device::Cpu)?.to_global(&p, NdSbp::broadcast(p.ndim()))?.to_global(&p, sb.clone())?;
             assert_eq!(a.dtype(), DType::F64);
             let y = apply(&call, &a, &b)?;
-            if p.contains(gflow_core::env::current().rank()) { y.to_vec::<f64>().map(Some) } else { Ok(None) }
+            if p.contains(gflow_core::env::current().rank()) { y.to_vec_cast::<f64>().map(Some) } else { Ok(None) }
         });
         let got = got.map_err(|e| TestCaseError::fail(e.to_string()))?;
         for v in got.into_iter().flatten() {

@@ -10,15 +10,15 @@ use gflow_core::{DType, Device, Error, Placement, Result, Sbp, Tensor, bf16, f16
 fn casts_and_promotion_follow_pytorch() -> Result<()> {
     let x = Tensor::from_vec(vec![-1.7f64, -0.5, 0.0, 2.5, 3.9], &[5], Device::Cpu)?;
     assert_eq!(
-        x.to_dtype(DType::I64)?.to_vec::<i64>()?,
+        x.to_dtype(DType::I64)?.to_vec_cast::<i64>()?,
         vec![-1, 0, 0, 2, 3]
     );
     assert_eq!(
-        x.to_dtype(DType::I32)?.to_vec::<i32>()?,
+        x.to_dtype(DType::I32)?.to_vec_cast::<i32>()?,
         vec![-1, 0, 0, 2, 3]
     );
     assert_eq!(
-        x.to_dtype(DType::Bool)?.to_vec::<bool>()?,
+        x.to_dtype(DType::Bool)?.to_vec_cast::<bool>()?,
         vec![true, true, false, true, true]
     );
     // 1 + 2^-11 is halfway between two f16 values: ties go to the even one (1.0).
@@ -29,9 +29,12 @@ fn casts_and_promotion_follow_pytorch() -> Result<()> {
     )?;
     let h = t.to_dtype(DType::F16)?;
     assert_eq!(h.dtype(), DType::F16);
-    assert_eq!(h.to_vec::<f16>()?, vec![f16::from_f32(1.0), f16::INFINITY]);
     assert_eq!(
-        t.to_dtype(DType::BF16)?.to_vec::<bf16>()?[0],
+        h.to_vec_cast::<f16>()?,
+        vec![f16::from_f32(1.0), f16::INFINITY]
+    );
+    assert_eq!(
+        t.to_dtype(DType::BF16)?.to_vec_cast::<bf16>()?[0],
         bf16::from_f32(1.0)
     );
     // Integers to BF16 round through f32, as PyTorch 2.x does (its bits for these values,
@@ -49,7 +52,7 @@ fn casts_and_promotion_follow_pytorch() -> Result<()> {
     )?;
     let bits: Vec<u16> = big
         .to_dtype(DType::BF16)?
-        .to_vec::<bf16>()?
+        .to_vec_cast::<bf16>()?
         .iter()
         .map(|b| b.to_bits())
         .collect();
@@ -63,19 +66,19 @@ fn casts_and_promotion_follow_pytorch() -> Result<()> {
     let b = Tensor::from_vec(vec![bf16::from_f32(1.0)], &[1], Device::Cpu)?;
     assert_eq!(i.add(&f)?.dtype(), DType::F16);
     assert_eq!(f.add(&b)?.dtype(), DType::F32);
-    assert_eq!(i.add(&i)?.to_vec::<i32>()?, vec![2, 4]);
+    assert_eq!(i.add(&i)?.to_vec_cast::<i32>()?, vec![2, 4]);
     assert_eq!(i.div(&i)?.dtype(), DType::F32);
     let m = i.gt(&Tensor::from_vec(vec![1i64], &[1], Device::Cpu)?)?;
     assert_eq!(m.dtype(), DType::Bool);
-    assert_eq!(m.to_vec::<bool>()?, vec![false, true]);
+    assert_eq!(m.to_vec_cast::<bool>()?, vec![false, true]);
     assert_eq!(m.sum(Vec::new(), false)?.dtype(), DType::I64);
-    assert_eq!(m.sum(Vec::new(), false)?.to_vec::<i64>()?, vec![1]);
+    assert_eq!(m.sum(Vec::new(), false)?.to_vec_cast::<i64>()?, vec![1]);
     // 16-bit matmul accumulates in f32: 128 products of 1 + 2^-7 each give 129 (in bf16
     // arithmetic the sum would stall: 2 + 1.0078125 rounds to 3).
     let a = Tensor::full_dtype(&[1, 128], 1.0 + 2f64.powi(-7), DType::BF16, Device::Cpu)?;
     let ones = Tensor::full_dtype(&[128, 1], 1.0, DType::BF16, Device::Cpu)?;
-    assert_eq!(a.matmul(&ones)?.to_vec::<f64>()?, vec![129.0]);
-    assert_eq!(a.sum(Vec::new(), false)?.to_vec::<f64>()?, vec![129.0]);
+    assert_eq!(a.matmul(&ones)?.to_vec_cast::<f64>()?, vec![129.0]);
+    assert_eq!(a.sum(Vec::new(), false)?.to_vec_cast::<f64>()?, vec![129.0]);
     Ok(())
 }
 
@@ -86,9 +89,9 @@ fn argmax_takes_the_lowest_index_on_ties_also_across_ranks() -> Result<()> {
         let p = Placement::new("cpu", [0, 1, 2, 3])?;
         let x = Tensor::from_vec(data.clone(), &[2, 4], (&p, Sbp::split(1)))?;
         Ok((
-            x.argmax(1, false)?.to_vec::<i64>()?,
-            x.argmin(1, true)?.to_vec::<i64>()?,
-            x.min(1, false)?.to_vec::<f64>()?,
+            x.argmax(1, false)?.to_vec_cast::<i64>()?,
+            x.argmin(1, true)?.to_vec_cast::<i64>()?,
+            x.min(1, false)?.to_vec_cast::<f64>()?,
         ))
     })?;
     for (amax, amin, min) in out {
@@ -108,7 +111,11 @@ fn vocabulary_parallel_lookup_is_a_partial_sum() -> Result<()> {
         let t = Tensor::from_vec(table.clone(), &[5, 3], (&p, Sbp::split(0)))?;
         let i = Tensor::from_vec(idx.clone(), &[2, 3], (&p, Sbp::broadcast()))?;
         let e = t.gather_rows(&i)?;
-        Ok((e.sbp().cloned(), e.shape().to_vec(), e.to_vec::<f64>()?))
+        Ok((
+            e.sbp().cloned(),
+            e.shape().to_vec(),
+            e.to_vec_cast::<f64>()?,
+        ))
     })?;
     let want: Vec<f64> = idx
         .iter()
@@ -153,9 +160,9 @@ fn heads_split_reshape_attention_and_split_class_loss_stay_split() -> Result<()>
         let l = Tensor::from_vec(logits.clone(), &[b, c], Device::Cpu)?;
         let tg = Tensor::from_vec(targets.clone(), &[b], Device::Cpu)?;
         Ok((
-            a.to_vec::<f64>()?,
-            l.softmax(1)?.to_vec::<f64>()?,
-            gflow_core::nn::functional::cross_entropy(&l, &tg)?.to_vec::<f64>()?,
+            a.to_vec_cast::<f64>()?,
+            l.softmax(1)?.to_vec_cast::<f64>()?,
+            gflow_core::nn::functional::cross_entropy(&l, &tg)?.to_vec_cast::<f64>()?,
         ))
     })?
     .remove(0);
@@ -186,9 +193,9 @@ fn heads_split_reshape_attention_and_split_class_loss_stay_split() -> Result<()>
         let tg = Tensor::from_vec(targets.clone(), &[b], (&p, Sbp::broadcast()))?;
         let loss = gflow_core::nn::functional::cross_entropy(&l, &tg)?;
         Ok((
-            a.to_vec::<f64>()?,
-            s.to_vec::<f64>()?,
-            loss.to_vec::<f64>()?,
+            a.to_vec_cast::<f64>()?,
+            s.to_vec_cast::<f64>()?,
+            loss.to_vec_cast::<f64>()?,
         ))
     })?;
     for (a, s, loss) in out {
@@ -233,8 +240,8 @@ fn tensor_parallel_attention_from_a_head_ordered_projection_moves_nothing() {
             y.backward_with(&seed)?;
             let moved = gflow_core::comm_stats().bytes_sent;
             let sbp = y.sbp().map(|s| s.to_string());
-            let grad = qkv.grad().expect("a gradient").to_vec::<f32>()?;
-            Ok((moved, sbp, y.to_vec::<f32>()?, grad))
+            let grad = qkv.grad().expect("a gradient").to_vec_cast::<f32>()?;
+            Ok((moved, sbp, y.to_vec_cast::<f32>()?, grad))
         })
         .unwrap()
     };
@@ -267,7 +274,7 @@ fn attention_gradients_keep_the_heads_or_batch_split() -> Result<()> {
         a.mul(w)?.sum([0, 1, 2, 3], false)?.backward()?;
         [q, k, v]
             .iter()
-            .map(|t| t.grad().expect("a gradient").to_vec::<f64>())
+            .map(|t| t.grad().expect("a gradient").to_vec_cast::<f64>())
             .collect::<Result<Vec<Vec<f64>>>>()
     };
     let leaf = |data: &[f64], shape: &[usize], to: Option<(&Placement, Sbp)>| -> Result<Tensor> {

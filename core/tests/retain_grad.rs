@@ -36,7 +36,7 @@ fn a_retained_result_keeps_the_sum_of_its_uses_gradients() {
         .unwrap();
     loss.backward().unwrap();
     let want: Vec<f64> = xs.iter().zip(&ws).map(|(x, w)| w + 2.0 * x.exp()).collect();
-    close(&h.grad().unwrap().to_vec::<f64>().unwrap(), &want);
+    close(&h.grad().unwrap().to_vec_cast::<f64>().unwrap(), &want);
     assert!(
         other.grad().is_none(),
         "a result not retained keeps no gradient"
@@ -47,7 +47,7 @@ fn a_retained_result_keeps_the_sum_of_its_uses_gradients() {
         .zip(&xs)
         .map(|(g, x)| g * x.exp() + 2.0)
         .collect();
-    close(&x.grad().unwrap().to_vec::<f64>().unwrap(), &dx);
+    close(&x.grad().unwrap().to_vec_cast::<f64>().unwrap(), &dx);
 }
 
 #[test]
@@ -70,7 +70,7 @@ fn retain_grad_refuses_a_tensor_without_gradients_and_ignores_leaves() {
     );
     leaf.sum(0, false).unwrap().backward().unwrap();
     assert_eq!(
-        leaf.grad().unwrap().to_vec::<f32>().unwrap(),
+        leaf.grad().unwrap().to_vec_cast::<f32>().unwrap(),
         vec![1.0, 1.0]
     );
 }
@@ -91,7 +91,7 @@ fn a_retained_global_result_keeps_its_placement_and_sbp() {
         )?;
         h.mul(&c)?.sum([0, 1], false)?.backward()?;
         let g = h.grad().expect("a retained gradient");
-        Ok((g.sbp() == h.sbp(), g.to_vec::<f64>()?))
+        Ok((g.sbp() == h.sbp(), g.to_vec_cast::<f64>()?))
     })
     .unwrap();
     for (same_layout, g) in out {

@@ -59,7 +59,7 @@ fn split_sizes_are_largest_remainder() {
     let out = simulate(3, |env| {
         let v: Vec<f32> = (0..14).map(|x| x as f32).collect();
         let x = Tensor::from_vec(v, &[7, 2], (&p, Sbp::split(0)))?;
-        Ok((env.rank(), x.to_local()?.to_vec::<f32>()?))
+        Ok((env.rank(), x.to_local()?.to_vec_cast::<f32>()?))
     })
     .unwrap();
     // 7 rows over weights 1:1:2 -> quotas 1.75, 1.75, 3.5 -> 2, 2, 3
@@ -117,7 +117,7 @@ fn weighted_split_matmul_is_the_single_device_product() {
     let want = {
         let x = Tensor::from_vec(a.clone(), &[7, 5], Device::Cpu).unwrap();
         let y = Tensor::from_vec(b.clone(), &[5, 4], Device::Cpu).unwrap();
-        x.matmul(&y).unwrap().to_vec::<f64>().unwrap()
+        x.matmul(&y).unwrap().to_vec_cast::<f64>().unwrap()
     };
     let p = weighted(3, &[3, 1, 2]);
     let got = simulate(3, |env| {
@@ -130,7 +130,10 @@ fn weighted_split_matmul_is_the_single_device_product() {
         assert_eq!(mine, range(7, &[3, 1, 2], env.rank()).len());
         let xk = Tensor::from_vec(a.clone(), &[7, 5], (&p, Sbp::split(1)))?;
         let yk = Tensor::from_vec(b.clone(), &[5, 4], (&p, Sbp::split(0)))?;
-        Ok((rows.to_vec::<f64>()?, xk.matmul(&yk)?.to_vec::<f64>()?))
+        Ok((
+            rows.to_vec_cast::<f64>()?,
+            xk.matmul(&yk)?.to_vec_cast::<f64>()?,
+        ))
     })
     .unwrap();
     for (rows, inner) in got {
@@ -166,9 +169,9 @@ proptest! {
         let out = simulate(n, |env| {
             let x = Tensor::from_vec(v.clone(), &shape, (&bal, Sbp::split(d)))?;
             let y = x.to_global(&pw, Sbp::split(e))?;
-            let mine = y.to_local()?.to_vec::<f64>()?;
+            let mine = y.to_local()?.to_vec_cast::<f64>()?;
             let z = y.to_global(&pw, Sbp::broadcast())?.to_global(&bal, Sbp::split(d))?;
-            Ok((env.rank(), mine, z.to_vec::<f64>()?))
+            Ok((env.rank(), mine, z.to_vec_cast::<f64>()?))
         })
         .unwrap();
         for (rank, mine, back) in out {

@@ -277,7 +277,7 @@ fn generate(model: &Gpt, plan: &Plan, cfg: &Config, n: usize) -> Result<Vec<u8>>
             .forward(&tokens)?
             .narrow(1, t - 1, 1)?
             .to_dtype(DType::F64)?;
-        let logits = last.to_vec::<f64>()?;
+        let logits = last.to_vec_cast::<f64>()?;
         let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let w: Vec<f64> = logits.iter().map(|l| ((l - max) / 0.8).exp()).collect();
         rng ^= rng << 13;

@@ -260,7 +260,7 @@ mod tests {
                 let d = p.dist().cloned().ok_or(Error::Internal("local".into()))?;
                 let g = p.grad().ok_or(Error::Internal("no grad".into()))?;
                 let b = NdSbp::broadcast(d.placement.ndim());
-                if let Ok(v) = g.to_global(&d.placement, b)?.to_vec::<f64>() {
+                if let Ok(v) = g.to_global(&d.placement, b)?.to_vec_cast::<f64>() {
                     after += v.iter().map(|x| x * x).sum::<f64>();
                 }
             }

@@ -112,7 +112,7 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn softmax(&self, dim: usize) -> Result<Tensor> {
-        if self.splits_dim(dim) {
+        if self.splits_dim(dim) && self.shape()[dim] > 0 {
             // Over a split dim: a max and a sum of partials, never gathering the dim.
             let m = self.detach().max(dim, true)?.resolved()?;
             let e = self.sub(&m)?.exp()?;
@@ -133,7 +133,7 @@ impl Tensor {
     /// # Errors
     /// `DimOutOfRange`; communication failures of boxing.
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
-        if self.splits_dim(dim) {
+        if self.splits_dim(dim) && self.shape()[dim] > 0 {
             let m = self.detach().max(dim, true)?.resolved()?;
             let shifted = self.sub(&m)?;
             let ln_sum = shifted.exp()?.sum(dim, true)?.resolved()?.log()?;

@@ -77,7 +77,7 @@ fn check_op(
             .map(|(i, (v, s))| Tensor::from_vec_data(data(i, v.clone()).into(), s, Device::Cpu))
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = ts.iter().collect();
-        dispatch(op, &refs)?.to_vec::<f64>()
+        dispatch(op, &refs)?.to_vec_cast::<f64>()
     })
     .expect("single-device run")
     .remove(0);
@@ -112,7 +112,7 @@ fn check_op(
             let y = dispatch(op, &refs)?;
             assert_eq!(y.shape(), &out_shape[..]);
             if p.contains(env.rank()) {
-                Ok(Some((y.sbp().cloned(), y.to_vec::<f64>()?)))
+                Ok(Some((y.sbp().cloned(), y.to_vec_cast::<f64>()?)))
             } else {
                 Ok(None)
             }

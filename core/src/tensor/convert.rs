@@ -233,13 +233,40 @@ impl Tensor {
         })
     }
 
-    /// The whole logical value, row-major, converted to `T`. For a global tensor this is a
-    /// collective on its placement (like OneFlow's `numpy()`: box to broadcast, take the local
-    /// copy).
+    /// The whole logical value, row-major, as `T`, the tensor's element type (`f32` for
+    /// `F32`, `bool` for `Bool`, ...). For a global tensor this is a collective on its
+    /// placement (like OneFlow's `numpy()`: box to broadcast, take the local copy).
+    /// [`Tensor::to_vec_cast`] converts to another type.
+    ///
+    /// ```
+    /// use gflow_core::{DType, Device, Error, Tensor};
+    /// let x = Tensor::from_vec(vec![1.5f32, -2.0], &[2], Device::Cpu)?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![1.5, -2.0]);
+    /// assert!(matches!(x.to_vec::<f64>(), Err(Error::DTypeMismatch { .. })));
+    /// assert_eq!(x.to_vec_cast::<i64>()?, vec![1, -2]);
+    /// # Ok::<(), Error>(())
+    /// ```
     ///
     /// # Errors
-    /// `NotInPlacement` on a rank outside the placement; communication failures.
+    /// `DTypeMismatch` when `T` is not the element type (checked before any communication, on
+    /// every rank alike); `NotInPlacement` on a rank outside the placement; communication
+    /// failures.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        self.to_vec_cast()
+    }
+
+    /// [`Tensor::to_vec`] converted to any element type `T`, as PyTorch casts (floats to
+    /// integers truncate, to `bool` is `!= 0`).
+    ///
+    /// # Errors
+    /// As [`Tensor::to_vec`], less the dtype check.
+    pub fn to_vec_cast<T: Element>(&self) -> Result<Vec<T>> {
         Ok(self.to_host()?.to_vec())
     }
 
