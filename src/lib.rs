@@ -142,8 +142,10 @@ pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec
     Ok(simulate(n, f)?.into_iter().enumerate().collect())
 }
 
-/// Whether this process was started as one rank of a job: the variables of gflow-launch /
-/// torchrun (`WORLD_SIZE`), Open MPI (`OMPI_COMM_WORLD_*`) or Slurm (`SLURM_PROCID`) are set.
+/// Whether this process was started as one rank of a job: any variable of gflow-launch /
+/// torchrun (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`), Open MPI (`OMPI_COMM_WORLD_*`) or Slurm
+/// (`SLURM_PROCID`, `SLURM_NTASKS` above 1) is set; [`init`] then forms the job or says what
+/// is missing.
 pub fn launched() -> bool {
     scheduler::launched()
 }

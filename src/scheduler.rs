@@ -7,7 +7,9 @@
 //! says what is missing: a job must never quietly become a one-rank run.
 //!
 //! Precedence: gflow's variables first (they are explicit, and torchrun sets them), then Open
-//! MPI's, then Slurm's. Open MPI precedes Slurm because `mpirun` inside a Slurm allocation starts
+//! MPI's, then Slurm's. Any one variable of a set names its job (`RANK` without `WORLD_SIZE`,
+//! `SLURM_NTASKS=4` without `SLURM_PROCID`, `OMPI_COMM_WORLD_LOCAL_RANK` alone): the rest
+//! missing is then an error, never a world of one. Open MPI precedes Slurm because `mpirun` inside a Slurm allocation starts
 //! its daemons with `srun`: there the Slurm variables describe the daemons (one per node), not
 //! the ranks, while `OMPI_COMM_WORLD_*` describes the ranks.
 
@@ -61,14 +63,11 @@ pub struct Job {
 /// `Environment` naming the missing or malformed variable.
 pub fn job_from(vars: &HashMap<String, String>, parent_pid: u32) -> Result<Option<Job>> {
     let v = Vars(vars);
-    let job = if v.get("WORLD_SIZE").is_some() {
-        gflow_vars(&v)?
-    } else if v.get("OMPI_COMM_WORLD_RANK").is_some() || v.get("OMPI_COMM_WORLD_SIZE").is_some() {
-        open_mpi(&v, parent_pid)?
-    } else if v.get("SLURM_PROCID").is_some() {
-        slurm(&v)?
-    } else {
-        return Ok(None);
+    let job = match named_by(&v) {
+        Some(Launcher::Gflow) => gflow_vars(&v)?,
+        Some(Launcher::OpenMpi) => open_mpi(&v, parent_pid)?,
+        Some(Launcher::Slurm) => slurm(&v)?,
+        Some(Launcher::Torchrun) | None => return Ok(None),
     };
     let Some(mut job) = job else {
         return Ok(None);
@@ -101,14 +100,35 @@ pub fn current_job() -> Result<Option<Job>> {
 /// Whether any launcher's variables are present (this process is one rank of a job, even if
 /// they are incomplete: then [`current_job`] says what is missing).
 pub fn launched() -> bool {
-    [
-        "WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "SLURM_PROCID",
-    ]
-    .iter()
-    .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()))
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    named_by(&Vars(&vars)).is_some()
+}
+
+/// Whose variables name a job, in precedence order (see the module docs): any of `WORLD_SIZE`,
+/// `RANK`, `LOCAL_RANK` (gflow's and torchrun's, [`Launcher::Gflow`] for both here), any
+/// `OMPI_COMM_WORLD_*`, or `SLURM_PROCID` or `SLURM_NTASKS` above 1. A part of a set names the
+/// job as much as all of it, so that what is missing is an error rather than a world of one.
+fn named_by(v: &Vars) -> Option<Launcher> {
+    if ["WORLD_SIZE", "RANK", "LOCAL_RANK"]
+        .iter()
+        .any(|k| v.get(k).is_some())
+    {
+        Some(Launcher::Gflow)
+    } else if v
+        .0
+        .keys()
+        .any(|k| k.starts_with("OMPI_COMM_WORLD_") && v.get(k).is_some())
+    {
+        Some(Launcher::OpenMpi)
+    } else if v.get("SLURM_PROCID").is_some()
+        || v.num("SLURM_NTASKS").ok().flatten().is_some_and(|n| n > 1)
+    {
+        Some(Launcher::Slurm)
+    } else {
+        None
+    }
 }
 
 /// Variable lookups that name the variable in every error.
@@ -190,11 +210,29 @@ fn gflow_vars(v: &Vars) -> Result<Option<Job>> {
     } else {
         "a job of WORLD_SIZE > 1"
     };
-    let world = v.need("WORLD_SIZE", what)?;
+    let Some(world) = v.num("WORLD_SIZE")? else {
+        let set = ["RANK", "LOCAL_RANK"]
+            .iter()
+            .filter_map(|k| v.get(k).map(|x| format!("{k}={x}")))
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(env_err(format!(
+            "{set} names one rank of a job, but WORLD_SIZE is missing (set it with RANK, \
+             MASTER_ADDR and MASTER_PORT, or start the ranks with gflow-launch or torchrun)"
+        )));
+    };
     if world == 0 {
         return Err(env_err("WORLD_SIZE=0: a job has at least one rank".into()));
     }
     if world == 1 {
+        // a world of one, whose ranks (where given) must be 0
+        let (rank, local) = (v.num("RANK")?, v.num("LOCAL_RANK")?);
+        check_ranks(
+            ("RANK", rank.unwrap_or(0)),
+            ("WORLD_SIZE", 1),
+            ("LOCAL_RANK", local.unwrap_or(0)),
+            None,
+        )?;
         return Ok(None);
     }
     let rank = v.need("RANK", what)?;
@@ -720,6 +758,37 @@ mod tests {
             job(&pairs(&local)).unwrap().unwrap().master_addr,
             "127.0.0.1"
         );
+    }
+
+    #[test]
+    fn part_of_a_set_names_the_job_and_the_rest_missing_is_an_error() {
+        refused(
+            &pairs(&with(GFLOW, &[("WORLD_SIZE", None)])),
+            &["RANK=3", "WORLD_SIZE is missing"],
+        );
+        refused(&[("LOCAL_RANK", "1")], &["LOCAL_RANK=1", "WORLD_SIZE"]);
+        refused(
+            &pairs(&with(SLURM, &[("SLURM_PROCID", None)])),
+            &["missing", "SLURM_PROCID"],
+        );
+        refused(
+            &[
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+            ],
+            &["missing", "OMPI_COMM_WORLD_SIZE"],
+        );
+        // a world of one whose rank is not 0
+        refused(
+            &[("WORLD_SIZE", "1"), ("RANK", "3")],
+            &["RANK=3", "WORLD_SIZE=1"],
+        );
+        // one Slurm task, no step: a world of one
+        assert_eq!(
+            job(&[("SLURM_NTASKS", "1"), ("SLURM_JOB_ID", "5")]).unwrap(),
+            None
+        );
+        assert_eq!(job(&[("WORLD_SIZE", "1"), ("RANK", "0")]).unwrap(), None);
     }
 
     #[test]
