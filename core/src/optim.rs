@@ -134,8 +134,11 @@ fn cell(
     Ok(c.get_or_init(|| t).clone())
 }
 
-/// Brings state tensor `t` to `p`'s layout in place when `p` has changed layout: converted
-/// when both are global, else remade as zeros when no step has run (`fresh`).
+/// Brings state tensor `t` to `p`'s layout in place when `p` has changed layout: converted as
+/// the parameter was (global to global by boxing, local to global by [`Tensor::to_global`] of
+/// the local state, whose rules gave the parameter its values, global to local as this rank's
+/// component, local to another device by a copy), or remade as zeros when no step has run
+/// (`fresh`).
 fn follow(
     t: &Tensor,
     p: &Tensor,
@@ -153,18 +156,28 @@ fn follow(
     if same {
         return Ok(());
     }
-    let new = match (t.dist(), p.dist(), sbp.clone()) {
+    let converted = match (t.dist(), p.dist(), sbp.clone()) {
         (Some(_), Some(d), Some(s)) if t.shape() == shape => {
-            crate::autograd::no_grad(|| t.to_global(&d.placement, s))?
+            Some(crate::autograd::no_grad(|| t.to_global(&d.placement, s))?)
         }
+        (None, Some(d), Some(s)) => {
+            Some(crate::autograd::no_grad(|| t.to_global(&d.placement, s))?)
+        }
+        (Some(_), None, _) => Some(t.to_local()?),
+        (None, None, _) => Some(t.to_device(p.device())?),
+        _ => None,
+    };
+    let new = match converted {
+        Some(c) if c.shape() == shape => c.detach(),
         _ if fresh => zeros_like(p, shape, dtype, sbp)?,
         _ => {
             return Err(Error::InvalidArgument {
                 op: "optimizer state",
                 reason: format!(
-                    "a parameter changed from {} to {} after steps were taken; optimizer \
-                     state can only follow a global parameter to another global layout",
+                    "a parameter changed from {} {:?} to {} {shape:?} after steps were \
+                     taken, and its state converted the same way does not fit it",
                     if t.is_global() { "global" } else { "local" },
+                    t.shape(),
                     if p.is_global() { "global" } else { "local" },
                 ),
             });

@@ -740,3 +740,41 @@ fn to_global_with_takes_a_closure_that_records() {
     })
     .unwrap();
 }
+
+#[test]
+fn an_optimizer_that_has_stepped_follows_its_parameters_to_global() {
+    // two Adam steps on a local model against one local step, to_global, one global step
+    let w0 = vec![0.5f64, -0.25, 1.0, 0.75, -1.5, 0.125];
+    let x0 = vec![1.0f64, 2.0, -1.0, 0.5, 0.25, -2.0];
+    let train = |convert: Option<(Placement, Sbp)>| -> gflow_core::Result<Vec<f64>> {
+        let w = Tensor::from_vec(w0.clone(), &[2, 3], Device::Cpu)?.set_requires_grad(true);
+        let mut model = nn::Sequential::new().add(nn::Linear::from_tensors(w, None)?);
+        let mut opt = optim::Adam::new(model.parameters(), 0.1);
+        let mut x = Tensor::from_vec(x0.clone(), &[2, 3], Device::Cpu)?;
+        for step in 0..2 {
+            if step == 1
+                && let Some((p, sbp)) = &convert
+            {
+                model = model.to_global(p, sbp.clone())?;
+                x = x.to_global(p, Sbp::broadcast())?;
+            }
+            let y = model.forward(&x)?;
+            y.mul(&y)?.sum(vec![0, 1], false)?.backward()?;
+            opt.step()?;
+            opt.zero_grad();
+        }
+        model.parameters()[0].to_vec::<f64>()
+    };
+    let want = train(None).unwrap();
+    // (a split would concatenate the ranks' local parameters, another model)
+    for sbp in [Sbp::broadcast()] {
+        let got = simulate(2, |_| {
+            let p = Placement::new("cpu", [0, 1])?;
+            train(Some((p, sbp.clone())))
+        })
+        .unwrap();
+        for g in got {
+            assert!(close(&g, &want, 1e-12), "{sbp}: {g:?} vs {want:?}");
+        }
+    }
+}
