@@ -755,7 +755,7 @@ fn an_optimizer_that_has_stepped_follows_its_parameters_to_global() {
             if step == 1
                 && let Some((p, sbp)) = &convert
             {
-                model = model.to_global(p, sbp.clone())?;
+                model = model.to_global(p, *sbp)?;
                 x = x.to_global(p, Sbp::broadcast())?;
             }
             let y = model.forward(&x)?;
@@ -770,7 +770,7 @@ fn an_optimizer_that_has_stepped_follows_its_parameters_to_global() {
     for sbp in [Sbp::broadcast()] {
         let got = simulate(2, |_| {
             let p = Placement::new("cpu", [0, 1])?;
-            train(Some((p, sbp.clone())))
+            train(Some((p, sbp)))
         })
         .unwrap();
         for g in got {
