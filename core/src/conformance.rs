@@ -10,9 +10,11 @@
 
 mod attention;
 mod halves;
+mod nan;
 
 pub use attention::{attentions, packed_attentions};
 pub use halves::{half_arithmetic, half_casts, half_moves, int32_moves};
+pub use nan::nan_max_min;
 
 use crate::backend::{Backend, BinaryOp, Kernels, MatmulDims, ReduceKind, Resident, UnaryOp};
 use crate::dtype::DType;
@@ -61,7 +63,7 @@ macro_rules! conformance_tests {
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
             triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
             half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
-            squared_sums, attentions, packed_attentions);
+            squared_sums, attentions, packed_attentions, nan_max_min);
     };
     ($backend:literal, $make:expr) => {
         $crate::conformance_tests!($backend, |_case| $make);

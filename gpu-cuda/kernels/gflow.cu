@@ -100,12 +100,13 @@ template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b
     }
 }
 
-// op: a REDUCE_* code.
+// op: a REDUCE_* code. Max and min as the CPU's: a NaN wins (and stays), else the larger
+// (smaller), `a` of equals (-0 and 0: the earlier element, the lower thread).
 template <typename T> __device__ __forceinline__ T combine(int op, T a, T b) {
     switch (op) {
     case REDUCE_SUM: return a + b;
-    case REDUCE_MAX: return b > a ? b : a;
-    default: return b < a ? b : a;
+    case REDUCE_MAX: return (b > a || b != b) && a == a ? b : a;
+    default: return (b < a || b != b) && a == a ? b : a;
     }
 }
 

@@ -6,10 +6,6 @@
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
 // The first comparison code (the backend's elementwise.rs has the same constant).
 const CMP_BASE: u32 = 64u;
 
@@ -54,9 +50,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case BINARY_SUB: { r = p - q; }
         case BINARY_MUL: { r = p * q; }
         case BINARY_DIV: { r = p / q; }
-        // NaN if either is (WGSL's max and min may return the other operand).
-        case BINARY_MAXIMUM: { r = select(max(p, q), p + q, p != p || q != q); }
-        default: { r = select(min(p, q), p + q, p != p || q != q); }
+        // The CPU's: NaN if either is (tested by its bits), else the larger (smaller), q when
+        // they are equal (maximum(-0, 0) is 0, maximum(0, -0) is -0).
+        case BINARY_MAXIMUM: { r = select(select(q, p, order(p) > order(q)), p + q, is_nan(p) || is_nan(q)); }
+        default: { r = select(select(q, p, order(p) < order(q)), p + q, is_nan(p) || is_nan(q)); }
     }
     out[params[5u + 3u * nd] + i] = r;
 }

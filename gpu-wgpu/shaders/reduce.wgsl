@@ -60,11 +60,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 acc += block;
                 block = 0.0;
             }
-        } else if params[1] == REDUCE_MAX {
-            acc = max(acc, v);
         } else {
-            acc = min(acc, v);
+            // the CPU's max (min): a NaN wins and stays, else the earlier of equals (-0 or 0)
+            let ov = order(v);
+            let oa = order(acc);
+            let better = select((ov < oa), (ov > oa), params[1] == REDUCE_MAX);
+            if !is_nan(acc) && (is_nan(v) || better) {
+                acc = v;
+            }
         }
     }
-    out[params[6u + 3u * nd] + t] = acc + block;
+    if params[1] == REDUCE_SUM {
+        acc += block;
+    }
+    // (a max or min plus 0.0 would turn -0 into 0)
+    out[params[6u + 3u * nd] + t] = acc;
 }

@@ -17,8 +17,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let xs = params[5] + start;
     let os = params[6] + start;
     var m = bitcast<f32>(params[4]);
+    // the line's max, NaN if any element is (then the line is NaN, as on the CPU)
     for (var j = 0u; j < len; j++) {
-        m = max(m, x[xs + j * inner]);
+        let v = x[xs + j * inner];
+        if !is_nan(m) && (is_nan(v) || v > m) {
+            m = v;
+        }
     }
     var s = 0.0;
     for (var j = 0u; j < len; j++) {

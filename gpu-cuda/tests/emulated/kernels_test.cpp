@@ -197,6 +197,46 @@ int main() {
       launch(1, [&] { softmax_strided_f64(x.data(), o.data(), 1, 3, 300, lg); });
       for (int c = 0; c < 300; ++c) { double m = -INFINITY, s = 0; for (int j = 0; j < 3; ++j) m = std::max(m, x[j * 300 + c]); for (int j = 0; j < 3; ++j) s += std::exp(x[j * 300 + c] - m);
         for (int j = 0; j < 3; ++j) { double w = lg ? x[j * 300 + c] - m - std::log(s) : std::exp(x[j * 300 + c] - m) / s; CHECK(close(o[j * 300 + c], w, 1e-12), "softmax strided"); } } } }
+  // max and min as the CPU's: a NaN anywhere in a line wins (rows longer than a block, a row
+  // cut in parts, strided lines, softmax's line max), else the earliest of equal zeros
+  { auto cpu = [](int op, double w, double v) { return (op == REDUCE_MAX ? v > w : v < w) || (v != v && w == w) ? v : w; };
+    auto same = [](double g, double w) { return (g != g && w != w) || (g == w && std::signbit(g) == std::signbit(w)); };
+    int rows = 4, count = 600; std::vector<double> x(rows * count), o(rows), part(7 * rows), o2(rows), os(8);
+    for (int i = 0; i < rows * count; ++i) x[i] = std::sin(i);
+    x[0 * count + 0] = NAN; x[1 * count + 517] = NAN; x[2 * count + 599] = NAN; x[2 * count + 3] = NAN;
+    for (int op = REDUCE_MAX; op <= REDUCE_MIN; ++op) {
+      launch(2, [&] { reduce_rows_f64(x.data(), o.data(), rows, count, 1, op); });
+      launch(3, [&] { reduce_rows_f64(x.data(), part.data(), rows, count, 7, op); });
+      launch(1, [&] { reduce_rows_f64(part.data(), o2.data(), rows, 7, 1, op); });
+      for (int r = 0; r < rows; ++r) { double w = op == REDUCE_MAX ? -INFINITY : INFINITY; for (int j = 0; j < count; ++j) w = cpu(op, w, x[r * count + j]);
+        CHECK(same(o[r], w) && same(o2[r], w), "NaN rows op %d r %d: %f %f, want %f", op, r, o[r], o2[r], w); }
+      // (outer 2, count 300, inner 4) strided: lines with a NaN first, last, and none
+      launch(1, [&] { reduce_strided_f64(x.data(), os.data(), 2, 300, 4, op); });
+      for (int l = 0; l < 8; ++l) { double w = op == REDUCE_MAX ? -INFINITY : INFINITY; for (int j = 0; j < 300; ++j) w = cpu(op, w, x[(l / 4 * 300 + j) * 4 + l % 4]);
+        CHECK(same(os[l], w), "NaN strided op %d line %d: %f, want %f", op, l, os[l], w); } }
+    // equal zeros: the earlier wins in rows (threads' shares) and in strided lines
+    std::vector<double> z{-0.0, 0.0, -0.0, 0.0, -0.0, -0.0, -1, 1, 0.0, -1, 1, 0.0}, oz(4);
+    for (int op = REDUCE_MAX; op <= REDUCE_MIN; ++op) {
+      launch(1, [&] { reduce_rows_f64(z.data(), oz.data(), 4, 3, 1, op); });
+      for (int r = 0; r < 4; ++r) { double w = op == REDUCE_MAX ? -INFINITY : INFINITY; for (int j = 0; j < 3; ++j) w = cpu(op, w, z[r * 3 + j]);
+        CHECK(same(oz[r], w), "zeros rows op %d r %d: %f, want %f", op, r, oz[r], w); }
+      launch(1, [&] { reduce_strided_f64(z.data(), oz.data(), 1, 4, 3, op); });
+      for (int c = 0; c < 3; ++c) { double w = op == REDUCE_MAX ? -INFINITY : INFINITY; for (int j = 0; j < 4; ++j) w = cpu(op, w, z[j * 3 + c]);
+        CHECK(same(oz[c], w), "zeros strided op %d c %d: %f, want %f", op, c, oz[c], w); } }
+    // maximum and minimum of equal zeros: the second operand (the CPU's)
+    { std::vector<float> a{-0.0f, 0.0f}, b{0.0f, -0.0f}, ob(2);
+      launch(1, [&] { binary_flat_f32(a.data(), b.data(), ob.data(), 2, BINARY_MAXIMUM); });
+      CHECK(!std::signbit(ob[0]) && std::signbit(ob[1]), "maximum of zeros");
+      launch(1, [&] { binary_flat_f32(a.data(), b.data(), ob.data(), 2, BINARY_MINIMUM); });
+      CHECK(!std::signbit(ob[0]) && std::signbit(ob[1]), "minimum of zeros"); }
+    // softmax: a line with a NaN is NaN, the others untouched
+    std::vector<double> so(rows * count);
+    for (int lg = 0; lg < 2; ++lg) {
+      launch(2, [&] { softmax_rows_f64(x.data(), so.data(), rows, count, lg); });
+      for (int r = 0; r < rows; ++r) for (int j = 0; j < count; ++j) CHECK(std::isnan(so[r * count + j]) == (r < 3), "softmax rows NaN r %d j %d", r, j);
+      launch(1, [&] { softmax_strided_f64(x.data(), so.data(), 2, 300, 4, lg); });
+      for (int l = 0; l < 8; ++l) { bool nan = false; for (int j = 0; j < 300; ++j) nan |= std::isnan(x[(l / 4 * 300 + j) * 4 + l % 4]);
+        for (int j = 0; j < 300; ++j) CHECK(std::isnan(so[(l / 4 * 300 + j) * 4 + l % 4]) == nan, "softmax strided NaN line %d", l); } } }
   // strided gather (permute 2x3x4 -> [2,0,1]) and put (cat)
   { std::vector<unsigned> x(24), o(24); for (int i = 0; i < 24; ++i) x[i] = i;
     Meta meta{{4, 2, 3, /*strides*/ 1, 12, 4}};
