@@ -778,3 +778,38 @@ fn an_optimizer_that_has_stepped_follows_its_parameters_to_global() {
         }
     }
 }
+
+#[test]
+fn norms_keep_a_sixteen_bit_input_dtype_with_f32_parameters() {
+    let x = Tensor::from_vec(
+        vec![1.0f32, -2.0, 0.5, 3.0, 0.25, -1.0],
+        &[2, 3],
+        Device::Cpu,
+    )
+    .unwrap();
+    let rms = nn::RMSNorm::new(3).unwrap();
+    let ln = nn::LayerNorm::new(3).unwrap();
+    for dtype in [DType::BF16, DType::F16] {
+        let xh = x.to_dtype(dtype).unwrap().set_requires_grad(true);
+        for (name, m) in [("rms", &rms as &dyn Module), ("layer", &ln)] {
+            let y = m.forward(&xh).unwrap();
+            assert_eq!(y.dtype(), dtype, "{name}");
+            // within the 16-bit rounding of the f32 result (PyTorch computes in f32, rounds once)
+            let want = m.forward(&x).unwrap().to_vec::<f32>().unwrap();
+            let got = y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 2e-2 * (1.0 + w.abs()),
+                    "{name} {dtype:?}: {got:?} vs {want:?}"
+                );
+            }
+            y.to_dtype(DType::F32)
+                .unwrap()
+                .sum(vec![0, 1], false)
+                .unwrap()
+                .backward()
+                .unwrap();
+            assert_eq!(m.parameters()[0].grad().unwrap().dtype(), DType::F32);
+        }
+    }
+}

@@ -260,13 +260,13 @@ impl Module for LayerNorm {
         if let Some(y) =
             x.fused_normalize(n, self.eps, true, (Some(&self.weight), Some(&self.bias)))
         {
-            return y;
+            return super::norm::in_input_dtype(x, y?);
         }
         let dims: Vec<usize> = (x.ndim() - n..x.ndim()).collect();
         let centred = x.sub(&x.mean(dims.clone(), true)?)?;
         let var = centred.square()?.mean(dims, true)?;
         let y = centred.div(&var.add_scalar(self.eps)?.sqrt()?)?;
-        y.mul(&self.weight)?.add(&self.bias)
+        super::norm::in_input_dtype(x, y.mul(&self.weight)?.add(&self.bias)?)
     }
 
     fn parameters(&self) -> Vec<Tensor> {

@@ -59,7 +59,7 @@ impl Module for RMSNorm {
             });
         }
         if let Some(y) = x.fused_normalize(1, self.eps, false, (Some(&self.weight), None)) {
-            return y;
+            return in_input_dtype(x, y?);
         }
         let last = x.ndim() - 1;
         let inv = x
@@ -67,7 +67,7 @@ impl Module for RMSNorm {
             .mean(last, true)?
             .add_scalar(self.eps)?
             .rsqrt()?;
-        x.mul(&inv)?.mul(&self.weight)
+        in_input_dtype(x, x.mul(&inv)?.mul(&self.weight)?)
     }
 
     fn parameters(&self) -> Vec<Tensor> {
@@ -81,5 +81,16 @@ impl Module for RMSNorm {
     fn map_parameters(&mut self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
         self.weight = f(&self.weight)?;
         Ok(())
+    }
+}
+
+/// A normalisation's output `y` in its input's dtype, as PyTorch's norms give it: a bf16 input
+/// with f32 parameters (a model kept in f32, activations in bf16) stays bf16, where the product
+/// with the parameters would promote it.
+pub(super) fn in_input_dtype(x: &Tensor, y: Tensor) -> Result<Tensor> {
+    if y.dtype() != x.dtype() && x.dtype().is_float() {
+        y.to_dtype(x.dtype())
+    } else {
+        Ok(y)
     }
 }
