@@ -141,7 +141,8 @@ pub fn device_infos() -> Vec<DeviceInfo> {
 }
 
 /// The kernels' PTX for the virtual architecture `arch` (`compute_80`), compiled by NVRTC with
-/// the op codes before the source, or read from the kernel cache ([`crate::ptx_cache`]) where
+/// the op codes before the source, or read from the kernel cache (`GFLOW_CACHE_DIR`, else
+/// `~/.cache/gflow`, keyed by source, architecture and NVRTC release) where
 /// an earlier process stored it. It needs the NVRTC library only (no driver or device), so the
 /// source's compilation is checked wherever NVRTC is.
 ///
