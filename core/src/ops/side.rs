@@ -7,6 +7,7 @@
 //! taken only under the same tag. One slot: each is taken right after it is left.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::storage::Buffer;
@@ -18,12 +19,17 @@ thread_local! {
     static LEFT: RefCell<Option<(Tag, Vec<Buffer>)>> = const { RefCell::new(None) };
 }
 
-/// Where a local input's host data lives, to tell the same component from another.
+/// Where a local input's data lives, to tell the same component from another: its device
+/// buffer where it has one (never downloaded for this: on a GPU that cost the norms' backward
+/// two waits for the device and two copies of an activation per layer), else its host data.
 ///
 /// # Errors
-/// A device buffer's download error.
+/// None today; a `Result` for the callers' `?`.
 pub(super) fn address(b: &Buffer) -> Result<usize> {
-    Ok(b.host()?.as_bytes().as_ptr() as usize)
+    Ok(match b.device_copy() {
+        Some(d) => Arc::as_ptr(d).cast::<()>() as usize,
+        None => b.host()?.as_bytes().as_ptr() as usize,
+    })
 }
 
 /// Leaves `results` under `tag` (replacing anything left before).
