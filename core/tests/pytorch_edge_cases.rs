@@ -449,3 +449,45 @@ fn errors_name_the_operator_called() -> Result<()> {
     assert!(matches!(e, Error::InvalidArgument { op: "sum", .. }), "{e}");
     Ok(())
 }
+
+/// torch: `torch.tensor(1.).squeeze(0).shape == ()`, `x.index_select(0, torch.tensor(1))` of a
+/// (2, 3) `x` is (1, 3), `torch.zeros(3).masked_fill(torch.ones(2, 3, dtype=bool), 1.)` is (2, 3)
+/// ones; the same over a split dim on 2 ranks.
+#[test]
+fn scalars_squeeze_a_zero_d_index_selects_one_row_and_wide_masks_broadcast() -> Result<()> {
+    let s = scalar(4.0, DType::F32)?;
+    assert_eq!(s.squeeze(0)?.shape(), &[] as &[usize]);
+    assert!(matches!(s.squeeze(1), Err(Error::DimOutOfRange { .. })));
+    let x = Tensor::from_vec((0..6).map(|v| v as f32).collect(), &[2, 3], Device::Cpu)?;
+    let one = Tensor::from_vec(vec![1i64], &[], Device::Cpu)?;
+    let row = x.index_select(0, &one)?;
+    assert_eq!(
+        (row.shape(), row.to_vec::<f32>()?),
+        (&[1, 3][..], vec![3.0, 4.0, 5.0])
+    );
+    let col = x.index_select(1, &one)?;
+    assert_eq!(
+        (col.shape(), col.to_vec::<f32>()?),
+        (&[2, 1][..], vec![1.0, 4.0])
+    );
+    let wide = Tensor::from_vec(
+        vec![true, false, true, false, false, true],
+        &[2, 3],
+        Device::Cpu,
+    )?;
+    let filled = Tensor::zeros(&[3], Device::Cpu)?.masked_fill(&wide, 1.0)?;
+    assert_eq!(filled.shape(), &[2, 3]);
+    assert_eq!(filled.to_vec::<f32>()?, vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0]);
+    let got = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let g = Tensor::from_vec(
+            (0..6).map(|v| v as f32).collect(),
+            &[2, 3],
+            (&p, Sbp::split(0)),
+        )?;
+        let idx = Tensor::from_vec(vec![1i64], &[], (&p, Sbp::broadcast()))?;
+        g.index_select(0, &idx)?.to_vec::<f32>()
+    })?;
+    assert!(got.iter().all(|v| v == &[3.0, 4.0, 5.0]), "{got:?}");
+    Ok(())
+}

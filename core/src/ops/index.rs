@@ -201,14 +201,18 @@ impl Tensor {
         )
     }
 
-    /// The entries of `self` at `index` (1-D, I64 or I32) along `dim` (PyTorch's
-    /// `index_select`).
+    /// The entries of `self` at `index` (1-D, or 0-d as one index; I64 or I32) along `dim`
+    /// (PyTorch's `index_select`).
     ///
     /// # Errors
-    /// `IndexOutOfRange`, `DTypeMismatch`, `ShapeMismatch` for an index that is not 1-D,
+    /// `IndexOutOfRange`, `DTypeMismatch`, `ShapeMismatch` for an index of 2 or more dims,
     /// `DimOutOfRange`.
     pub fn index_select(&self, dim: usize, index: &Tensor) -> Result<Tensor> {
         check_dim("index_select", dim, self.ndim())?;
+        if index.ndim() == 0 {
+            // a 0-d index is one index (PyTorch): the dim stays, of length 1
+            return self.index_select(dim, &index.reshape(&[1])?);
+        }
         if index.ndim() != 1 {
             return Err(Error::ShapeMismatch {
                 op: "index_select",

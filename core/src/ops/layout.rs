@@ -93,11 +93,16 @@ impl Tensor {
         )
     }
 
-    /// Removes dim `dim` when its size is 1 (as PyTorch, a dim of another size is kept).
+    /// Removes dim `dim` when its size is 1 (as PyTorch, a dim of another size is kept, and a
+    /// 0-d tensor squeezes to itself).
     ///
     /// # Errors
     /// `DimOutOfRange`.
     pub fn squeeze(&self, dim: usize) -> Result<Tensor> {
+        if self.ndim() == 0 && dim == 0 {
+            // a 0-d tensor squeezes to itself (PyTorch takes dim 0 of a scalar)
+            return Ok(self.clone());
+        }
         check_dim("squeeze", dim, self.ndim())?;
         if self.shape()[dim] != 1 {
             return Ok(self.clone());

@@ -259,21 +259,13 @@ impl Tensor {
         )
     }
 
-    /// `value` where `mask` is true, else `self` (PyTorch's `masked_fill`); `mask` broadcasts
-    /// to `self`'s shape.
+    /// `value` where `mask` is true, else `self` (PyTorch's out-of-place `masked_fill`): `mask`
+    /// and `self` broadcast together, so a wider mask gives a wider result.
     ///
     /// # Errors
-    /// `ShapeMismatch` when `mask` does not broadcast to `self`'s shape; as
-    /// [`Tensor::where_cond`].
+    /// `ShapeMismatch` when `mask` and `self` do not broadcast; as [`Tensor::where_cond`].
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        let out = broadcast_shapes("masked_fill", mask.shape(), self.shape())?;
-        if out != self.shape() {
-            return Err(Error::ShapeMismatch {
-                op: "masked_fill",
-                shapes: vec![self.shape().to_vec(), mask.shape().to_vec()],
-                reason: "the mask must broadcast to the tensor's shape".into(),
-            });
-        }
+        broadcast_shapes("masked_fill", mask.shape(), self.shape())?;
         let fill = self.scalar_like(value)?;
         mask.where_cond(&fill, self)
     }
