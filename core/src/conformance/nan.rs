@@ -43,9 +43,13 @@ fn reduce_ref(max: bool, x: &[f64], (outer, len, inner): (usize, usize, usize)) 
         .collect()
 }
 
-/// The CPU's (log-)softmax over the middle dim of (outer, len, inner): a line holding a NaN has
-/// a NaN max, so it is NaN throughout.
-fn softmax_ref(x: &[f64], (outer, len, inner): (usize, usize, usize), log: bool) -> Vec<f64> {
+/// The CPU's (log-)softmax over the middle dim of (outer, len, inner), in f64: a line holding a
+/// NaN has a NaN max, so it is NaN throughout (also the `softmax` case's reference).
+pub(super) fn softmax_ref(
+    x: &[f64],
+    (outer, len, inner): (usize, usize, usize),
+    log: bool,
+) -> Vec<f64> {
     let m = reduce_ref(true, x, (outer, len, inner));
     let mut out = vec![0.0; x.len()];
     for (o, &m) in m.iter().enumerate() {
