@@ -48,6 +48,24 @@ pub fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyRes
     })
 }
 
+/// `op`'s product of `a` and `b`, which must both have `ndim` dims (`mm`: 2, `bmm`: 3).
+fn product_of(
+    py: Python<'_>,
+    op: &'static str,
+    ndim: usize,
+    a: Tensor,
+    b: Tensor,
+) -> PyResult<PyTensor> {
+    if a.ndim() != ndim || b.ndim() != ndim {
+        return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+            op,
+            shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
+            reason: format!("{op}() needs two {ndim}-D tensors"),
+        }));
+    }
+    binary(py, a, b, |a, b| a.matmul(b))
+}
+
 fn binary(
     py: Python<'_>,
     a: Tensor,
@@ -373,28 +391,12 @@ impl PyTensor {
 
     /// `x.mm(y)`: the product of two matrices.
     fn mm(&self, py: Python<'_>, other: &PyTensor) -> PyResult<PyTensor> {
-        let (a, b) = (self.get(), other.get());
-        if a.ndim() != 2 || b.ndim() != 2 {
-            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
-                op: "mm",
-                shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
-                reason: "mm() needs two 2-D tensors".into(),
-            }));
-        }
-        binary(py, a, b, |a, b| a.matmul(b))
+        product_of(py, "mm", 2, self.get(), other.get())
     }
 
     /// `x.bmm(y)`: batched matrix product of two 3-D tensors.
     fn bmm(&self, py: Python<'_>, other: &PyTensor) -> PyResult<PyTensor> {
-        let (a, b) = (self.get(), other.get());
-        if a.ndim() != 3 || b.ndim() != 3 {
-            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
-                op: "bmm",
-                shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
-                reason: "bmm() needs two 3-D tensors".into(),
-            }));
-        }
-        binary(py, a, b, |a, b| a.matmul(b))
+        product_of(py, "bmm", 3, self.get(), other.get())
     }
 
     /// `x.max()`: the largest element (a 0-d tensor); `x.max(dim, keepdim=False)`: the
