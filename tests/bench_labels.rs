@@ -48,11 +48,19 @@ fn systems(out: &std::path::Path) -> Vec<String> {
     s
 }
 
+/// A fresh directory for one run's rows, removed when the test ends.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("gflow-labels-")
+        .tempdir()
+        .unwrap()
+}
+
 fn one_host(transport: Option<&str>) -> Vec<String> {
-    let dir = std::env::temp_dir().join(format!("gflow-labels-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("{}.jsonl", transport.unwrap_or("default")));
-    let _ = std::fs::remove_file(&out);
+    let dir = scratch();
+    let out = dir
+        .path()
+        .join(format!("{}.jsonl", transport.unwrap_or("default")));
     let mut cmd = Command::new(exe("launch"));
     cmd.args(["--nproc-per-node", "2"])
         .arg(exe("bench"))
@@ -145,8 +153,8 @@ fn two_hosts_of_two_ranks(transport: Option<&str>) -> Option<Vec<String>> {
         );
         return None;
     }
-    let out = std::env::temp_dir().join(format!("gflow-labels-2h{t}-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&out);
+    let dir = scratch();
+    let out = dir.path().join("rows.jsonl");
     let node = |k: usize| {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &ns[k]])

@@ -33,11 +33,12 @@ fn gpt() -> PathBuf {
         .clone()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gflow-gpt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test's files, removed when the test ends (also when it fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gflow-gpt-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// The tiny config from the PyTorch init, 20 steps, no held-out text, losses to `out`.
@@ -146,7 +147,8 @@ fn assert_close(got: &[f64], want: &[f64], rel: f64, what: &str) {
 /// Single device, f64 and f32: PyTorch's losses (f64 to 1e-9, f32 to 1e-5 relative).
 #[test]
 fn single_device_losses_equal_pytorch() {
-    let dir = scratch("single");
+    let tmp = scratch("single");
+    let dir = tmp.path();
     for (dtype, rel) in [("f64", 1e-9), ("f32", 1e-5)] {
         let out = dir.join(format!("{dtype}.json"));
         let (_, got) = run(1, false, &tiny_args(dtype, "single", &out), &[], dtype);
@@ -157,7 +159,8 @@ fn single_device_losses_equal_pytorch() {
 /// Every layout on 1, 2 and 4 ranks, as threads and as processes: PyTorch's f64 losses.
 #[test]
 fn every_layout_on_1_2_4_ranks_gives_the_single_device_losses() {
-    let dir = scratch("layouts");
+    let tmp = scratch("layouts");
+    let dir = tmp.path();
     let want = reference("f64");
     for processes in [false, true] {
         for n in [1, 2, 4] {
@@ -185,7 +188,8 @@ fn every_layout_on_1_2_4_ranks_gives_the_single_device_losses() {
 /// launcher sets its own count), steps 10..20 give bitwise the losses of the whole run.
 #[test]
 fn resumed_runs_continue_bitwise() {
-    let dir = scratch("resume");
+    let tmp = scratch("resume");
+    let dir = tmp.path();
     let ckpt = dir.join("ckpt");
     let mut args = tiny_args("f32", "fsdp", &dir.join("full.json"));
     args.extend([
@@ -290,7 +294,8 @@ fn the_benchmark_prints_consistent_json() {
 /// backend is missing, unless `GFLOW_REQUIRE_BACKEND` names it.
 #[test]
 fn gpu_backends_give_pytorchs_losses() {
-    let dir = scratch("devices");
+    let tmp = scratch("devices");
+    let dir = tmp.path();
     let want = reference("f32");
     for device in ["wgpu", "cuda"] {
         for (n, processes, layout) in [(1, false, "single"), (2, true, "dp")] {
