@@ -2,7 +2,9 @@
 //! `docs/benchmarks.md` (median of the slowest rank over runs after warm-ups).
 //!
 //! Run: `cargo run --release --bin gflow-bench -- WHAT [--ranks N] [--mib M] [--runs R] [--sizes a,b]`
-//! where WHAT is `boxing` (to_global S(0)->B and P->B), `matmul` (CPU f32 matmul) or `dispatch`
+//! where WHAT is `boxing` (to_global S(0)->B and P->B as simulated ranks; under `gflow-launch`,
+//! four `to_global`s each against its raw collective of the same bytes, `vs_collective` the
+//! ratio, `--sizes` and `--ops` as for `collectives`), `matmul` (CPU f32 matmul) or `dispatch`
 //! (the overhead of a global op that needs no communication) or `collectives` (run it under
 //! `gflow-launch`; rank 0 appends JSON lines to `--out FILE`, default stdout) or `train` (steps/s
 //! of a data-parallel MLP, 3 layers of `--width` (1024) at global batch `--batch` (256); under
@@ -186,6 +188,9 @@ fn host_bytes_sent(env: &Env, mut f: impl FnMut() -> Result<()>) -> Result<Vec<u
 }
 
 fn boxing(a: &Args) -> Result<()> {
+    if gflow::launched() {
+        return boxing_processes(a);
+    }
     let n = a.ranks;
     let elems = a.mib * (1 << 20) / 4;
     let bytes = elems * 4;
@@ -226,6 +231,121 @@ fn boxing(a: &Args) -> Result<()> {
             "{{\"system\": \"gflow-inproc\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t:.6}, \"busbw_gbs\": {:.3}}}",
             factor * bytes as f64 / t / 1e9
         );
+    }
+    Ok(())
+}
+
+/// `boxing` under `gflow-launch`: each `to_global` that is one collective, timed against that
+/// collective of the same bytes on the same links in the same run (the goal: at most 1.1x it).
+/// The pairs: partial_sum -> broadcast and all_reduce, split(0) -> broadcast and all_gather,
+/// partial_sum -> split(0) and reduce_scatter, split(0) -> split(1) and all_to_all; `bytes` as
+/// the collectives' rows count them (per rank, or the gathered or scattered buffer). Rank 0
+/// writes one line per pair with both times and `vs_collective`, the ratio.
+fn boxing_processes(a: &Args) -> Result<()> {
+    let env = gflow::init()?;
+    let n = env.world_size();
+    let world: Vec<usize> = (0..n).collect();
+    let p = Placement::new("cpu", world.clone())?;
+    let system = system_name();
+    let nf = n as f64;
+    let mut lines = vec![];
+    for &size in &a.sizes {
+        let width = 256 * n;
+        // Elements whose split over the ranks (and into rows of `width`) is exact.
+        let count = ((if a.kib { size << 10 } else { size << 20 }) / 4 / width).max(1) * width;
+        let bytes = count * 4;
+        let part = count / n;
+        let src: Vec<f32> = (0..count).map(|i| (i % 97) as f32).collect();
+        let mut dst = vec![0f32; count];
+        let mut small = vec![0f32; part];
+        let local =
+            |data: &[f32], shape: &[usize]| Tensor::from_vec(data.to_vec(), shape, Device::Cpu);
+        let rows = count / 256;
+        // Each rank's whole buffer as a summand; a split(0) tensor whose rank holds `part`
+        // (gathered: `count`); a split(0) one whose rank holds `count` (exchanged: `count`).
+        let partial = local(&src, &[rows, 256])?.to_global(&p, Sbp::partial_sum())?;
+        let split = local(&src[..part], &[rows / n, 256])?.to_global(&p, Sbp::split(0))?;
+        let wide = local(&src, &[count / width, width])?.to_global(&p, Sbp::split(0))?;
+        let c = env.comm();
+        let sizes = vec![part * 4; n];
+        let pairs: [(&str, &str, f64, &Tensor, NdSbp); 4] = [
+            (
+                "to_global_p_to_b",
+                "all_reduce",
+                2.0 * (nf - 1.0) / nf,
+                &partial,
+                Sbp::broadcast().into(),
+            ),
+            (
+                "to_global_s0_to_b",
+                "all_gather",
+                (nf - 1.0) / nf,
+                &split,
+                Sbp::broadcast().into(),
+            ),
+            (
+                "to_global_p_to_s0",
+                "reduce_scatter",
+                (nf - 1.0) / nf,
+                &partial,
+                Sbp::split(0).into(),
+            ),
+            (
+                "to_global_s0_to_s1",
+                "all_to_all",
+                (nf - 1.0) / nf,
+                &wide,
+                Sbp::split(1).into(),
+            ),
+        ];
+        let wanted = |raw: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == raw);
+        for (op, raw, factor, t, to) in pairs.into_iter().filter(|x| wanted(x.1)) {
+            let t_box = time_collective(&env, a.runs, || t.to_global(&p, to.clone()).map(drop))?;
+            let t_raw = time_collective(&env, a.runs, || {
+                match raw {
+                    "all_reduce" => c.all_reduce_into(
+                        &world,
+                        bytemuck::cast_slice(&src),
+                        bytemuck::cast_slice_mut(&mut dst),
+                        DType::F32,
+                        gflow::ReduceOp::Sum,
+                    )?,
+                    "all_gather" => c.all_gather_into(
+                        &world,
+                        bytemuck::cast_slice(&src[..part]),
+                        &sizes,
+                        bytemuck::cast_slice_mut(&mut dst),
+                    )?,
+                    "reduce_scatter" => c.reduce_scatter_into(
+                        &world,
+                        bytemuck::cast_slice(&src),
+                        &sizes,
+                        DType::F32,
+                        gflow::ReduceOp::Sum,
+                        bytemuck::cast_slice_mut(&mut small),
+                    )?,
+                    _ => {
+                        let sends: Vec<&[u8]> =
+                            src.chunks(part).map(bytemuck::cast_slice).collect();
+                        c.all_to_all_into(
+                            &world,
+                            &sends,
+                            &sizes,
+                            bytemuck::cast_slice_mut(&mut dst),
+                        )?;
+                    }
+                }
+                Ok(())
+            })?;
+            lines.push(format!(
+                "{{\"system\": \"{system}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t_box:.6}, \"busbw_gbs\": {:.3}, \"collective\": \"{raw}\", \"collective_s\": {t_raw:.6}, \"vs_collective\": {:.3}}}",
+                factor * bytes as f64 / t_box / 1e9,
+                t_box / t_raw
+            ));
+        }
+    }
+    if env.rank() == 0 {
+        emit(a, &lines)?;
     }
     Ok(())
 }

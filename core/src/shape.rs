@@ -138,26 +138,23 @@ pub fn relative(region: &[Range<usize>], outer: &[Range<usize>]) -> Vec<usize> {
         .collect()
 }
 
-/// Copies the box of extent `extent` from `src` (an array of `src_shape` elements of `elem` bytes)
-/// at `src_at` into `dst` (of `dst_shape`) at `dst_at`. Trailing dimensions that both arrays cover
-/// fully are merged, so the inner loop is one `memcpy` per contiguous run.
-#[allow(clippy::too_many_arguments)]
-pub fn copy_region(
+/// Calls `run(src_offset, dst_offset, len)` (in bytes) for each contiguous run of the box of
+/// extent `extent` at `src_at` in an array of `src_shape` and at `dst_at` in one of `dst_shape`
+/// (elements of `elem` bytes), in row-major order of the box. Trailing dimensions that both
+/// arrays cover fully are merged, so a run is as long as the layouts allow.
+fn for_each_run(
     elem: usize,
-    src: &[u8],
-    src_shape: &[usize],
-    src_at: &[usize],
-    dst: &mut [u8],
-    dst_shape: &[usize],
-    dst_at: &[usize],
+    (src_shape, src_at): (&[usize], &[usize]),
+    (dst_shape, dst_at): (&[usize], &[usize]),
     extent: &[usize],
+    mut run: impl FnMut(usize, usize, usize),
 ) {
     let nd = extent.len();
     if extent.contains(&0) {
         return;
     }
     if nd == 0 {
-        dst[..elem].copy_from_slice(&src[..elem]);
+        run(0, 0, elem);
         return;
     }
     // Dimensions t.. are covered fully by the box in both arrays: one contiguous run per index of
@@ -167,7 +164,7 @@ pub fn copy_region(
         t -= 1;
     }
     let run_dim = t - 1;
-    let run = extent[run_dim..].iter().product::<usize>() * elem;
+    let len = extent[run_dim..].iter().product::<usize>() * elem;
     let ss = strides(src_shape);
     let ds = strides(dst_shape);
     let mut idx = vec![0usize; run_dim];
@@ -178,8 +175,7 @@ pub fn copy_region(
             so += (src_at[d] + idx[d]) * ss[d];
             d_o += (dst_at[d] + idx[d]) * ds[d];
         }
-        let (so, d_o) = (so * elem, d_o * elem);
-        dst[d_o..d_o + run].copy_from_slice(&src[so..so + run]);
+        run(so * elem, d_o * elem, len);
         // odometer over the outer dimensions
         let mut d = run_dim;
         loop {
@@ -196,20 +192,45 @@ pub fn copy_region(
     }
 }
 
-/// Copies `region` (absolute, within a tensor of `shape`) out of `src` into a new contiguous buffer.
+/// Copies the box of extent `extent` from `src` (an array of `src_shape` elements of `elem` bytes)
+/// at `src_at` into `dst` (of `dst_shape`) at `dst_at`. Trailing dimensions that both arrays cover
+/// fully are merged, so the inner loop is one `memcpy` per contiguous run.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_region(
+    elem: usize,
+    src: &[u8],
+    src_shape: &[usize],
+    src_at: &[usize],
+    dst: &mut [u8],
+    dst_shape: &[usize],
+    dst_at: &[usize],
+    extent: &[usize],
+) {
+    for_each_run(
+        elem,
+        (src_shape, src_at),
+        (dst_shape, dst_at),
+        extent,
+        |so, d_o, len| dst[d_o..d_o + len].copy_from_slice(&src[so..so + len]),
+    );
+}
+
+/// Copies `region` (absolute, within a tensor of `shape`) out of `src` into a new contiguous
+/// buffer, written once run by run (the buffer's runs follow each other in the box's order, so
+/// it is never zeroed first).
 pub fn extract(elem: usize, src: &[u8], shape: &[usize], region: &[Range<usize>]) -> Vec<u8> {
     let ext = region_shape(region);
-    let mut out = vec![0u8; numel(&ext) * elem];
+    let mut out = Vec::with_capacity(numel(&ext) * elem);
     let at: Vec<usize> = region.iter().map(|r| r.start).collect();
-    copy_region(
+    for_each_run(
         elem,
-        src,
-        shape,
-        &at,
-        &mut out,
+        (shape, &at),
+        (&ext, &vec![0; ext.len()]),
         &ext,
-        &vec![0; ext.len()],
-        &ext,
+        |so, d_o, len| {
+            debug_assert_eq!(d_o, out.len(), "runs in the box's order");
+            out.extend_from_slice(&src[so..so + len]);
+        },
     );
     out
 }
