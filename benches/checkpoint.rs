@@ -1,4 +1,5 @@
-//! `gflow-bench checkpoint [--bytes B] [--ranks 1,2,4] [--runs R] [--dir D] [--out FILE]`:
+//! `gflow-bench checkpoint [--bytes B] [--ranks 1,2,4] [--runs R] [--dir D] [--out FILE]`
+//! (`--help` lists them):
 //! save and load GB/s of a model of B bytes (default 1 GiB: 8 f32 tensors of (rows, 1024),
 //! split(0) over the ranks, as FSDP shards them) on 1, 2 and 4 processes under `gflow-launch`,
 //! against a plain sequential write + fsync and read of the same bytes by one process in the
@@ -21,12 +22,27 @@ use gflow::{StateDict, checkpoint};
 const TENSORS: usize = 8;
 const COLS: usize = 1024;
 
+/// `gflow-bench checkpoint` flags.
+#[derive(clap::Parser, Debug)]
+#[command(name = "gflow-bench checkpoint")]
 struct Args {
+    /// The model's bytes (8 f32 tensors of (rows, 1024)).
+    #[arg(long, default_value_t = 1 << 30)]
     bytes: usize,
+    /// The process counts to save and load on.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4])]
     ranks: Vec<usize>,
+    /// Timed runs (after one warm-up).
+    #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Where the checkpoints go.
+    #[arg(long, default_value_os_t = default_dir())]
     dir: PathBuf,
+    /// Append the JSON lines to this file (default: stdout).
+    #[arg(long)]
     out: Option<String>,
+    /// One rank of a launched job (set by the parent, which starts `gflow-launch`).
+    #[arg(long, hide = true)]
     child: bool,
 }
 
@@ -37,55 +53,25 @@ fn bad(reason: String) -> gflow::Error {
     }
 }
 
+/// A new directory in the system's temporary one.
+fn default_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("gflow-bench-ckpt-{}", std::process::id()))
+}
+
+/// The flags after `checkpoint`, checked.
 fn parse() -> Result<Args> {
-    let mut a = Args {
-        bytes: 1 << 30,
-        ranks: vec![1, 2, 4],
-        runs: 5,
-        dir: std::env::temp_dir().join(format!("gflow-bench-ckpt-{}", std::process::id())),
-        out: None,
-        child: false,
-    };
-    let mut it = std::env::args().skip(2);
-    while let Some(x) = it.next() {
-        let mut value = || it.next().ok_or_else(|| bad(format!("{x} needs a value")));
-        match x.as_str() {
-            "--bytes" => {
-                a.bytes = value()?
-                    .parse()
-                    .map_err(|_| bad("--bytes needs a byte count".into()))?
-            }
-            "--runs" => {
-                a.runs = value()?
-                    .parse()
-                    .ok()
-                    .filter(|&r| r > 0)
-                    .ok_or_else(|| bad("--runs needs a positive integer".into()))?
-            }
-            "--ranks" => {
-                a.ranks = value()?
-                    .split(',')
-                    .map(|s| s.parse().ok().filter(|&n| n > 0))
-                    .collect::<Option<Vec<usize>>>()
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| bad("--ranks needs a list like 1,2,4".into()))?
-            }
-            "--dir" => a.dir = PathBuf::from(value()?),
-            "--out" => a.out = Some(value()?),
-            "--child" => a.child = true,
-            other => {
-                return Err(bad(format!(
-                    "unknown argument {other:?}; usage: gflow-bench checkpoint [--bytes B] [--ranks 1,2,4] [--runs R] [--dir D] [--out FILE]"
-                )));
-            }
-        }
-    }
+    let a = <Args as clap::Parser>::parse_from(
+        std::iter::once("gflow-bench checkpoint".to_string()).chain(std::env::args().skip(2)),
+    );
     if a.bytes < TENSORS * COLS * 4 {
         return Err(bad(format!(
             "--bytes {} is below the smallest model ({} bytes)",
             a.bytes,
             TENSORS * COLS * 4
         )));
+    }
+    if a.runs == 0 || a.ranks.contains(&0) {
+        return Err(bad("--runs and every --ranks entry must be positive".into()));
     }
     Ok(a)
 }

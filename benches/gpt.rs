@@ -62,11 +62,17 @@ struct Flags {
 /// # Errors
 /// Bad flags (`InvalidArgument`), training and communication errors.
 pub fn main(args: impl Iterator<Item = String>) -> Result<()> {
-    let f = Flags::try_parse_from(std::iter::once("gflow-bench gpt".to_string()).chain(args))
-        .map_err(|e| gflow::Error::InvalidArgument {
-            op: "gflow-bench gpt",
-            reason: e.to_string(),
-        })?;
+    let f = match Flags::try_parse_from(std::iter::once("gflow-bench gpt".to_string()).chain(args))
+    {
+        Ok(f) => f,
+        Err(e) if !e.use_stderr() => e.exit(), // --help: printed, exit 0
+        Err(e) => {
+            return Err(gflow::Error::InvalidArgument {
+                op: "gflow-bench gpt",
+                reason: e.to_string(),
+            });
+        }
+    };
     let cfg = model::Config::named(&f.config).ok_or_else(|| gflow::Error::InvalidArgument {
         op: "--config",
         reason: format!("tiny, small, 50m, m50 or m10 expected, got {:?}", f.config),

@@ -27,110 +27,108 @@ static ALLOC: gflow::ShmAlloc = gflow::ShmAlloc;
 
 use gflow::prelude::*;
 
-struct Args {
-    what: String,
-    out: Option<String>,
-    ranks: usize,
-    mib: usize,
-    runs: usize,
-    sizes: Vec<usize>,
-    width: usize,
-    batch: usize,
-    /// `collectives` only: the operations to time (all when empty).
-    ops: Vec<String>,
-    /// `matmul` only: the backend (`cpu`, `wgpu` or `cuda`).
-    device: String,
-    /// `collectives` only: `--sizes` in KiB rather than MiB (latency-bound messages).
-    kib: bool,
-    /// `ops` only: the sizes (`--act`, `--attn`, `--mm`, `--small`).
-    op_sizes: ops::OpSizes,
+/// What `gflow-bench` measures (`gpt` and `checkpoint` take their own flags: `gflow-bench gpt
+/// --help`, `gflow-bench checkpoint --help`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum What {
+    /// `to_global` S(0)->B and P->B (simulated ranks; under `gflow-launch`, four conversions
+    /// each against its raw collective).
+    Boxing,
+    /// f32 matmul on `--device`.
+    Matmul,
+    /// The overhead of a global op that needs no communication.
+    Dispatch,
+    /// The collectives and point to point, under `gflow-launch`.
+    Collectives,
+    /// Steps/s of a data-parallel MLP.
+    Train,
+    /// The transformer operators, forward and forward+backward.
+    Ops,
+    /// `train` on a mixed wgpu + CPU placement, balanced against weighted splits.
+    Weighted,
 }
 
-fn parse() -> std::result::Result<Args, String> {
-    let mut a = Args {
-        what: "boxing".into(),
-        out: None,
-        ranks: 4,
-        mib: 16,
-        runs: 7,
-        sizes: vec![256, 1024, 2048],
-        width: 1024,
-        batch: 256,
-        ops: vec![],
-        device: "cpu".into(),
-        kib: false,
-        op_sizes: ops::OpSizes {
-            act: vec![8, 1024, 768],
-            attn: vec![8, 12, 256, 64],
-            mm: 1024,
-        },
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        let mut num = |name: &str| -> std::result::Result<usize, String> {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{name} needs a positive integer"))
+/// `gflow-bench` flags (each benchmark reads the ones it names).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "gflow-bench",
+    about = "gflow's benchmarks: one JSON line per measurement",
+    after_help = "Also: `gflow-bench gpt ...` (tokens/s and MFU of the GPT) and \
+                  `gflow-bench checkpoint ...` (save and load against torch DCP), each with its own flags."
+)]
+struct Args {
+    /// The benchmark.
+    #[arg(value_enum, default_value_t = What::Boxing)]
+    what: What,
+    /// Append rank 0's JSON lines to this file (default: stdout).
+    #[arg(long)]
+    out: Option<String>,
+    /// Ranks as threads (when not under `gflow-launch`).
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// `boxing` as threads: the tensor's MiB.
+    #[arg(long, default_value_t = 16)]
+    mib: usize,
+    /// Timed runs (after two warm-ups).
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// Sizes: matrix sides for `matmul`, MiB (or KiB with `--kib`) for `collectives` and
+    /// launched `boxing`.
+    #[arg(long, value_delimiter = ',', default_values_t = [256, 1024, 2048])]
+    sizes: Vec<usize>,
+    /// `train`/`weighted`: the MLP's width.
+    #[arg(long, default_value_t = 1024)]
+    width: usize,
+    /// `train`/`weighted`: the global batch.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// `collectives` and launched `boxing`: the operations to time (all when empty:
+    /// all_reduce, all_gather, reduce_scatter, all_to_all, p2p); `ops`: the operators.
+    #[arg(long, value_delimiter = ',')]
+    ops: Vec<String>,
+    /// `matmul`: the backend (`cpu`, `wgpu` or `cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// `collectives`: `--sizes` in KiB rather than MiB (latency-bound messages).
+    #[arg(long)]
+    kib: bool,
+    /// `ops`: activations (batch, seq, width).
+    #[arg(long, value_delimiter = ',', num_args = 1, default_values_t = [8, 1024, 768])]
+    act: Vec<usize>,
+    /// `ops`: attention (batch, heads, seq, head_dim).
+    #[arg(long, value_delimiter = ',', num_args = 1, default_values_t = [8, 12, 256, 64])]
+    attn: Vec<usize>,
+    /// `ops`: the matmul's m = k = n.
+    #[arg(long, default_value_t = 1024)]
+    mm: usize,
+    /// `ops`: a quarter of the batch and sequence (and of `--mm`), for a quick run.
+    #[arg(long)]
+    small: bool,
+}
+
+impl Args {
+    /// The `ops` sizes the flags give, or what is wrong with them.
+    fn op_sizes(&self) -> Result<ops::OpSizes> {
+        let bad = |flag: &'static str, want: usize, got: &[usize]| gflow::Error::InvalidArgument {
+            op: flag,
+            reason: format!("{want} sizes expected (like 8,1024,768), got {got:?}"),
         };
-        match x.as_str() {
-            "--ranks" => a.ranks = num("--ranks")?,
-            "--mib" => a.mib = num("--mib")?,
-            "--runs" => a.runs = num("--runs")?,
-            "--width" => a.width = num("--width")?,
-            "--batch" => a.batch = num("--batch")?,
-            "--sizes" => {
-                a.sizes = it
-                    .next()
-                    .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
-                    .filter(|v: &Vec<usize>| !v.is_empty())
-                    .ok_or("--sizes needs a list like 256,1024")?
-            }
-            "--out" => a.out = Some(it.next().ok_or("--out needs a file")?),
-            "--kib" => a.kib = true,
-            "--act" | "--attn" => {
-                let v: Vec<usize> = it
-                    .next()
-                    .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
-                    .unwrap_or_default();
-                match (x.as_str(), v.len()) {
-                    ("--act", 3) => a.op_sizes.act = v,
-                    ("--attn", 4) => a.op_sizes.attn = v,
-                    _ => {
-                        return Err(format!(
-                            "{x} needs 3 (--act) or 4 (--attn) sizes like 8,1024,768"
-                        ));
-                    }
-                }
-            }
-            "--mm" => a.op_sizes.mm = num("--mm")?,
-            "--small" => {
-                let (act, attn) = (&mut a.op_sizes.act, &mut a.op_sizes.attn);
-                act[0] = (act[0] / 4).max(1);
-                act[1] = (act[1] / 4).max(1);
-                attn[0] = (attn[0] / 4).max(1);
-                attn[2] = (attn[2] / 4).max(1);
-                a.op_sizes.mm /= 4;
-            }
-            "--device" => a.device = it.next().ok_or("--device needs cpu, wgpu or cuda")?,
-            "--ops" => {
-                a.ops = it
-                    .next()
-                    .ok_or("--ops needs a list like all_reduce,p2p")?
-                    .split(',')
-                    .map(String::from)
-                    .collect()
-            }
-            "boxing" | "matmul" | "dispatch" | "collectives" | "train" | "ops" | "weighted" => {
-                a.what = x
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?}; usage: gflow-bench boxing|matmul|dispatch|collectives|train|ops|weighted [--ranks N] [--mib M] [--runs R] [--sizes a,b] [--kib] [--width W] [--batch B] [--ops all_reduce,all_gather,reduce_scatter,all_to_all,p2p] [--device cpu|wgpu|cuda] [--act b,t,d] [--attn b,h,t,d] [--mm n] [--small] [--out FILE]"
-                ));
-            }
+        if self.act.len() != 3 {
+            return Err(bad("--act", 3, &self.act));
         }
+        if self.attn.len() != 4 {
+            return Err(bad("--attn", 4, &self.attn));
+        }
+        let (mut act, mut attn, mut mm) = (self.act.clone(), self.attn.clone(), self.mm);
+        if self.small {
+            act[0] = (act[0] / 4).max(1);
+            act[1] = (act[1] / 4).max(1);
+            attn[0] = (attn[0] / 4).max(1);
+            attn[2] = (attn[2] / 4).max(1);
+            mm /= 4;
+        }
+        Ok(ops::OpSizes { act, attn, mm })
     }
-    Ok(a)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -683,25 +681,15 @@ fn main() {
             std::process::exit(1)
         });
     }
-    let args = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("gflow-bench: {e}");
-            std::process::exit(2);
-        }
-    };
-    let r = match args.what.as_str() {
-        "boxing" => boxing(&args),
-        "matmul" => matmul(&args),
-        "dispatch" => dispatch(&args),
-        "collectives" => collectives(&args),
-        "train" => train(&args),
-        "ops" => ops::ops(&args, &args.op_sizes),
-        "weighted" => weighted::weighted(&args),
-        other => Err(gflow::Error::InvalidArgument {
-            op: "gflow-bench",
-            reason: format!("unknown benchmark {other:?}"),
-        }),
+    let args = <Args as clap::Parser>::parse();
+    let r = match args.what {
+        What::Boxing => boxing(&args),
+        What::Matmul => matmul(&args),
+        What::Dispatch => dispatch(&args),
+        What::Collectives => collectives(&args),
+        What::Train => train(&args),
+        What::Ops => args.op_sizes().and_then(|sizes| ops::ops(&args, &sizes)),
+        What::Weighted => weighted::weighted(&args),
     };
     if let Err(e) = r {
         eprintln!("gflow-bench: {e}");
