@@ -136,6 +136,61 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Runs the collective `op` (`all_reduce`, `all_gather`, `reduce_scatter`, else all_to_all) of
+/// `src` on `world`, each member's part `small.len()` elements: `src` reduced into `dst`, the
+/// first part of `src` gathered into `dst`, the first `world.len()` parts of `src` reduced and
+/// scattered into `small`, or sent one part to each member into `dst`.
+fn raw_collective(
+    c: &dyn gflow::Communicator,
+    world: &[usize],
+    op: &str,
+    src: &[f32],
+    dst: &mut [f32],
+    small: &mut [f32],
+) -> Result<()> {
+    let (n, part) = (world.len(), small.len());
+    let sizes = vec![part * 4; n];
+    match op {
+        // src reduced into dst, as MPI's Allreduce(src, dst) (Gloo's script copies src into
+        // dst and reduces that in place).
+        "all_reduce" => c.all_reduce_into(
+            world,
+            bytemuck::cast_slice(src),
+            bytemuck::cast_slice_mut(dst),
+            DType::F32,
+            gflow::ReduceOp::Sum,
+        )?,
+        "all_gather" => c.all_gather_into(
+            world,
+            bytemuck::cast_slice(&src[..part]),
+            &sizes,
+            bytemuck::cast_slice_mut(&mut dst[..part * n]),
+        )?,
+        "reduce_scatter" => c.reduce_scatter_into(
+            world,
+            bytemuck::cast_slice(&src[..part * n]),
+            &sizes,
+            DType::F32,
+            gflow::ReduceOp::Sum,
+            bytemuck::cast_slice_mut(small),
+        )?,
+        _ => {
+            let sends: Vec<&[u8]> = src[..part * n]
+                .chunks(part.max(1))
+                .map(bytemuck::cast_slice)
+                .take(n)
+                .collect();
+            c.all_to_all_into(
+                world,
+                &sends,
+                &sizes,
+                bytemuck::cast_slice_mut(&mut dst[..part * n]),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Times `f` on every rank (a barrier before each run) and returns the median of the slowest
 /// rank's times.
 fn time_collective(env: &Env, runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -265,7 +320,6 @@ fn boxing_processes(a: &Args) -> Result<()> {
         let split = local(&src[..part], &[rows / n, 256])?.to_global(&p, Sbp::split(0))?;
         let wide = local(&src, &[count / width, width])?.to_global(&p, Sbp::split(0))?;
         let c = env.comm();
-        let sizes = vec![part * 4; n];
         let pairs: [(&str, &str, f64, &Tensor, NdSbp); 4] = [
             (
                 "to_global_p_to_b",
@@ -300,40 +354,7 @@ fn boxing_processes(a: &Args) -> Result<()> {
         for (op, raw, factor, t, to) in pairs.into_iter().filter(|x| wanted(x.1)) {
             let t_box = time_collective(&env, a.runs, || t.to_global(&p, to.clone()).map(drop))?;
             let t_raw = time_collective(&env, a.runs, || {
-                match raw {
-                    "all_reduce" => c.all_reduce_into(
-                        &world,
-                        bytemuck::cast_slice(&src),
-                        bytemuck::cast_slice_mut(&mut dst),
-                        DType::F32,
-                        gflow::ReduceOp::Sum,
-                    )?,
-                    "all_gather" => c.all_gather_into(
-                        &world,
-                        bytemuck::cast_slice(&src[..part]),
-                        &sizes,
-                        bytemuck::cast_slice_mut(&mut dst),
-                    )?,
-                    "reduce_scatter" => c.reduce_scatter_into(
-                        &world,
-                        bytemuck::cast_slice(&src),
-                        &sizes,
-                        DType::F32,
-                        gflow::ReduceOp::Sum,
-                        bytemuck::cast_slice_mut(&mut small),
-                    )?,
-                    _ => {
-                        let sends: Vec<&[u8]> =
-                            src.chunks(part).map(bytemuck::cast_slice).collect();
-                        c.all_to_all_into(
-                            &world,
-                            &sends,
-                            &sizes,
-                            bytemuck::cast_slice_mut(&mut dst),
-                        )?;
-                    }
-                }
-                Ok(())
+                raw_collective(c, &world, raw, &src, &mut dst, &mut small)
             })?;
             lines.push(format!(
                 "{{\"system\": \"{system}\", \"op\": \"{op}\", \"ranks\": {n}, \"bytes\": {bytes}, \"median_s\": {t_box:.6}, \"busbw_gbs\": {:.3}, \"collective\": \"{raw}\", \"collective_s\": {t_raw:.6}, \"vs_collective\": {:.3}}}",
@@ -517,48 +538,7 @@ fn collectives(a: &Args) -> Result<()> {
         ];
         let wanted = |op: &str| a.ops.is_empty() || a.ops.iter().any(|o| o == op);
         for (op, factor) in ops.into_iter().filter(|(op, _)| wanted(op)) {
-            let mut run = || {
-                let c = env.comm();
-                match op {
-                    // src reduced into dst, as MPI's Allreduce(src, dst) (Gloo's script copies
-                    // src into dst and reduces that in place).
-                    "all_reduce" => c.all_reduce_into(
-                        &world,
-                        bytemuck::cast_slice(&src),
-                        bytemuck::cast_slice_mut(&mut dst),
-                        DType::F32,
-                        gflow::ReduceOp::Sum,
-                    )?,
-                    "all_gather" => c.all_gather_into(
-                        &world,
-                        bytemuck::cast_slice(&src[..part]),
-                        &vec![part * 4; n],
-                        bytemuck::cast_slice_mut(&mut dst[..part * n]),
-                    )?,
-                    "reduce_scatter" => c.reduce_scatter_into(
-                        &world,
-                        bytemuck::cast_slice(&src[..part * n]),
-                        &vec![part * 4; n],
-                        DType::F32,
-                        gflow::ReduceOp::Sum,
-                        bytemuck::cast_slice_mut(&mut small),
-                    )?,
-                    _ => {
-                        let sends: Vec<&[u8]> = src[..part * n]
-                            .chunks(part.max(1))
-                            .map(bytemuck::cast_slice)
-                            .take(n)
-                            .collect();
-                        c.all_to_all_into(
-                            &world,
-                            &sends,
-                            &vec![part * 4; n],
-                            bytemuck::cast_slice_mut(&mut dst[..part * n]),
-                        )?;
-                    }
-                }
-                Ok(())
-            };
+            let mut run = || raw_collective(env.comm(), &world, op, &src, &mut dst, &mut small);
             let t = time_collective(&env, a.runs, &mut run)?;
             let per_host = host_bytes_sent(&env, &mut run)?;
             lines.push(format!(
