@@ -14,48 +14,8 @@ use gflow_core::boxing::{Dist, exec, plan::axis_search};
 use gflow_core::{DType, Device, NdSbp, Placement, ReduceOp, Sbp, Tensor, simulate};
 use proptest::prelude::*;
 
-/// A tiny deterministic generator so every rank derives the same reference.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n.max(1)
-    }
-}
-
-/// Balanced part `i` of `len` over `n` (API.md: the first len % n parts get one more).
-fn part(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
-    let sizes: Vec<usize> = (0..n).map(|k| len / n + usize::from(k < len % n)).collect();
-    let start: usize = sizes[..i].iter().sum();
-    start..start + sizes[i]
-}
-
-/// The slab `range` of dimension `d`, by filtering every element's multi-index.
-fn slab(
-    v: &[f64],
-    shape: &[usize],
-    d: usize,
-    range: std::ops::Range<usize>,
-) -> (Vec<f64>, Vec<usize>) {
-    let mut out = vec![];
-    for (flat, x) in v.iter().enumerate() {
-        let mut rem = flat;
-        let mut idx = vec![0; shape.len()];
-        for k in (0..shape.len()).rev() {
-            idx[k] = rem % shape[k];
-            rem /= shape[k];
-        }
-        if range.contains(&idx[d]) {
-            out.push(*x);
-        }
-    }
-    let mut s = shape.to_vec();
-    s[d] = range.len();
-    (out, s)
-}
+mod reference;
+use reference::{Lcg, part, slab};
 
 /// Every rank's component of value `v` under (placement, sbp), straight from the definitions.
 fn decompose(

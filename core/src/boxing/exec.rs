@@ -39,7 +39,22 @@ pub fn execute(
         );
     }
     let mut cur: Option<Cow<'_, HostData>> = data;
-    for step in &plan.steps {
+    // A 16-bit sum resolved over more than one axis stays in f32 from the first reduction to the
+    // last, so that it rounds once (as one axis's reduction does), not once per axis.
+    let sums: Vec<usize> = (0..plan.steps.len())
+        .filter(|&i| dtype.is_half() && reduces_sum(&plan.steps[i]))
+        .collect();
+    let wide = match (sums.first(), sums.last()) {
+        (Some(&first), Some(&last)) if first < last => Some(first..=last),
+        _ => None,
+    };
+    let (given, mut dtype_now) = (dtype, dtype);
+    for (i, step) in plan.steps.iter().enumerate() {
+        if wide.as_ref().is_some_and(|w| *w.start() == i) {
+            dtype_now = DType::F32;
+            cur = cur.map(|d| Cow::Owned(d.cast(DType::F32)));
+        }
+        let dtype = dtype_now;
         cur = match step {
             Step::Axis(s) => match (cur, s.placement.coords_of(comm.rank())) {
                 (Some(d), Some(coords)) => Some(Cow::Owned(axis_step(s, shape, &coords, d, comm)?)),
@@ -49,8 +64,26 @@ pub fn execute(
                 redistribute(r, shape, dtype, cur.as_deref(), comm)?.map(Cow::Owned)
             }
         };
+        if wide.as_ref().is_some_and(|w| *w.end() == i) {
+            dtype_now = given;
+            cur = cur.map(|d| Cow::Owned(d.cast(given)));
+        }
     }
     Ok(cur.map(Cow::into_owned))
+}
+
+/// Whether `step` reduces a `partial_sum` (an all-reduce or a reduce-scatter of sums).
+fn reduces_sum(step: &Step) -> bool {
+    match step {
+        Step::Axis(a) => {
+            a.before.as_slice()[a.axis] == Sbp::Partial(ReduceOp::Sum)
+                && matches!(
+                    a.kind,
+                    AxisKind::AllReduce | AxisKind::ReduceScatter | AxisKind::ReduceScatterPad
+                )
+        }
+        Step::Redistribute(_) => false,
+    }
 }
 
 /// The data layout of one axis group: the group's logical box and the members' parts of it.
@@ -317,10 +350,13 @@ fn axis_step(
     };
     let from = s.before.as_slice()[s.axis];
     let (fd, td) = (from.split_dim().unwrap_or(0), s.to.split_dim().unwrap_or(0));
-    let (fop, top) = (
-        from.partial_op().unwrap_or(ReduceOp::Sum),
-        s.to.partial_op().unwrap_or(ReduceOp::Sum),
-    );
+    let fop = from.partial_op().unwrap_or(ReduceOp::Sum);
+    // The identity a member fills in where its group's new partial value must reduce to the
+    // identity: that of `to`, unless an inner partial axis decomposes it further (see
+    // `Dist::identity_op`), then that of the innermost one on which this rank is not first.
+    let top = super::plan::identity_below(s.before.as_slice(), coords, s.axis + 1)
+        .or(s.to.partial_op())
+        .unwrap_or(ReduceOp::Sum);
     Ok(match s.kind {
         AxisKind::AllGather => g.all_gather(fd, &data)?,
         AxisKind::AllReduce => g.all_reduce(data, fop)?,
@@ -346,6 +382,9 @@ pub enum DstRole {
     Data(Region),
     /// A box of the reduction identity; receives nothing.
     Identity(Region, ReduceOp),
+    /// The box `Region`, starting from the reduction's identity, into which every transfer is
+    /// reduced (several operands arrive for one element).
+    Combine(Region, ReduceOp),
 }
 
 /// Runs the point-to-point copies of `transfers`: sends the boxes this rank holds (its source
@@ -385,6 +424,9 @@ pub fn run_transfers(
                 numel(&region_shape(&region)),
                 op,
             )));
+        }
+        Some(DstRole::Combine(region, op)) => {
+            return combine_transfers(transfers, dtype, src, region, op, comm).map(Some);
         }
         Some(DstRole::Data(region)) => region,
     };
@@ -436,6 +478,65 @@ pub fn run_transfers(
     Ok(Some(out))
 }
 
+/// The receiving side of [`run_transfers`] for [`DstRole::Combine`]: every box addressed to
+/// this rank (its own or received) is reduced into `region` with `op`, in transfer order; a
+/// 16-bit sum accumulates in f32 and rounds once.
+fn combine_transfers(
+    transfers: &[Transfer],
+    dtype: DType,
+    src: Option<(&HostData, &Region)>,
+    region: Region,
+    op: ReduceOp,
+    comm: &dyn Communicator,
+) -> Result<HostData> {
+    let me = comm.rank();
+    let elem = dtype.size();
+    let wide = if dtype.is_half() && op == ReduceOp::Sum {
+        DType::F32
+    } else {
+        dtype
+    };
+    let out_shape = region_shape(&region);
+    let mut out = HostData::identity(wide, numel(&out_shape), op);
+    for t in transfers.iter().filter(|t| t.dst == me) {
+        let ext = region_shape(&t.region);
+        let block = if t.src == me {
+            let Some((data, held)) = src else { continue };
+            let rel: Region = relative(&t.region, held)
+                .into_iter()
+                .zip(&ext)
+                .map(|(s, &n)| s..s + n)
+                .collect();
+            extract(elem, data.as_bytes(), &region_shape(held), &rel)
+        } else {
+            comm.recv_exact(
+                t.src,
+                Tag::new(CommOp::P2p, &[t.src, t.dst]),
+                numel(&ext) * elem,
+            )?
+        };
+        let block = HostData::from_bytes(dtype, &block).into_dtype(wide);
+        let at: Region = relative(&t.region, &region)
+            .into_iter()
+            .zip(&ext)
+            .map(|(s, &n)| s..s + n)
+            .collect();
+        let mut acc = extract(wide.size(), out.as_bytes(), &out_shape, &at);
+        crate::reduce::combine_bytes(wide, op, &mut acc, block.as_bytes());
+        copy_region(
+            wide.size(),
+            &acc,
+            &ext,
+            &vec![0; ext.len()],
+            out.as_bytes_mut(),
+            &out_shape,
+            &relative(&t.region, &region),
+            &ext,
+        );
+    }
+    Ok(out.into_dtype(dtype))
+}
+
 fn redistribute(
     r: &Redistribute,
     shape: &[usize],
@@ -451,11 +552,11 @@ fn redistribute(
         .map(|i| r.src.region_of_index(shape, i));
     let src = data.zip(src_region.as_ref());
     let dst = r.dst.placement.index_of(me).map(|i| {
-        let coords = r.dst.placement.coords_of_index(i);
         let region = r.dst.region_of_index(shape, i);
-        match r.dst.identity_op(&coords) {
-            Some(op) => DstRole::Identity(region, op),
-            None => DstRole::Data(region),
+        match (r.identities.iter().find(|(rank, _)| *rank == me), r.combine) {
+            (Some(&(_, op)), _) => DstRole::Identity(region, op),
+            (None, Some(op)) => DstRole::Combine(region, op),
+            (None, None) => DstRole::Data(region),
         }
     });
     run_transfers(&r.transfers, dtype, src, dst, comm)

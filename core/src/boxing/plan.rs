@@ -31,17 +31,17 @@ impl Dist {
         self.nd_sbp.local_region(shape, &coords, &self.placement)
     }
 
-    /// If the rank at `coords` holds only the reduction identity (its coordinate on some partial
-    /// axis is not 0), the reduction of the outermost such axis.
+    /// If the rank at `coords` holds only a reduction identity (its coordinate on some partial
+    /// axis is not 0), the reduction of the innermost such axis.
+    ///
+    /// The innermost, not the outermost: a value is decomposed axis by axis, the first member of
+    /// a partial group taking the value and the others that axis's identity, so below a member
+    /// that holds an outer identity the inner partial axes decompose that identity in turn. With
+    /// (partial_max, partial_sum) on integers, the ranks off the first row hold `i64::MIN` in the
+    /// first column and 0 in the others, whose sum is `i64::MIN`; filling every one of them with
+    /// `i64::MIN` would wrap around to 0 when the inner sum is taken.
     pub fn identity_op(&self, coords: &[usize]) -> Option<ReduceOp> {
-        self.nd_sbp
-            .as_slice()
-            .iter()
-            .zip(coords)
-            .find_map(|(s, &c)| match s {
-                Sbp::Partial(op) if c != 0 => Some(*op),
-                _ => None,
-            })
+        identity_below(self.nd_sbp.as_slice(), coords, 0)
     }
 }
 
@@ -49,6 +49,19 @@ impl fmt::Display for Dist {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.placement, self.nd_sbp)
     }
+}
+
+/// The reduction of the innermost partial axis at or below `from` on which `coords` is not 0:
+/// the identity a rank holds when the subtree it belongs to must reduce to an identity.
+pub(crate) fn identity_below(sbp: &[Sbp], coords: &[usize], from: usize) -> Option<ReduceOp> {
+    sbp.iter()
+        .zip(coords)
+        .skip(from)
+        .rev()
+        .find_map(|(s, &c)| match s {
+            Sbp::Partial(op) if c != 0 => Some(*op),
+            _ => None,
+        })
 }
 
 /// The 1-D conversion an axis step performs inside each group of ranks along its axis.
@@ -140,8 +153,9 @@ pub struct Piece {
     pub summand: usize,
 }
 
-/// Move boxes between two layouts point to point. The source has no partial axes; destination
-/// ranks that hold only a reduction identity receive nothing.
+/// Move boxes between two layouts point to point. Either the source has no partial axes, or
+/// each of its partial operands moves as it is to become one of the destination's. Destination
+/// ranks listed in `identities` hold only a reduction identity and receive nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redistribute {
     /// The source layout.
@@ -152,6 +166,12 @@ pub struct Redistribute {
     pub transfers: Vec<Transfer>,
     /// Bytes sent between different ranks.
     pub bytes: u64,
+    /// The destination ranks that hold only the identity of a reduction, and of which.
+    pub identities: Vec<(usize, ReduceOp)>,
+    /// When set, a destination rank may receive several source operands for one element:
+    /// it starts from the identity and reduces every copy it receives into its box with this
+    /// operation (16-bit sums in f32, rounded once), instead of storing each.
+    pub combine: Option<ReduceOp>,
 }
 
 /// One step of a plan.
@@ -426,6 +446,16 @@ fn wanted_pieces(shape: &[usize], d: &Dist) -> Vec<Piece> {
         .collect()
 }
 
+/// The ranks of a layout that hold only a reduction identity (see [`Dist::identity_op`]).
+fn identities(d: &Dist) -> Vec<(usize, ReduceOp)> {
+    d.placement
+        .ranks()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &rank)| Some((rank, d.identity_op(&d.placement.coords_of_index(i))?)))
+        .collect()
+}
+
 /// Point-to-point copies that fill every destination piece from source pieces of the same
 /// summand. Among replicas of a source box, a destination takes its own copy when it has one,
 /// else spreads its requests over the replicas.
@@ -501,13 +531,150 @@ fn via_redistribution(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> P
             dst: dst.clone(),
             transfers,
             bytes,
+            identities: identities(dst),
+            combine: None,
         }));
         if best.as_ref().is_none_or(|b| pre.cost_bytes < b.cost_bytes) {
             best = Some(pre);
         }
     }
+    // On a tie, moving the operands wins: no reduction, no collective.
+    if let Some(moved) = moving_operands(shape, elem, src, dst)
+        && best
+            .as_ref()
+            .is_none_or(|b| moved.cost_bytes <= b.cost_bytes)
+    {
+        best = Some(moved);
+    }
     // All-broadcast (combo 0) is always reachable, so `best` is set.
     best.unwrap_or_default()
+}
+
+/// The one reduction of every partial axis of `nd`, if it has partial axes and they agree.
+fn single_partial_op(nd: &NdSbp) -> Option<ReduceOp> {
+    let mut ops = nd.as_slice().iter().filter_map(|s| s.partial_op());
+    let first = ops.next()?;
+    ops.all(|op| op == first).then_some(first)
+}
+
+/// Every rank's piece of a layout, labelled with the operand it holds (its coordinates on the
+/// partial axes, flattened; 0 without partial axes), and the number of operands.
+fn operand_pieces(shape: &[usize], d: &Dist) -> (Vec<Piece>, usize) {
+    let p = &d.placement;
+    let partial = |a: usize| matches!(d.nd_sbp.as_slice()[a], Sbp::Partial(_));
+    let count = (0..p.ndim())
+        .filter(|&a| partial(a))
+        .map(|a| p.hierarchy()[a])
+        .product();
+    let pieces = (0..p.size())
+        .map(|i| {
+            let coords = p.coords_of_index(i);
+            let summand = (0..p.ndim())
+                .filter(|&a| partial(a))
+                .fold(0, |acc, a| acc * p.hierarchy()[a] + coords[a]);
+            Piece {
+                rank: p.ranks()[i],
+                region: d.region_of_index(shape, i),
+                summand,
+            }
+        })
+        .collect();
+    (pieces, count)
+}
+
+/// To a partial layout whose partial axes share one reduction, from a layout of operands of
+/// that reduction (a layout without partial axes is one operand): the operands move as they
+/// are, and the destination's operands that receive none are the identity (a partial value
+/// does not depend on which rank holds which operand). Each source operand becomes the
+/// destination operand that most of its ranks already hold, so that reordering the ranks of a
+/// partial placement, seeing it in another hierarchy, or widening it to more ranks moves
+/// nothing. With more source operands than destination ones (or when it is cheaper), several
+/// become one destination operand, reduced where they arrive. `None` when the layouts do not
+/// qualify.
+fn moving_operands(shape: &[usize], elem: usize, src: &Dist, dst: &Dist) -> Option<Plan> {
+    let op = single_partial_op(&dst.nd_sbp)?;
+    if src.nd_sbp.has_partial() && single_partial_op(&src.nd_sbp)? != op {
+        return None;
+    }
+    let (from, n) = operand_pieces(shape, src);
+    let (to, m) = operand_pieces(shape, dst);
+    if n > 64 || m > 64 {
+        return None;
+    }
+    // kept[k][j]: elements destination operand k finds on its own ranks in source operand j;
+    // size[k]: the elements destination operand k holds over all its ranks.
+    let mut kept = vec![vec![0usize; n]; m];
+    let mut size = vec![0usize; m];
+    for d in &to {
+        size[d.summand] += numel(&region_shape(&d.region));
+        for s in from.iter().filter(|s| s.rank == d.rank) {
+            if let Some(r) = intersect(&s.region, &d.region) {
+                kept[d.summand][s.summand] += numel(&region_shape(&r));
+            }
+        }
+    }
+    // One to one where there are enough destination operands: greedy by what stays in place.
+    let one_to_one = (n <= m).then(|| {
+        let mut pairs: Vec<(usize, usize)> =
+            (0..m).flat_map(|k| (0..n).map(move |j| (k, j))).collect();
+        pairs.sort_by_key(|&(k, j)| (Reverse(kept[k][j]), k, j));
+        let (mut label, mut taken) = (vec![usize::MAX; n], vec![false; m]);
+        for (k, j) in pairs {
+            if label[j] == usize::MAX && !taken[k] {
+                label[j] = k;
+                taken[k] = true;
+            }
+        }
+        label
+    });
+    // Many to one: each source operand where it costs least (what the destination operand's
+    // ranks lack of it), reduced on arrival.
+    let many_to_one: Vec<usize> = (0..n)
+        .map(|j| {
+            (0..m)
+                .min_by_key(|&k| (size[k] - kept[k][j], k))
+                .unwrap_or(0)
+        })
+        .collect();
+    let cost = |label: &[usize]| -> usize {
+        label
+            .iter()
+            .enumerate()
+            .map(|(j, &k)| size[k] - kept[k][j])
+            .sum()
+    };
+    let (label, combine) = match one_to_one {
+        Some(l) if cost(&l) <= cost(&many_to_one) => (l, None),
+        _ => (many_to_one, Some(op)),
+    };
+    let mut used = vec![false; m];
+    label.iter().for_each(|&k| used[k] = true);
+    let (filled, idle): (Vec<Piece>, Vec<Piece>) = to.into_iter().partition(|d| used[d.summand]);
+    // Operand by operand: two operands that become one are distinct data, not replicas.
+    let mut transfers = vec![];
+    for (j, &k) in label.iter().enumerate() {
+        let pieces: Vec<Piece> = from
+            .iter()
+            .filter(|p| p.summand == j)
+            .map(|p| Piece {
+                summand: k,
+                ..p.clone()
+            })
+            .collect();
+        transfers.extend(plan_transfers(&pieces, &filled));
+    }
+    let bytes = transfer_bytes(&transfers, elem);
+    Some(Plan {
+        steps: vec![Step::Redistribute(Redistribute {
+            src: src.clone(),
+            dst: dst.clone(),
+            transfers,
+            bytes,
+            identities: idle.into_iter().map(|d| (d.rank, op)).collect(),
+            combine,
+        })],
+        cost_bytes: bytes,
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,233 @@
+//! Global-tensor semantics at the edges: `to_global` from local tensors (broadcast takes the
+//! first rank's data per group, partial components are operands, split sizes may differ),
+//! refusals as typed errors on every rank (never a panic or a hang), metadata getters, and
+//! `randn`'s placement invariance on weighted and uneven layouts.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use gflow_core::{
+    DType, Device, Error, NdSbp, Placement, Sbp, Tensor, comm_stats, manual_seed, reset_comm_stats,
+    simulate,
+};
+
+fn cpu(ranks: impl gflow_core::IntoRanks) -> Placement {
+    Placement::new("cpu", ranks).expect("placement")
+}
+
+/// Broadcast from local takes the first rank of each broadcast group, whatever the others hold
+/// (a different value, even another shape), on 1-D and 2-D placements.
+#[test]
+fn broadcast_from_local_takes_each_groups_first_rank() {
+    let got = simulate(4, |env| {
+        let r = env.rank() as i64;
+        // Rank 3 holds another shape: ignored, as its data is.
+        let shape: &[usize] = if r == 3 { &[3] } else { &[2] };
+        let l = Tensor::from_vec(vec![r * 10; shape[0]], shape, Device::Cpu)?;
+        let one = l.to_global(&cpu([2, 3, 0]), Sbp::broadcast())?;
+        // (broadcast, split(0)) on [[0, 1], [2, 3]]: ranks 0 and 1 are the first of their
+        // columns' broadcast groups and hold the two halves.
+        let l2 = Tensor::from_vec(vec![r, r], &[2], Device::Cpu)?;
+        let two = l2.to_global(&cpu([[0, 1], [2, 3]]), [Sbp::broadcast(), Sbp::split(0)])?;
+        let a = if r == 1 {
+            None
+        } else {
+            Some(one.to_vec::<i64>()?)
+        };
+        Ok((a, two.to_vec::<i64>()?))
+    })
+    .expect("simulate");
+    for (r, (a, two)) in got.into_iter().enumerate() {
+        if r != 1 {
+            assert_eq!(a, Some(vec![20, 20]), "rank {r}");
+        }
+        assert_eq!(two, vec![0, 0, 1, 1], "rank {r}");
+    }
+}
+
+/// Partial components from local tensors are the operands: the value is their sum (min, max),
+/// for floats, integers and Bool; uneven split components concatenate and are rebalanced.
+#[test]
+fn partial_and_uneven_split_from_local() {
+    let got = simulate(3, |env| {
+        let r = env.rank() as i64;
+        let p = cpu([0, 1, 2]);
+        let ints = Tensor::from_vec(vec![r, -r, 2 * r], &[3], Device::Cpu)?;
+        let sum = ints.to_global(&p, Sbp::partial_sum())?.to_vec::<i64>()?;
+        let min = ints.to_global(&p, Sbp::partial_min())?.to_vec::<i64>()?;
+        let max = ints.to_global(&p, Sbp::partial_max())?.to_vec::<i64>()?;
+        let bools = Tensor::from_vec(vec![r == 1, r != 5, false], &[3], Device::Cpu)?;
+        let any = bools.to_global(&p, Sbp::partial_max())?.to_vec::<bool>()?;
+        let all = bools.to_global(&p, Sbp::partial_min())?.to_vec::<bool>()?;
+        // Uneven: rank r holds r + 1 rows (1, 2, 3): 6 rows, rebalanced to 2 each.
+        let rows = (r + 1) as usize;
+        let l = Tensor::from_vec(vec![r as f32; rows * 2], &[rows, 2], Device::Cpu)?;
+        let g = l.to_global(&p, Sbp::split(0))?;
+        let comp = g.to_local()?.shape().to_vec();
+        // An empty component on rank 1 (0 rows) is allowed too.
+        let e = if r == 1 { 0 } else { 1 };
+        let le = Tensor::from_vec(vec![r as f32; e], &[e], Device::Cpu)?;
+        let ge = le.to_global(&p, Sbp::split(0))?.to_vec::<f32>()?;
+        Ok((
+            sum,
+            min,
+            max,
+            any,
+            all,
+            g.shape().to_vec(),
+            comp,
+            g.to_vec::<f32>()?,
+            ge,
+        ))
+    })
+    .expect("simulate");
+    for (sum, min, max, any, all, shape, comp, v, ge) in got {
+        assert_eq!(sum, vec![3, -3, 6]);
+        assert_eq!(min, vec![0, -2, 0]);
+        assert_eq!(max, vec![2, 0, 4]);
+        assert_eq!(any, vec![true, true, false]);
+        assert_eq!(all, vec![false, true, false]);
+        assert_eq!(shape, vec![6, 2]);
+        assert_eq!(comp, vec![2, 2]);
+        let want: Vec<f32> = [0.0, 1.0, 1.0, 2.0, 2.0, 2.0]
+            .iter()
+            .flat_map(|&x| [x, x])
+            .collect();
+        assert_eq!(v, want);
+        assert_eq!(ge, vec![0.0, 2.0]);
+    }
+}
+
+/// What is refused is a typed error on every rank, and the ranks stay in step afterwards.
+#[test]
+fn refusals_are_typed_errors_on_every_rank() {
+    let got = simulate(3, |env| {
+        let r = env.rank();
+        let p = cpu([0, 1, 2]);
+        let mut errs = vec![];
+        // Split components whose other dims differ.
+        let cols = if r == 2 { 3 } else { 2 };
+        let l = Tensor::from_vec(vec![1.0f32; cols], &[1, cols], Device::Cpu)?;
+        errs.push(l.to_global(&p, Sbp::split(0)).err());
+        // Components of different dtypes.
+        let l = if r == 1 {
+            Tensor::from_vec(vec![1i64], &[1], Device::Cpu)?
+        } else {
+            Tensor::from_vec(vec![1.0f32], &[1], Device::Cpu)?
+        };
+        errs.push(l.to_global(&p, Sbp::split(0)).err());
+        // Components of different ranks (number of dims).
+        let l = if r == 0 {
+            Tensor::from_vec(vec![1.0f32], &[1, 1], Device::Cpu)?
+        } else {
+            Tensor::from_vec(vec![1.0f32], &[1], Device::Cpu)?
+        };
+        errs.push(l.to_global(&p, Sbp::partial_sum()).err());
+        // A split dim out of range, from local and from global.
+        let l = Tensor::from_vec(vec![1.0f32; 2], &[2], Device::Cpu)?;
+        errs.push(l.to_global(&p, Sbp::split(1)).err());
+        let g = l.to_global(&p, Sbp::broadcast())?;
+        errs.push(g.to_global(&p, Sbp::split(3)).err());
+        // One SBP for a 2-D placement, and a rank outside the world.
+        errs.push(g.to_global(&cpu([[0, 1, 2]]), Sbp::split(0)).err());
+        errs.push(g.to_global(&cpu([0, 5]), Sbp::split(0)).err());
+        // Still in step: a collective after the refusals.
+        let ok = g.to_global(&p, Sbp::split(0))?.to_vec::<f32>()?;
+        Ok((errs, ok))
+    })
+    .expect("simulate");
+    for (r, (errs, ok)) in got.into_iter().enumerate() {
+        assert_eq!(ok, vec![1.0, 1.0]);
+        let kinds: Vec<String> = errs
+            .iter()
+            .map(|e| match e {
+                Some(Error::LocalShapeMismatch { .. }) => "shape".into(),
+                Some(Error::DTypeMismatch { .. }) => "dtype".into(),
+                Some(Error::SplitDimOutOfRange { .. }) => "dim".into(),
+                Some(Error::SbpAxesMismatch { .. }) => "axes".into(),
+                Some(Error::RankOutOfWorld { .. }) => "world".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["shape", "dtype", "shape", "dim", "dim", "axes", "world"],
+            "rank {r}"
+        );
+    }
+}
+
+/// Metadata: shape, SBP, placement, dtype, ndim of global and local tensors; `to_local`
+/// outside the placement is `NotInPlacement`; nothing moves for either.
+#[test]
+fn metadata_getters_and_to_local() {
+    simulate(3, |env| {
+        let p = cpu([[2], [0]]);
+        let sbp: NdSbp = [Sbp::split(1), Sbp::broadcast()].into();
+        let x = Tensor::from_vec(vec![1i32; 10], &[2, 5], (&p, sbp.clone()))?;
+        reset_comm_stats();
+        assert!(x.is_global() && !x.is_local());
+        assert_eq!(x.shape(), &[2, 5]);
+        assert_eq!(x.ndim(), 2);
+        assert_eq!(x.dtype(), DType::I32);
+        assert_eq!(x.sbp(), Some(&sbp));
+        assert_eq!(x.placement(), Some(&p));
+        match x.to_local() {
+            Ok(l) => {
+                assert!(env.rank() != 1);
+                assert!(l.is_local() && l.sbp().is_none() && l.placement().is_none());
+                // (split(1), broadcast) on a 2x1 array: 5 columns over 2 rows of it.
+                let want = if env.rank() == 2 { 3 } else { 2 };
+                assert_eq!(l.shape(), &[2, want]);
+            }
+            Err(e) => {
+                assert_eq!(env.rank(), 1);
+                assert!(matches!(e, Error::NotInPlacement { rank: 1, .. }), "{e:?}");
+            }
+        }
+        let s = comm_stats();
+        assert_eq!((s.bytes_sent, s.bytes_received, s.collectives), (0, 0, 0));
+        Ok(())
+    })
+    .expect("simulate");
+}
+
+/// `randn` on weighted and uneven layouts gives the same values as on one rank.
+#[test]
+fn randn_is_invariant_on_weighted_and_uneven_layouts() {
+    let reference = simulate(1, |_| {
+        manual_seed(7);
+        Tensor::randn(&[5, 3], (&cpu([0]), Sbp::broadcast()))?.to_vec::<f32>()
+    })
+    .expect("simulate")
+    .remove(0);
+    let layouts: Vec<(Placement, NdSbp)> = vec![
+        (
+            cpu([0, 1, 2]).with_weights(&[1, 4, 2]).expect("weights"),
+            Sbp::split(0).into(),
+        ),
+        (cpu([4, 3, 2, 1, 0]), Sbp::split(1).into()),
+        (
+            cpu([[0, 1, 2], [3, 4, 5]]),
+            [Sbp::split(0), Sbp::split(0)].into(),
+        ),
+        (
+            cpu([[0, 1, 2], [3, 4, 5]]),
+            [Sbp::partial_min(), Sbp::split(1)].into(),
+        ),
+    ];
+    for (p, sbp) in layouts {
+        let out = simulate(6, |env| {
+            manual_seed(7);
+            let x = Tensor::randn(&[5, 3], (&p, sbp.clone()))?;
+            if p.contains(env.rank()) {
+                Ok(Some(x.to_vec::<f32>()?))
+            } else {
+                Ok(None)
+            }
+        })
+        .expect("simulate");
+        for v in out.into_iter().flatten() {
+            assert_eq!(v, reference, "{p} {sbp}");
+        }
+    }
+}
