@@ -141,7 +141,6 @@ fn a_2x2_save_loads_on_three_ranks_weighted_and_on_a_subset() {
         check(env.rank(), &all, "1x3")
     })
     .unwrap();
-    std::fs::remove_dir_all(&root).ok();
 }
 
 #[test]
@@ -172,7 +171,6 @@ fn weighted_and_partial_saves_load_into_partial_targets() {
         })
         .unwrap();
     }
-    std::fs::remove_dir_all(&root).ok();
 }
 
 #[test]
@@ -202,7 +200,6 @@ fn one_rank_saves_and_many_load_and_back() {
         check(env.rank(), &all, "3 -> 1")
     })
     .unwrap();
-    std::fs::remove_dir_all(&root).ok();
 }
 
 /// Optimizer state reshards too: Adam's moments and step counts saved by 2 ranks (parameters
@@ -259,5 +256,4 @@ fn optimizer_state_loads_into_another_layout() {
             assert_eq!(g, want, "weighted: {weighted}");
         }
     }
-    std::fs::remove_dir_all(&root).ok();
 }
