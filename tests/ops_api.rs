@@ -151,3 +151,51 @@ fn operator_errors_are_typed() {
     .unwrap_err();
     assert!(matches!(e, Error::WrongKind { op: "add", .. }), "{e}");
 }
+
+/// API.md: comparisons run on every backend in every dtype. wgpu cannot compute F64, so its
+/// comparisons of F64 tensors run on the host copy (as I64's) instead of being refused.
+#[test]
+fn f64_comparisons_run_on_wgpu() -> Result<()> {
+    let run = || -> Result<Vec<Vec<bool>>> {
+        let a = Tensor::from_vec(vec![1.0f64, 2.0, f64::NAN, -0.0], &[4], Device::Wgpu)?;
+        let b = Tensor::from_vec(vec![2.0f64], &[1], Device::Wgpu)?;
+        let z = Tensor::from_vec(vec![0.0f64, 2.0, 1.0, 0.0], &[4], Device::Wgpu)?;
+        let mut out = vec![];
+        for c in [
+            a.eq(&b)?,
+            a.ne(&b)?,
+            a.lt(&b)?,
+            a.le(&b)?,
+            a.gt(&b)?,
+            a.ge(&b)?,
+            a.eq(&z)?,
+        ] {
+            assert_eq!(c.dtype(), DType::Bool);
+            assert_eq!(c.device(), Device::Wgpu);
+            out.push(c.to_vec::<bool>()?);
+        }
+        Ok(out)
+    };
+    let got = match run() {
+        Ok(v) => v,
+        Err(Error::BackendUnavailable { reason, .. }) if !gflow::backend::required("wgpu") => {
+            gflow::backend::say_skipped("f64_comparisons_run_on_wgpu", &reason);
+            return Ok(());
+        }
+        Err(e) => panic!("wgpu: {e}"),
+    };
+    let (t, f) = (true, false);
+    assert_eq!(
+        got,
+        vec![
+            vec![f, t, f, f],
+            vec![t, f, t, t],
+            vec![t, f, f, t],
+            vec![t, t, f, t],
+            vec![f, f, f, f],
+            vec![f, t, f, f],
+            vec![f, t, f, t],
+        ]
+    );
+    Ok(())
+}

@@ -491,3 +491,137 @@ fn scalars_squeeze_a_zero_d_index_selects_one_row_and_wide_masks_broadcast() -> 
     assert!(got.iter().all(|v| v == &[3.0, 4.0, 5.0]), "{got:?}");
     Ok(())
 }
+
+/// torch (CPU, tensors shorter than a vector): `torch.maximum(a, b)` and `torch.minimum(a, b)`
+/// of equal operands give the first, so `maximum([0., -0.], [-0., 0.])` is `[0., -0.]` (NumPy
+/// agrees); NaN on either side wins.
+#[test]
+fn maximum_and_minimum_of_signed_zeros_give_the_first_operand() -> Result<()> {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let a = Tensor::from_vec(vec![0.0f64, -0.0, 1.0, f64::NAN], &[4], Device::Cpu)?
+            .to_dtype(dtype)?;
+        let b = Tensor::from_vec(vec![-0.0f64, 0.0, f64::NAN, 1.0], &[4], Device::Cpu)?
+            .to_dtype(dtype)?;
+        for (name, out) in [("maximum", a.maximum(&b)?), ("minimum", a.minimum(&b)?)] {
+            let v = out.to_vec_cast::<f64>()?;
+            assert_eq!(v[0].to_bits(), 0.0f64.to_bits(), "{name} {dtype}: {v:?}");
+            assert_eq!(v[1].to_bits(), (-0.0f64).to_bits(), "{name} {dtype}: {v:?}");
+            assert!(v[2].is_nan() && v[3].is_nan(), "{name} {dtype}: {v:?}");
+        }
+    }
+    Ok(())
+}
+
+/// torch: where an input of `maximum`/`minimum` is NaN, both inputs get the whole gradient
+/// (`where(a == b, g / 2, g).masked_fill_(a < b, 0)` and its mirror); ties split it.
+#[test]
+fn maximum_gradient_with_nan_goes_to_both_inputs() -> Result<()> {
+    let a =
+        Tensor::from_vec(vec![f32::NAN, 1.0, 2.0, 3.0], &[4], Device::Cpu)?.set_requires_grad(true);
+    let b = Tensor::from_vec(vec![1.0f32, f32::NAN, 2.0, 5.0], &[4], Device::Cpu)?
+        .set_requires_grad(true);
+    a.maximum(&b)?.sum(Vec::<usize>::new(), false)?.backward()?;
+    assert_eq!(a.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0, 0.5, 0.0]);
+    assert_eq!(b.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0, 0.5, 1.0]);
+    let (a, b) = (
+        a.detach().set_requires_grad(true),
+        b.detach().set_requires_grad(true),
+    );
+    a.minimum(&b)?.sum(Vec::<usize>::new(), false)?.backward()?;
+    assert_eq!(a.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0, 0.5, 1.0]);
+    assert_eq!(b.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0, 0.5, 0.0]);
+    Ok(())
+}
+
+/// torch: `torch.tensor([1, 2, 3]).logsumexp(0)` is `tensor(3.4076)` (float32), and of
+/// `[True, False]` `tensor(1.3133)`: integers and Bool compute in the default float.
+#[test]
+fn logsumexp_of_integers_and_bools_is_f32() -> Result<()> {
+    for dtype in [DType::I64, DType::I32, DType::Bool] {
+        let x = Tensor::from_vec(vec![1i64, 0, 1, 1], &[2, 2], Device::Cpu)?.to_dtype(dtype)?;
+        let y = x.logsumexp(vec![1], false)?;
+        assert_eq!(y.dtype(), DType::F32, "{dtype}");
+        let want = [(1f64.exp() + 1.0).ln(), (2.0 * 1f64.exp()).ln()];
+        for (g, w) in y.to_vec::<f32>()?.iter().zip(want) {
+            assert!((f64::from(*g) - w).abs() < 1e-6, "{dtype}: {g} vs {w}");
+        }
+    }
+    let x = Tensor::from_vec(vec![1i64, 2, 3], &[3], Device::Cpu)?;
+    let y = x.logsumexp(Vec::<usize>::new(), false)?.to_vec::<f32>()?;
+    assert!((y[0] - 3.407_606).abs() < 1e-5, "{y:?}");
+    Ok(())
+}
+
+/// torch: `expand` works on every dtype and may add leading dims
+/// (`torch.tensor([[1], [2]]).expand(2, 2, 3)`).
+#[test]
+fn expand_of_integers_and_bools_and_new_leading_dims() -> Result<()> {
+    let x = Tensor::from_vec(vec![1i64, 2], &[2, 1], Device::Cpu)?;
+    let y = x.expand(&[2, 2, 3])?;
+    assert_eq!((y.shape(), y.dtype()), (&[2usize, 2, 3][..], DType::I64));
+    assert_eq!(y.to_vec::<i64>()?, [1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2]);
+    let m = Tensor::from_vec(vec![true, false], &[1, 2], Device::Cpu)?;
+    let e = m.expand(&[3, 2])?;
+    assert_eq!(e.dtype(), DType::Bool);
+    assert_eq!(e.to_vec::<bool>()?, [true, false, true, false, true, false]);
+    let i = Tensor::from_vec(vec![7i32], &[1], Device::Cpu)?.expand(&[2, 3])?;
+    assert_eq!(i.to_vec::<i32>()?, [7; 6]);
+    // the gradient of new leading dims sums over them
+    let f = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?.set_requires_grad(true);
+    f.expand(&[3, 2])?
+        .sum(Vec::<usize>::new(), false)?
+        .backward()?;
+    assert_eq!(f.grad().unwrap().to_vec::<f32>()?, vec![3.0, 3.0]);
+    // fewer dims than the tensor is an error
+    assert!(matches!(
+        x.expand(&[2]),
+        Err(Error::ShapeMismatch { op: "expand", .. })
+    ));
+    Ok(())
+}
+
+/// torch: `torch.tensor([[1.5, -2., 0.]]) ** torch.tensor([[2.], [3.], [.5]])` is
+/// `[[2.25, 4., 0.], [3.375, -8., 0.], [1.2247, nan, 0.]]`; integer powers stay integers
+/// (`tensor([7, 1, -1, 2, 0]) ** tensor([15, -2, -3, -1, -1])` is
+/// `[4747561509943, 1, -1, 0, 0]`); a 0-d F64 exponent keeps an F32 base's dtype.
+#[test]
+fn pow_of_two_tensors_broadcasts_promotes_and_differentiates() -> Result<()> {
+    let a =
+        Tensor::from_vec(vec![1.5f32, -2.0, 0.0], &[1, 3], Device::Cpu)?.set_requires_grad(true);
+    let b = Tensor::from_vec(vec![2.0f32, 3.0, 0.5], &[3, 1], Device::Cpu)?.set_requires_grad(true);
+    let y = a.pow_tensor(&b)?;
+    assert_eq!((y.shape(), y.dtype()), (&[3usize, 3][..], DType::F32));
+    let v = y.to_vec::<f32>()?;
+    let want = [
+        2.25,
+        4.0,
+        0.0,
+        3.375,
+        -8.0,
+        0.0,
+        1.5f32.sqrt(),
+        f32::NAN,
+        0.0,
+    ];
+    for (g, w) in v.iter().zip(want) {
+        assert!((g.is_nan() && w.is_nan()) || (g - w).abs() < 1e-6, "{v:?}");
+    }
+    y.sum(Vec::<usize>::new(), false)?.backward()?;
+    // torch: a.grad [[10.1582, nan, inf]]
+    let ga = a.grad().unwrap().to_vec::<f32>()?;
+    assert!((ga[0] - 10.158_2).abs() < 1e-3 && ga[1].is_nan() && ga[2] == f32::INFINITY);
+    let x = Tensor::from_vec(vec![7i64, 1, -1, 2, 0], &[5], Device::Cpu)?;
+    let e = Tensor::from_vec(vec![15i64, -2, -3, -1, -1], &[5], Device::Cpu)?;
+    let p = x.pow_tensor(&e)?;
+    assert_eq!(p.dtype(), DType::I64);
+    assert_eq!(p.to_vec::<i64>()?, [4_747_561_509_943, 1, -1, 0, 0]);
+    let z = vec3(DType::F32)?.pow_tensor(&scalar(2.0, DType::F64)?)?;
+    assert_eq!(z.dtype(), DType::F32);
+    assert_eq!(z.to_vec::<f32>()?, [1.0, 4.0, 9.0]);
+    let m = Tensor::from_vec(vec![true], &[1], Device::Cpu)?;
+    assert!(matches!(
+        m.pow_tensor(&m),
+        Err(Error::InvalidArgument { op: "pow", .. })
+    ));
+    Ok(())
+}

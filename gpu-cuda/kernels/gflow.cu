@@ -88,15 +88,16 @@ template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     }
 }
 
-// op: a BINARY_* code. Maximum and minimum are NaN if either input is (as PyTorch).
+// op: a BINARY_* code. Maximum and minimum are NaN if either input is (as PyTorch), else the
+// larger (smaller), `a` of equals (-0 and 0: the first operand, as PyTorch's CPU and the CPU's).
 template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b) {
     switch (op) {
     case BINARY_ADD: return a + b;
     case BINARY_SUB: return a - b;
     case BINARY_MUL: return a * b;
     case BINARY_DIV: return a / b;
-    case BINARY_MAXIMUM: return (a != a || b != b) ? a + b : (a > b ? a : b);
-    default: return (a != a || b != b) ? a + b : (a < b ? a : b);
+    case BINARY_MAXIMUM: return (a != a || b != b) ? a + b : (b > a ? b : a);
+    default: return (a != a || b != b) ? a + b : (b < a ? b : a);
     }
 }
 

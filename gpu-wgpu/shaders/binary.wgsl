@@ -50,10 +50,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case BINARY_SUB: { r = p - q; }
         case BINARY_MUL: { r = p * q; }
         case BINARY_DIV: { r = p / q; }
-        // The CPU's: NaN if either is (tested by its bits), else the larger (smaller), q when
-        // they are equal (maximum(-0, 0) is 0, maximum(0, -0) is -0).
-        case BINARY_MAXIMUM: { r = select(select(q, p, order(p) > order(q)), p + q, is_nan(p) || is_nan(q)); }
-        default: { r = select(select(q, p, order(p) < order(q)), p + q, is_nan(p) || is_nan(q)); }
+        // The CPU's: NaN if either is (tested by its bits), else the larger (smaller), p when
+        // they are equal (maximum(-0, 0) is -0, maximum(0, -0) is 0, as PyTorch's CPU).
+        case BINARY_MAXIMUM: { r = select(select(p, q, order(q) > order(p)), p + q, is_nan(p) || is_nan(q)); }
+        default: { r = select(select(p, q, order(q) < order(p)), p + q, is_nan(p) || is_nan(q)); }
     }
     out[params[5u + 3u * nd] + i] = r;
 }

@@ -88,9 +88,10 @@ class no_grad:
         return wrapped
 
 
-def matmul(a, b):
-    """The matrix product ``a @ b`` as PyTorch's (2-D, batched, 1-D operands), local or global."""
-    return a.matmul(b)
+def matmul(input, other):
+    """The matrix product ``input @ other`` as PyTorch's (2-D, batched with broadcasting, 1-D
+    operands), local or global."""
+    return input.matmul(other)
 
 
 def is_tensor(obj):
@@ -160,9 +161,18 @@ for _name in (
     "softmax log_softmax reshape transpose narrow flatten squeeze unsqueeze "
     "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
     "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select "
-    "view expand mm bmm t clone any all"
+    "view expand mm bmm t clone any all scatter_add logical_not logical_and logical_or "
+    "logical_xor remainder"
 ).split():
     globals()[_name] = _method(_name)
 del _name
+
+
+def pow(input, exponent):
+    """``flow.pow(x, e)`` is ``x ** e`` (``e`` a number or a tensor); ``flow.pow(b, x)`` with a
+    number ``b`` is ``b ** x``, as ``torch.pow``."""
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    return exponent.__rpow__(input)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

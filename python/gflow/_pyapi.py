@@ -12,6 +12,19 @@ min_result = namedtuple("min", ("values", "indices"))
 min_result.__doc__ = "``x.min(dim)``: the smallest values along ``dim`` and their indices."
 
 
+class GradFn:
+    """``y.grad_fn`` of a tensor recorded for autograd (``None`` for a leaf), as PyTorch's."""
+
+    __slots__ = ()
+
+    def name(self):
+        """The recorded operation's name (gflow does not expose it: ``"GFlowBackward"``)."""
+        return "GFlowBackward"
+
+    def __repr__(self):
+        return "<GFlowBackward object>"
+
+
 class Size(tuple):
     """A tensor's shape: a tuple that prints as ``flow.Size([4, 5])``."""
 
@@ -57,17 +70,57 @@ class device:
         return hash((self.type, self.index))
 
 
+def _float_formatter(a):
+    """PyTorch's float formatting of the values of ``a``: ``1.`` when every finite value is an
+    integer, else 4 decimals, scientific (``1.0000e+10``) when the finite non-zero magnitudes
+    span more than 1000x or reach 1e8 (or, with decimals, fall below 1e-4); one width for
+    all."""
+    finite = a[np.isfinite(a)].astype(np.float64)
+    nonzero = np.abs(finite[finite != 0])
+    int_mode = bool(np.all(finite == np.ceil(finite)))
+    sci = False
+    if nonzero.size:
+        lo, hi = nonzero.min(), nonzero.max()
+        sci = hi / lo > 1000.0 or hi > 1e8 or (not int_mode and lo < 1e-4)
+
+    def one(v):
+        if np.isnan(v):
+            return "nan"
+        if np.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if sci:
+            return f"{float(v):.4e}"
+        if int_mode:
+            return f"{float(v):.0f}."
+        return f"{float(v):.4f}"
+
+    # as PyTorch: the width is that of the widest finite non-zero value
+    width = max((len(one(v)) for v in (finite[finite != 0])), default=1)
+    return lambda v: one(v).rjust(width)
+
+
 def tensor_repr(t):
-    """``tensor([...], dtype=flow.float32)``; a global tensor also shows ``placement=`` and
-    ``sbp=`` and prints its whole logical value (a collective, as in OneFlow)."""
+    """As OneFlow prints a tensor (the seeds' outputs): PyTorch's number formatting
+    (``tensor([1.5000, 2.0000], ...)``, ``tensor([1., 2.], ...)``, scientific for wide ranges),
+    then always ``dtype=flow.float32`` (OneFlow's, where PyTorch leaves default dtypes out),
+    ``size=`` for an empty tensor that is not 1-D and ``requires_grad=True`` for a leaf that
+    requires grad, as PyTorch; a global tensor also shows ``placement=`` and ``sbp=`` and
+    prints its whole logical value (a collective, as in OneFlow)."""
     a = t.numpy()
-    if a.dtype.kind == "f":
-        body = np.array2string(a, precision=4, separator=", ", prefix="tensor(", floatmode="fixed")
+    if a.size == 0:
+        body = "[]"
+    elif a.dtype.kind == "f":
+        body = np.array2string(a, separator=", ", prefix="tensor(", max_line_width=80,
+                               formatter={"float_kind": _float_formatter(a)})
     else:
-        body = np.array2string(a, separator=", ", prefix="tensor(")
+        body = np.array2string(a, separator=", ", prefix="tensor(", max_line_width=80)
     parts = [body]
+    if a.size == 0 and a.ndim != 1:
+        parts.append(f"size={tuple(a.shape)}")
     if t.is_global:
         parts.append(f"placement={t.placement!r}")
         parts.append(f"sbp={t.sbp!r}")
     parts.append(f"dtype={t.dtype!r}")
+    if t.requires_grad and t.is_leaf:
+        parts.append("requires_grad=True")
     return "tensor(" + ", ".join(parts) + ")"

@@ -77,7 +77,8 @@ pub fn parse_device(name: &str) -> PyResult<Device> {
 }
 
 /// A tensor holding `data` (a NumPy array, nested lists, a scalar): NumPy arrays keep their
-/// dtype (float64, float32, float16, int64, int32, bool; other integers become int64); Python
+/// dtype (float64, float32, float16, int64, int32, bool; other integer dtypes, which gflow
+/// lacks, are a `TypeError` naming the dtype unless `dtype` is given); Python
 /// floats become float32, integers int64 and booleans bool, as in PyTorch. `dtype` converts.
 /// An array whose dtype is kept is copied once, straight into gflow's storage (see
 /// [`crate::share`]); a local tensor keeps that copy, a global one each rank's box of it.
@@ -100,6 +101,15 @@ pub fn from_data(
     let np_dtype = arr.getattr("dtype")?;
     let kind: String = np_dtype.getattr("kind")?.extract()?;
     let size: usize = np_dtype.getattr("itemsize")?.extract()?;
+    if is_array && dtype.is_none() && (kind == "u" || (kind == "i" && size < 4)) {
+        // PyTorch keeps uint8/int8/int16 (gflow has none of them): say so rather than change
+        // the dtype behind the user's back; an explicit dtype= converts.
+        let name: String = np_dtype.getattr("name")?.extract()?;
+        return Err(PyTypeError::new_err(format!(
+            "gflow has no {name} dtype (NumPy array of {name}); convert it first, e.g. \
+             .astype(numpy.int64), or pass dtype=flow.int64 (or flow.int32, flow.float32)"
+        )));
+    }
     let natural = match (kind.as_str(), size, is_array) {
         ("f", 8, true) => DType::F64,
         ("f", 2, true) => DType::F16,
@@ -214,21 +224,32 @@ creator!(
     empty, |s, d, t| Tensor::full_dtype(&s, 0.0, d, t)
 );
 
-/// A tensor of `size` filled with `value`.
+/// A tensor of `size` filled with `value` (of `value`'s dtype, as PyTorch, unless `dtype`).
 #[pyfunction]
 #[pyo3(signature = (size, value, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn full(
     py: Python<'_>,
     size: Vec<usize>,
-    value: f64,
+    value: &Bound<'_, PyAny>,
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
-    let dtype = dtype.map_or(DType::F32, |d| d.inner);
+    // as PyTorch: the dtype of the fill value when none is given (bool, int64, float32)
+    let natural = if value.is_instance_of::<pyo3::types::PyBool>() {
+        DType::Bool
+    } else if value.is_instance_of::<pyo3::types::PyInt>() {
+        DType::I64
+    } else {
+        DType::F32
+    };
+    let value: f64 = value
+        .extract()
+        .map_err(|_| PyTypeError::new_err("full: the fill value must be a number"))?;
+    let dtype = dtype.map_or(natural, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
     let global = matches!(target, Target::Global(..));
     let t = op(py, global, move || {

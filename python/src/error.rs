@@ -1,8 +1,10 @@
 //! Every `gflow::Error` becomes a Python exception with the same message: `gflow.Error` and one
 //! subclass per family of mistakes, so `except flow.PlacementError` catches what it names and
-//! `except flow.Error` catches them all. Nothing a user passes crashes the interpreter.
+//! `except flow.Error` catches them all. `gflow.Error` is a `RuntimeError`, as the errors
+//! PyTorch (and OneFlow) raise for the same mistakes, so `except RuntimeError` code ported from
+//! them keeps working. Nothing a user passes crashes the interpreter.
 
-use pyo3::exceptions::{PyException, PyIndexError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -11,8 +13,8 @@ use pyo3::{PyErr, create_exception};
 create_exception!(
     gflow,
     Error,
-    PyException,
-    "Base class of every error gflow reports."
+    PyRuntimeError,
+    "Base class of every error gflow reports (a `RuntimeError`, as PyTorch's)."
 );
 create_exception!(
     gflow,

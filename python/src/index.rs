@@ -1,5 +1,6 @@
 //! `x[key]`: PyTorch's indexing with integers, slices (positive steps), `None`, `...` and one
-//! 1-D integer index (a list, a NumPy array or an int64/int32 tensor). Each step is one
+//! 1-D integer index (a list, a NumPy array or an int64/int32 tensor), or a Bool mask; and
+//! `x[key] = value` (in place, as the in-place operators). Each step is one
 //! differentiable gflow operator (`narrow`, `squeeze`, `unsqueeze`, `index_select`), so indexing
 //! works on local and global tensors alike (a global tensor keeps its placement, every rank
 //! calls it) and gradients flow back to the indexed tensor.
@@ -195,16 +196,163 @@ fn apply(t: Tensor, steps: Vec<Step>) -> gflow::Result<Tensor> {
     Ok(t)
 }
 
+/// Where index tensors of `t` go: `t`'s device, or its placement, broadcast.
+fn index_target(t: &Tensor) -> Target {
+    match t.placement() {
+        Some(p) => Target::Global(p.clone(), NdSbp::broadcast(p.ndim())),
+        None => Target::Local(t.device()),
+    }
+}
+
+/// The key as a Bool mask, when it is one: a Bool tensor or a NumPy bool array (at least 1-D).
+fn bool_mask(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
+    let mask = if let Ok(t) = key.cast::<PyTensor>() {
+        t.get().get()
+    } else if key.is_instance(&py.import("numpy")?.getattr("ndarray")?)?
+        && key.getattr("dtype")?.getattr("kind")?.extract::<String>()? == "b"
+    {
+        crate::creation::from_data(py, key, None, None, None)?
+    } else {
+        return Ok(None);
+    };
+    Ok((mask.dtype() == DType::Bool && mask.ndim() > 0).then_some(mask))
+}
+
+/// A mask must have the shape of `t`'s leading dims (PyTorch's `IndexError` otherwise).
+fn check_mask(mask: &Tensor, t: &Tensor) -> PyResult<()> {
+    if mask.ndim() <= t.ndim() && mask.shape() == &t.shape()[..mask.ndim()] {
+        return Ok(());
+    }
+    Err(index_error(format!(
+        "the shape of the mask {:?} does not match the shape of the indexed tensor {:?}",
+        mask.shape(),
+        t.shape()
+    )))
+}
+
+/// The (row-major) positions of `mask`'s true elements over `t`'s leading dims: `x[mask]`'s
+/// rows, whose number depends on the values (read on the host; for a global mask a
+/// collective, as `numpy()`).
+fn mask_rows(py: Python<'_>, mask: &Tensor, t: &Tensor) -> PyResult<Vec<i64>> {
+    check_mask(mask, t)?;
+    let host = to_numpy(py, mask)?;
+    host.call_method0("ravel")?
+        .call_method0("nonzero")?
+        .get_item(0)?
+        .call_method1("astype", ("int64",))?
+        .call_method0("tolist")?
+        .extract()
+}
+
+/// `t` with the elements `steps` select replaced by `v` (broadcast to the selection): the
+/// selection's flat positions (`steps` applied to an I64 range) scatter `v` and a hit mask
+/// into flat buffers, and `where` picks between them and `t`.
+fn assign_at(t: &Tensor, steps: Vec<Step>, v: &Tensor) -> gflow::Result<Tensor> {
+    let target = index_target(t);
+    let n = t.numel();
+    let sel = apply(
+        Tensor::arange_dtype(n, DType::I64, target.clone())?.reshape(t.shape())?,
+        steps,
+    )?;
+    let k = sel.numel();
+    if k == 0 {
+        return t.where_cond(t, t);
+    }
+    // Bool has no scatter-add: work in I64 and cast back
+    let work = if t.dtype() == DType::Bool {
+        DType::I64
+    } else {
+        t.dtype()
+    };
+    let mut v = v.to_dtype(work)?;
+    if v.shape() != sel.shape() {
+        if v.ndim() < sel.ndim() {
+            let mut s = vec![1; sel.ndim() - v.ndim()];
+            s.extend_from_slice(v.shape());
+            v = v.reshape(&s)?;
+        }
+        v = v.expand(sel.shape())?;
+    }
+    let v = match (t.placement(), v.is_local()) {
+        (Some(p), true) => v.to_global(p, NdSbp::broadcast(p.ndim()))?,
+        _ => v,
+    };
+    let at = sel.reshape(&[k])?;
+    let ones = Tensor::full_dtype(&[k], 1.0, DType::I64, target.clone())?;
+    let hit = Tensor::full_dtype(&[n], 0.0, DType::I64, target.clone())?
+        .scatter_add(0, &at, &ones)?
+        .to_dtype(DType::Bool)?;
+    let vals =
+        Tensor::full_dtype(&[n], 0.0, work, target)?.scatter_add(0, &at, &v.reshape(&[k])?)?;
+    hit.where_cond(&vals, &t.to_dtype(work)?.reshape(&[n])?)?
+        .reshape(t.shape())?
+        .to_dtype(t.dtype())
+}
+
 #[pymethods]
 impl PyTensor {
     /// `x[key]`: integers (negative count from the end; out of range is
     /// `flow.IndexOutOfRangeError`, an `IndexError`), slices with positive steps, `None`, `...`,
-    /// and one 1-D integer list / array / tensor. Differentiable; on a global tensor every rank
-    /// calls it.
+    /// and one 1-D integer list / array / tensor; or a Bool mask (tensor or NumPy array) of the
+    /// leading dims, selecting their true positions' rows (their number read on the host).
+    /// Differentiable; on a global tensor every rank calls it.
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let t = self.get();
+        if let Some(mask) = bool_mask(py, key)? {
+            let rows = mask_rows(py, &mask, &t)?;
+            let lead = mask.ndim();
+            return op(py, t.is_global(), move || {
+                let mut shape = vec![t.shape()[..lead].iter().product()];
+                shape.extend_from_slice(&t.shape()[lead..]);
+                let n = rows.len();
+                t.reshape(&shape)?
+                    .index_select(0, &Tensor::from_vec(rows, &[n], index_target(&t))?)
+            });
+        }
         let steps = plan(key, t.shape())?;
         op(py, t.is_global(), move || apply(t, steps))
+    }
+
+    /// `x[key] = value` in place (as the in-place operators: the same tensor, its gradient
+    /// history extended): `key` as in `x[key]` (an index list without repeats), or a Bool mask
+    /// of `x`'s leading dims; `value` a number or a tensor broadcasting to the selection, cast
+    /// to `x`'s dtype. Differentiable in `value` and in the rest of `x`.
+    fn __setitem__(
+        slf: &Bound<'_, Self>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let t = slf.get().get();
+        let v = crate::ops::operand(py, &t, value)?;
+        let global = v.is_global();
+        if let Some(mask) = bool_mask(py, key)? {
+            check_mask(&mask, &t)?;
+            return Self::update(slf, "__setitem__", global, move |t| {
+                let mut shape = mask.shape().to_vec();
+                shape.resize(t.ndim(), 1);
+                let m = mask.reshape(&shape)?;
+                let m = match (t.placement(), m.is_local()) {
+                    (Some(p), true) => m.to_global(p, NdSbp::broadcast(p.ndim()))?,
+                    _ => m,
+                };
+                m.where_cond(&v.to_dtype(t.dtype())?, t)
+            })
+            .map(drop);
+        }
+        let steps = plan(key, t.shape())?;
+        for step in &steps {
+            if let Step::Take(_, picks) = step {
+                let mut seen = std::collections::HashSet::new();
+                if !picks.iter().all(|p| seen.insert(*p)) {
+                    return Err(PyValueError::new_err(
+                        "an index list with repeated entries cannot be assigned to (which \
+                         value would win is undefined)",
+                    ));
+                }
+            }
+        }
+        Self::update(slf, "__setitem__", global, move |t| assign_at(t, steps, &v)).map(drop)
     }
 
     /// Iterates over the first dim (`x[0]`, `x[1]`, ...); a 0-d tensor is not iterable.

@@ -64,7 +64,7 @@ fn fit(dst: &Tensor, value: Tensor, name: &'static str) -> gflow::Result<Tensor>
 impl PyTensor {
     /// Replaces the value of the tensor behind `slf` with `f(value)` in place (see the module
     /// docs); `global`: some operand is global (a collective).
-    fn update<'py>(
+    pub(crate) fn update<'py>(
         slf: &Bound<'py, Self>,
         name: &'static str,
         global: bool,

@@ -37,15 +37,81 @@ pub fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyRes
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     })?;
+    // As PyTorch's wrapped numbers: a Python bool is a Bool (the lowest category, so the
+    // tensor's dtype stands), a Python float makes an integer or Bool tensor's result the
+    // default float (F32), a Python int makes a Bool tensor's I64; otherwise the tensor's
+    // dtype stands.
     let is_float = other.is_instance_of::<pyo3::types::PyFloat>();
+    let is_bool = other.is_instance_of::<pyo3::types::PyBool>();
     let dtype = match like.dtype() {
+        _ if is_bool => gflow::DType::Bool,
         d if is_float && !d.is_float() => gflow::DType::F32,
+        gflow::DType::Bool if !is_float => gflow::DType::I64,
         d => d,
     };
     let target = target_like(like);
     crate::tensor::run(py, like.is_global(), move || {
         gflow::no_grad(|| Tensor::full_dtype(&[], v, dtype, target))
     })
+}
+
+/// `x` rounded toward zero (a float tensor): through I64 below 2^52 (larger floats are whole
+/// numbers already), NaN and infinities kept.
+fn trunc(x: &Tensor) -> gflow::Result<Tensor> {
+    let cut = x.to_dtype(DType::I64)?.to_dtype(x.dtype())?;
+    let big = x.abs()?.ge(&x.scalar(2f64.powi(52))?)?;
+    let nan = x.ne(x)?;
+    big.add(&nan)?.where_cond(x, &cut)
+}
+
+/// `x` rounded toward minus infinity (a float tensor).
+fn floor(x: &Tensor) -> gflow::Result<Tensor> {
+    let t = trunc(x)?;
+    let down = x.lt(&t)?.to_dtype(x.dtype())?;
+    t.sub(&down)
+}
+
+/// A 0-d tensor of `x`'s dtype, device and placement.
+trait ScalarOf {
+    /// `value` as such a tensor.
+    fn scalar(&self, value: f64) -> gflow::Result<Tensor>;
+}
+
+impl ScalarOf for Tensor {
+    fn scalar(&self, value: f64) -> gflow::Result<Tensor> {
+        Tensor::full_dtype(&[], value, self.dtype(), target_like(self))
+    }
+}
+
+/// `a / b` rounded as `mode` says (`"floor"`, `"trunc"`), or `a - floor(a / b) * b` (Python's
+/// `%`, PyTorch's `remainder`: the sign of `b`) with `mode` `"remainder"`: PyTorch's dtypes
+/// (integers stay integers, computed exactly in F64 below 2^53).
+fn rounded_div(a: &Tensor, b: &Tensor, mode: &str) -> gflow::Result<Tensor> {
+    let dtype =
+        DType::result_type(&[(a.dtype(), a.ndim()), (b.dtype(), b.ndim())]).unwrap_or(DType::F32);
+    if dtype == DType::Bool {
+        return Err(gflow::Error::InvalidArgument {
+            op: "div",
+            reason: "rounded division of Bool tensors is not supported".into(),
+        });
+    }
+    let work = if dtype.is_float() { dtype } else { DType::F64 };
+    let (x, y) = (a.to_dtype(work)?, b.to_dtype(work)?);
+    let q = x.div(&y)?;
+    let out = match mode {
+        "trunc" => trunc(&q)?,
+        "floor" => floor(&q)?,
+        _ => x.sub(&floor(&q)?.mul(&y)?)?,
+    };
+    out.to_dtype(dtype)
+}
+
+/// `b * alpha` (`b` itself without `alpha`): the scaled operand of `add`/`sub`.
+fn scaled(py: Python<'_>, b: Tensor, alpha: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    let Some(alpha) = alpha else { return Ok(b) };
+    let a = operand(py, &b, alpha)?;
+    let global = a.is_global() || b.is_global();
+    crate::tensor::run(py, global, move || b.mul(&a))
 }
 
 /// `op`'s product of `a` and `b`, which must both have `ndim` dims (`mm`: 2, `bmm`: 3).
@@ -74,6 +140,90 @@ fn binary(
 ) -> PyResult<PyTensor> {
     let global = a.is_global() || b.is_global();
     op(py, global, move || f(&a, &b))
+}
+
+/// `-` as PyTorch's: refused when either operand is Bool (gflow's core refuses only two).
+trait TorchSub {
+    /// `self - other`, or `InvalidArgument` when either is Bool.
+    fn torch_sub(&self, other: &Tensor) -> gflow::Result<Tensor>;
+}
+
+impl TorchSub for Tensor {
+    fn torch_sub(&self, other: &Tensor) -> gflow::Result<Tensor> {
+        if self.dtype() == DType::Bool || other.dtype() == DType::Bool {
+            return Err(gflow::Error::InvalidArgument {
+                op: "sub",
+                reason: "Subtraction, the `-` operator, with a bool tensor is not supported. \
+                         If you are trying to invert a mask, use the `~` or `logical_not()` \
+                         operator instead."
+                    .into(),
+            });
+        }
+        self.sub(other)
+    }
+}
+
+/// `-x`, `abs`, `relu` as PyTorch's: refused for a Bool tensor (gflow's core computes them
+/// in I64).
+trait TorchBoolRefusals {
+    /// `-self`.
+    fn torch_neg(&self) -> gflow::Result<Tensor>;
+    /// `|self|`.
+    fn torch_abs(&self) -> gflow::Result<Tensor>;
+    /// `max(self, 0)`.
+    fn torch_relu(&self) -> gflow::Result<Tensor>;
+}
+
+fn refuse_bool(t: &Tensor, op: &'static str, reason: &str) -> gflow::Result<()> {
+    if t.dtype() == DType::Bool {
+        return Err(gflow::Error::InvalidArgument {
+            op,
+            reason: reason.into(),
+        });
+    }
+    Ok(())
+}
+
+/// `mean` as PyTorch's: only of floating-point tensors.
+trait TorchMean {
+    /// The mean over `dims`, or `InvalidArgument` for an integer or Bool tensor.
+    fn torch_mean(&self, dims: Vec<usize>, keepdim: bool) -> gflow::Result<Tensor>;
+}
+
+impl TorchMean for Tensor {
+    fn torch_mean(&self, dims: Vec<usize>, keepdim: bool) -> gflow::Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(gflow::Error::InvalidArgument {
+                op: "mean",
+                reason: format!(
+                    "mean(): could not infer output dtype. Input dtype must be either a \
+                     floating point or complex dtype. Got: {}",
+                    self.dtype()
+                ),
+            });
+        }
+        self.mean(dims, keepdim)
+    }
+}
+
+impl TorchBoolRefusals for Tensor {
+    fn torch_neg(&self) -> gflow::Result<Tensor> {
+        refuse_bool(
+            self,
+            "neg",
+            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying \
+             to invert a mask, use the `~` or `logical_not()` operator instead.",
+        )?;
+        self.neg()
+    }
+    fn torch_abs(&self) -> gflow::Result<Tensor> {
+        refuse_bool(self, "abs", "abs is not implemented for Bool tensors")?;
+        self.abs()
+    }
+    fn torch_relu(&self) -> gflow::Result<Tensor> {
+        refuse_bool(self, "relu", "Boolean inputs not supported for relu")?;
+        self.relu()
+    }
 }
 
 /// Tensor-tensor operators taking a tensor or a number: `name => method of gflow::Tensor`;
@@ -105,19 +255,13 @@ binary_ops! {
     /// `x + y` (broadcasting).
     __add__ => add, reflected __radd__;
     /// `x - y` (broadcasting).
-    __sub__ => sub, reflected __rsub__;
+    __sub__ => torch_sub, reflected __rsub__;
     /// `x * y` elementwise (broadcasting).
     __mul__ => mul, reflected __rmul__;
     /// `x / y` elementwise (broadcasting).
     __truediv__ => div, reflected __rtruediv__;
-    /// `x.add(y)`.
-    add => add;
-    /// `x.sub(y)`.
-    sub => sub;
     /// `x.mul(y)`.
     mul => mul;
-    /// `x.div(y)`.
-    div => div;
     /// Elementwise maximum (broadcasting).
     maximum => maximum;
     /// Elementwise minimum (broadcasting).
@@ -166,9 +310,9 @@ macro_rules! unary_ops {
 
 unary_ops! {
     /// `-x`.
-    __neg__ => neg;
+    __neg__ => torch_neg;
     /// `-x`.
-    neg => neg;
+    neg => torch_neg;
     /// `e^x`.
     exp => exp;
     /// Natural logarithm.
@@ -178,13 +322,13 @@ unary_ops! {
     /// `x * x`.
     square => square;
     /// `max(x, 0)`.
-    relu => relu;
+    relu => torch_relu;
     /// Logistic sigmoid.
     sigmoid => sigmoid;
     /// Hyperbolic tangent.
     tanh => tanh;
     /// Absolute value.
-    abs => abs;
+    abs => torch_abs;
     /// `1 / sqrt(x)`.
     rsqrt => rsqrt;
     /// Sine.
@@ -204,7 +348,12 @@ fn reduce_dims(d: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>
         Ok(one) => vec![one],
         Err(_) => d.extract()?,
     };
-    list.into_iter().map(|x| dim(x, ndim)).collect()
+    let dims: Vec<usize> = list
+        .into_iter()
+        .map(|x| dim(x, ndim.max(1)))
+        .collect::<PyResult<_>>()?;
+    // A 0-d tensor takes dim 0 (or -1) as its only "dim", as PyTorch: a reduction over all.
+    Ok(if ndim == 0 { vec![] } else { dims })
 }
 
 /// Reductions over dims: `name => method of gflow::Tensor`.
@@ -233,8 +382,8 @@ macro_rules! reduce_ops {
 reduce_ops! {
     /// Sum over `dim` (an int or a tuple; every dim when left out).
     sum => sum;
-    /// Mean over `dim` (an int or a tuple; every dim when left out).
-    mean => mean;
+    /// Mean over `dim` (an int or a tuple; every dim when left out) of a float tensor.
+    mean => torch_mean;
     /// Maximum over `dim` (values only; every dim when left out).
     amax => max;
     /// Minimum over `dim` (values only; every dim when left out).
@@ -296,7 +445,17 @@ impl PyTensor {
     #[pyo3(signature = (start_dim = 0, end_dim = -1))]
     fn flatten(&self, py: Python<'_>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
-        let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim())?);
+        let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim().max(1))?);
+        if t.ndim() == 0 {
+            // as PyTorch: a 0-d tensor flattens to one element of one dim
+            return op(py, t.is_global(), move || t.reshape(&[1]));
+        }
+        if s > e {
+            return Err(crate::error::to_py(gflow::Error::InvalidArgument {
+                op: "flatten",
+                reason: "flatten() has invalid args: start_dim cannot come after end_dim".into(),
+            }));
+        }
         let sh = t.shape();
         let mut out: Vec<usize> = sh[..s].to_vec();
         out.push(sh[s..=e.max(s)].iter().product());
@@ -473,34 +632,17 @@ impl PyTensor {
         op(py, t.is_global(), move || t.log_softmax(d))
     }
 
-    /// `b ** x` for a number `b > 0`: `exp(x * ln b)` (an integer tensor with an integer base
-    /// stays integer, rounded).
+    /// `b ** x` for a number `b` (as `torch.pow(b, x)`: PyTorch's dtype for a Python number
+    /// with a tensor, differentiable in `x`).
     fn __rpow__(
         &self,
         py: Python<'_>,
         base: &Bound<'_, PyAny>,
         _modulo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let b: f64 = base.extract()?;
-        if b <= 0.0 || !b.is_finite() {
-            return Err(PyValueError::new_err(format!(
-                "number ** tensor needs a positive finite base, got {b}"
-            )));
-        }
-        let int_base = !base.is_instance_of::<pyo3::types::PyFloat>();
         let t = self.get();
-        let dtype = t.dtype();
-        op(py, t.is_global(), move || {
-            if dtype.is_float() {
-                return t.mul_scalar(b.ln())?.exp();
-            }
-            let e = t.to_dtype(DType::F64)?.mul_scalar(b.ln())?.exp()?;
-            if int_base && dtype != DType::Bool {
-                e.add_scalar(0.5)?.to_dtype(dtype)
-            } else {
-                e.to_dtype(DType::F32)
-            }
-        })
+        let b = operand(py, &t, base)?;
+        binary(py, b, t, |b, t| b.pow_tensor(t))
     }
 
     /// `x.clone()`: a copy of the tensor (differentiable, in the tensor's own placement and
@@ -543,20 +685,237 @@ impl PyTensor {
         self.count(py, dim, keepdim, false)
     }
 
-    /// `x ** e` for a number `e` (`x.pow(e)`).
+    /// `x ** e` for a number or a tensor `e` (`x.pow(e)`).
     fn __pow__(
         &self,
         py: Python<'_>,
-        e: f64,
+        e: &Bound<'_, PyAny>,
         _modulo: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         self.pow(py, e)
     }
 
-    /// `x ** e` elementwise for a number `e`.
-    fn pow(&self, py: Python<'_>, e: f64) -> PyResult<PyTensor> {
+    /// `x // y`: floor division (broadcasting), as PyTorch's (integers stay integers).
+    fn __floordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, a, b, |a, b| rounded_div(a, b, "floor"))
+    }
+
+    /// `y // x`.
+    fn __rfloordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, b, a, |b, a| rounded_div(b, a, "floor"))
+    }
+
+    /// `x % y`: the remainder with the divisor's sign (PyTorch's `remainder`).
+    fn __mod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.remainder(py, other)
+    }
+
+    /// `y % x`.
+    fn __rmod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, b, a, |b, a| rounded_div(b, a, "remainder"))
+    }
+
+    /// `x - floor(x / y) * y` (broadcasting), as `torch.remainder`.
+    fn remainder(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, a, b, |a, b| rounded_div(a, b, "remainder"))
+    }
+
+    /// `x.div(y)`: true division, or with `rounding_mode` `"trunc"` / `"floor"` rounded (the
+    /// operands' dtype kept), as PyTorch's.
+    #[pyo3(signature = (other, *, rounding_mode = None))]
+    fn div(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        rounding_mode: Option<&str>,
+    ) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        match rounding_mode {
+            None => binary(py, a, b, |a, b| a.div(b)),
+            Some(m @ ("trunc" | "floor")) => {
+                let m = m.to_string();
+                binary(py, a, b, move |a, b| rounded_div(a, b, &m))
+            }
+            Some(other) => Err(PyValueError::new_err(format!(
+                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found \
+                 '{other}'"
+            ))),
+        }
+    }
+
+    /// `x.add(y, alpha=a)`: `x + a * y` (broadcasting), as PyTorch's.
+    #[pyo3(signature = (other, *, alpha = None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = scaled(py, operand(py, &a, other)?, alpha)?;
+        binary(py, a, b, |a, b| a.add(b))
+    }
+
+    /// `x.sub(y, alpha=a)`: `x - a * y` (broadcasting; refused for Bool operands, as
+    /// PyTorch's).
+    #[pyo3(signature = (other, *, alpha = None))]
+    fn sub(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        // a Bool operand is refused as is (before `alpha` would promote it)
+        let b = if a.dtype() == DType::Bool || b.dtype() == DType::Bool {
+            b
+        } else {
+            scaled(py, b, alpha)?
+        };
+        binary(py, a, b, |a, b| a.torch_sub(b))
+    }
+
+    /// `x ** e` elementwise for a number or a tensor `e` (broadcasting), as `torch.pow`: a
+    /// float tensor keeps its dtype with a number; an integer tensor stays integer with an
+    /// integer exponent (a negative one is an error) and becomes F32 with a float one; with a
+    /// tensor exponent the dtype is PyTorch's result type of the two.
+    #[pyo3(signature = (exponent))]
+    fn pow(&self, py: Python<'_>, exponent: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let e = exponent;
         let t = self.get();
-        op(py, t.is_global(), move || t.pow(e))
+        if let Ok(other) = e.cast::<PyTensor>() {
+            return binary(py, t, other.get().get(), |a, b| a.pow_tensor(b));
+        }
+        let integral = !e.is_instance_of::<pyo3::types::PyFloat>();
+        if t.dtype().is_float() || !integral {
+            let v: f64 = e.extract().map_err(|_| {
+                PyTypeError::new_err("pow takes a number or a tensor as the exponent")
+            })?;
+            return op(py, t.is_global(), move || t.pow(v));
+        }
+        let v: i64 = e
+            .extract()
+            .map_err(|_| PyTypeError::new_err("pow takes a number or a tensor as the exponent"))?;
+        if v < 0 {
+            return Err(PyValueError::new_err(
+                "Integers to negative integer powers are not allowed.",
+            ));
+        }
+        let b = operand(py, &t, e)?;
+        binary(py, t, b, |a, b| a.pow_tensor(b))
+    }
+}
+
+/// Both operands of a logical operator as Bool tensors (`strict`: they must be Bool already,
+/// as PyTorch's `&`, `|`, `^` on non-integer tensors; gflow has no bitwise integer ops).
+fn logical_operands(
+    py: Python<'_>,
+    a: Tensor,
+    other: &Bound<'_, PyAny>,
+    op: &str,
+    strict: bool,
+) -> PyResult<(Tensor, Tensor)> {
+    let b = operand(py, &a, other)?;
+    if strict && (a.dtype() != DType::Bool || b.dtype() != DType::Bool) {
+        return Err(PyTypeError::new_err(format!(
+            "{op} needs Bool tensors (gflow has no bitwise integer operators), got {} and {}",
+            a.dtype(),
+            b.dtype()
+        )));
+    }
+    let bool_of = |t: Tensor| {
+        if t.dtype() == DType::Bool {
+            Ok(t)
+        } else {
+            t.to_dtype(DType::Bool).map_err(crate::error::to_py)
+        }
+    };
+    Ok((bool_of(a)?, bool_of(b)?))
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `~x`: logical not of a Bool tensor, `-x - 1` (bitwise not) of an integer one.
+    fn __invert__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.get();
+        match t.dtype() {
+            DType::Bool => self.logical_not(py),
+            d if d.is_int() => op(py, t.is_global(), move || {
+                Tensor::full_dtype(&[], -1.0, d, target_like(&t))?.sub(&t)
+            }),
+            d => Err(PyTypeError::new_err(format!(
+                "~ needs a Bool or integer tensor, got {d}"
+            ))),
+        }
+    }
+
+    /// `x & y` of Bool tensors (logical and).
+    fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "&", true)?;
+        binary(py, a, b, |a, b| a.mul(b))
+    }
+
+    /// `y & x` of Bool tensors.
+    fn __rand__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__and__(py, other)
+    }
+
+    /// `x | y` of Bool tensors (logical or).
+    fn __or__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "|", true)?;
+        binary(py, a, b, |a, b| a.add(b))
+    }
+
+    /// `y | x` of Bool tensors.
+    fn __ror__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__or__(py, other)
+    }
+
+    /// `x ^ y` of Bool tensors (logical exclusive or).
+    fn __xor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "^", true)?;
+        binary(py, a, b, |a, b| a.ne(b))
+    }
+
+    /// `y ^ x` of Bool tensors.
+    fn __rxor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__xor__(py, other)
+    }
+
+    /// Whether each element is zero (False), a Bool tensor, as `torch.logical_not`.
+    fn logical_not(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || {
+            t.eq(&Tensor::full_dtype(&[], 0.0, t.dtype(), target_like(&t))?)
+        })
+    }
+
+    /// Elementwise `x != 0 and y != 0`, a Bool tensor (broadcasting).
+    fn logical_and(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "logical_and", false)?;
+        binary(py, a, b, |a, b| a.mul(b))
+    }
+
+    /// Elementwise `x != 0 or y != 0`, a Bool tensor (broadcasting).
+    fn logical_or(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "logical_or", false)?;
+        binary(py, a, b, |a, b| a.add(b))
+    }
+
+    /// Elementwise `(x != 0) != (y != 0)`, a Bool tensor (broadcasting).
+    fn logical_xor(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (a, b) = logical_operands(py, self.get(), other, "logical_xor", false)?;
+        binary(py, a, b, |a, b| a.ne(b))
     }
 }
 
@@ -587,7 +946,7 @@ impl PyTensor {
 /// first, after the second) that is then dropped.
 fn matmul_any(a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
     let (na, nb) = (a.ndim(), b.ndim());
-    if na >= 2 && nb >= 2 {
+    if na >= 2 && nb >= 2 && (nb == 2 || a.shape()[..na - 2] == b.shape()[..nb - 2]) {
         return a.matmul(b);
     }
     let a2 = if na == 1 {
@@ -600,7 +959,11 @@ fn matmul_any(a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
     } else {
         b.clone()
     };
+    let (a2, b2) = broadcast_batches(a2, b2)?;
     let out = a2.matmul(&b2)?;
+    if na >= 2 && nb >= 2 {
+        return Ok(out);
+    }
     let mut shape = out.shape().to_vec();
     if nb == 1 {
         shape.pop();
@@ -610,6 +973,44 @@ fn matmul_any(a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
         shape.remove(at);
     }
     out.reshape(&shape)
+}
+
+/// `a` and `b` (at least 2-D) expanded to one broadcast batch shape (their dims before the
+/// last two, as PyTorch's `matmul`), unless `b` is a plain matrix (which the product takes as
+/// is) or the batch shapes already agree.
+fn broadcast_batches(a: Tensor, b: Tensor) -> gflow::Result<(Tensor, Tensor)> {
+    let (na, nb) = (a.ndim(), b.ndim());
+    if na < 2 || nb < 2 {
+        // a 0-d operand: the product refuses it
+        return Ok((a, b));
+    }
+    let (ba, bb) = (&a.shape()[..na - 2], &b.shape()[..nb - 2]);
+    if nb == 2 || ba == bb {
+        return Ok((a, b));
+    }
+    let n = ba.len().max(bb.len());
+    let size = |s: &[usize], i: usize| {
+        let pad = n - s.len();
+        if i < pad { 1 } else { s[i - pad] }
+    };
+    let mut batch = Vec::with_capacity(n);
+    for i in 0..n {
+        let (x, y) = (size(ba, i), size(bb, i));
+        if x != y && x != 1 && y != 1 {
+            return Err(gflow::Error::ShapeMismatch {
+                op: "matmul",
+                shapes: vec![a.shape().to_vec(), b.shape().to_vec()],
+                reason: "the batch dimensions do not broadcast".into(),
+            });
+        }
+        batch.push(if x == 1 { y } else { x });
+    }
+    let full = |t: &Tensor| {
+        let mut s = batch.clone();
+        s.extend_from_slice(&t.shape()[t.ndim() - 2..]);
+        t.expand(&s)
+    };
+    Ok((full(&a)?, full(&b)?))
 }
 
 /// `x.max(...)` / `x.min(...)` (`largest`: max): see [`PyTensor::max`].
@@ -652,11 +1053,24 @@ fn extreme<'py>(
     })?;
     let d = self::dim(d, t.ndim())?;
     let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
-        Ok(if largest {
-            (t.max(vec![d], keepdim)?, t.argmax(d, keepdim)?)
+        if t.ndim() == 0 {
+            let i = Tensor::full_dtype(&[], 0.0, DType::I64, target_like(&t))?;
+            return Ok((t.where_cond(&t, &t)?, i));
+        }
+        // As PyTorch: the values are the elements at the indices, so the gradient goes to
+        // that one element of each line (ties: the lowest index), not shared among ties.
+        let idx = if largest {
+            t.argmax(d, true)?
         } else {
-            (t.min(vec![d], keepdim)?, t.argmin(d, keepdim)?)
-        })
+            t.argmin(d, true)?
+        };
+        let values = t.gather(d, &idx)?;
+        if keepdim {
+            return Ok((values, idx));
+        }
+        let mut shape = t.shape().to_vec();
+        shape.remove(d);
+        Ok((values.reshape(&shape)?, idx.reshape(&shape)?))
     })?;
     let (cell, name) = if largest {
         (&MAX, "max_result")
@@ -682,7 +1096,18 @@ pub fn stack(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> P
 #[pyfunction]
 #[pyo3(signature = (tensors, dim = 0))]
 pub fn cat(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> PyResult<PyTensor> {
-    let ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
+    let mut ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
+    // As PyTorch: 1-D empty tensors are skipped beside tensors of another rank (the legacy
+    // "empty" tensor), their dtype still taking part in the result's.
+    if ts.iter().any(|t| t.ndim() != 1) {
+        let dtype = ts.iter().map(Tensor::dtype).reduce(DType::promote);
+        ts.retain(|t| t.shape() != [0]);
+        if let (Some(dtype), Some(first)) = (dtype, ts.first_mut())
+            && first.dtype() != dtype
+        {
+            *first = first.to_dtype(dtype).map_err(crate::error::to_py)?;
+        }
+    }
     let ndim = ts.first().map_or(1, Tensor::ndim);
     let d = self::dim(dim, ndim)?;
     let global = ts.iter().any(Tensor::is_global);

@@ -4,7 +4,7 @@
 //! `x.float()`, ...). Each is one gflow operator, local or global alike.
 
 use gflow::{DType, Tensor};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -29,17 +29,31 @@ fn tuple(py: Python<'_>, ts: Vec<Tensor>) -> PyResult<Bound<'_, PyTuple>> {
 /// `flow.where(cond, x, y)`: `x` where `cond` is true, else `y` (numbers broadcast as 0-d
 /// tensors).
 #[pyfunction]
-#[pyo3(name = "where")]
+#[pyo3(name = "where", signature = (condition, input, other))]
 pub fn where_(
     py: Python<'_>,
-    cond: &PyTensor,
-    x: &Bound<'_, PyAny>,
-    y: &Bound<'_, PyAny>,
+    condition: &PyTensor,
+    input: &Bound<'_, PyAny>,
+    other: &Bound<'_, PyAny>,
 ) -> PyResult<PyTensor> {
-    let c = cond.get();
+    let (x, y) = (input, other);
+    let c = condition.get();
     let like = match (x.cast::<PyTensor>(), y.cast::<PyTensor>()) {
         (Ok(t), _) | (_, Ok(t)) => t.get().get(),
-        _ => c.to_dtype(DType::F32).map_err(crate::error::to_py)?,
+        // two Python numbers, as PyTorch: float32 if either is a float, bool if both are
+        // bools, else int64
+        _ => {
+            let float = |v: &Bound<'_, PyAny>| v.is_instance_of::<pyo3::types::PyFloat>();
+            let boolean = |v: &Bound<'_, PyAny>| v.is_instance_of::<pyo3::types::PyBool>();
+            let dtype = if float(x) || float(y) {
+                DType::F32
+            } else if boolean(x) && boolean(y) {
+                DType::Bool
+            } else {
+                DType::I64
+            };
+            c.to_dtype(dtype).map_err(crate::error::to_py)?
+        }
     };
     let (a, b) = (operand(py, &like, x)?, operand(py, &like, y)?);
     let global = c.is_global() || a.is_global() || b.is_global();
@@ -115,13 +129,20 @@ impl PyTensor {
 
     /// Pieces of `split_size` along `dim` (the last one shorter), or pieces of the sizes of a
     /// list (`x.split([1, 2], dim=1)`, adding up to the dim's size), a tuple.
-    #[pyo3(signature = (split_size_or_sections, dim = 0))]
+    #[pyo3(signature = (split_size_or_sections = None, dim = 0, *, split_size = None))]
     fn split<'py>(
         &self,
         py: Python<'py>,
-        split_size_or_sections: &Bound<'py, PyAny>,
+        split_size_or_sections: Option<&Bound<'py, PyAny>>,
         dim: isize,
+        split_size: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
+        // `split_size=` is `Tensor.split`'s keyword in PyTorch
+        let Some(split_size_or_sections) = split_size_or_sections.or(split_size) else {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "split() missing its split_size_or_sections argument",
+            ));
+        };
         let t = self.get();
         let d = self::dim(dim, t.ndim())?;
         if let Ok(size) = split_size_or_sections.extract::<usize>() {
@@ -175,6 +196,22 @@ impl PyTensor {
         op(py, global, move || t.gather(d, &i))
     }
 
+    /// `x` plus `src` scattered along `dim` by `index` (PyTorch's `scatter_add`:
+    /// `out[index[i][j]][j] += src[i][j]` for `dim == 0`, and so on), differentiable in `x`
+    /// and `src`.
+    fn scatter_add(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: &PyTensor,
+        src: &PyTensor,
+    ) -> PyResult<PyTensor> {
+        let (t, i, s) = (self.get(), index.get(), src.get());
+        let d = self::dim(dim, t.ndim())?;
+        let global = t.is_global() || i.is_global() || s.is_global();
+        op(py, global, move || t.scatter_add(d, &i, &s))
+    }
+
     /// The entries of `dim` picked by the 1-D int64 `index`.
     fn index_select(&self, py: Python<'_>, dim: isize, index: &PyTensor) -> PyResult<PyTensor> {
         let (t, i) = (self.get(), index.get());
@@ -183,16 +220,54 @@ impl PyTensor {
         op(py, global, move || t.index_select(d, &i))
     }
 
-    /// Values limited to `[min, max]` (either may be left out).
+    /// Values limited to `[min, max]` (either may be left out): numbers, or tensors that
+    /// broadcast (then `minimum(maximum(x, min), max)`, promoting as PyTorch).
     #[pyo3(signature = (min = None, max = None))]
-    fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+    fn clamp(
+        &self,
+        py: Python<'_>,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         let t = self.get();
+        let is_tensor =
+            |b: Option<&Bound<'_, PyAny>>| b.is_some_and(|b| b.cast::<PyTensor>().is_ok());
+        if is_tensor(min) || is_tensor(max) {
+            let lo = min.map(|m| operand(py, &t, m)).transpose()?;
+            let hi = max.map(|m| operand(py, &t, m)).transpose()?;
+            let global = t.is_global()
+                || lo.as_ref().is_some_and(Tensor::is_global)
+                || hi.as_ref().is_some_and(Tensor::is_global);
+            return op(py, global, move || {
+                let t = match lo {
+                    Some(lo) => t.maximum(&lo)?,
+                    None => t,
+                };
+                match hi {
+                    Some(hi) => t.minimum(&hi),
+                    None => Ok(t),
+                }
+            });
+        }
+        let number = |b: Option<&Bound<'_, PyAny>>| -> PyResult<Option<f64>> {
+            b.map(|b| {
+                b.extract::<f64>()
+                    .map_err(|_| PyTypeError::new_err("clamp bounds are numbers, tensors or None"))
+            })
+            .transpose()
+        };
+        let (min, max) = (number(min)?, number(max)?);
         op(py, t.is_global(), move || t.clamp(min, max))
     }
 
     /// As `clamp`.
     #[pyo3(signature = (min = None, max = None))]
-    fn clip(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+    fn clip(
+        &self,
+        py: Python<'_>,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         self.clamp(py, min, max)
     }
 
@@ -313,6 +388,14 @@ impl PyTensor {
         largest: bool,
     ) -> PyResult<PyTensor> {
         let t = self.get();
+        if t.dtype() == DType::Bool {
+            // as PyTorch (x.max(dim) still takes Bool)
+            let name = if largest { "argmax" } else { "argmin" };
+            return Err(crate::error::to_py(gflow::Error::InvalidArgument {
+                op: name,
+                reason: format!("{name}(): does not support bool input"),
+            }));
+        }
         let (t, d, keepdim) = match dim {
             Some(d) => (t.clone(), self::dim(d, t.ndim())?, keepdim),
             None => {

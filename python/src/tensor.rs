@@ -536,6 +536,19 @@ impl PyTensor {
         t.is_leaf()
     }
 
+    /// `None` for a leaf (or a tensor not recorded for autograd), else an object standing for
+    /// the recorded operation, as PyTorch's `grad_fn` (so `y.grad_fn is None` tells the two
+    /// apart).
+    #[getter]
+    fn grad_fn<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        static GRAD_FN: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let t = self.get();
+        if t.is_leaf() || !t.requires_grad() {
+            return Ok(None);
+        }
+        python_class(py, &GRAD_FN, "GradFn")?.call0().map(Some)
+    }
+
     /// The accumulated gradient (same placement and SBP as the tensor), or `None`; for a
     /// non-leaf only after `retain_grad()`.
     #[getter]

@@ -94,7 +94,7 @@ def test_tensor_dtypes_and_constructors():
 
 def test_global_tensor_print_shows_placement_and_sbp():
     x = flow.ones(2, placement=P, sbp=flow.sbp.broadcast)
-    assert repr(x) == ('tensor([1.0000, 1.0000], placement=flow.placement(type="cpu", ranks=[0]), '
+    assert repr(x) == ('tensor([1., 1.], placement=flow.placement(type="cpu", ranks=[0]), '
                        'sbp=(flow.sbp.broadcast,), dtype=flow.float32)')
 
 

@@ -77,7 +77,7 @@ def test_print_formats():
     assert str(flow.tensor([1, 2])) == "tensor([1, 2], dtype=flow.int64)"
     assert str(flow.zeros(4, 5).shape) == "flow.Size([4, 5])"
     x = flow.zeros(2, placement=P, sbp=flow.sbp.split(0))
-    assert str(x) == ('tensor([0.0000, 0.0000], placement=flow.placement(type="cpu", ranks=[0]), '
+    assert str(x) == ('tensor([0., 0.], placement=flow.placement(type="cpu", ranks=[0]), '
                       'sbp=(flow.sbp.split(dim=0),), dtype=flow.float32)')
 
 

@@ -1,7 +1,7 @@
 //! NaN and signed zeros through max and min: elementwise `maximum`/`minimum`, the `max`/`min`
 //! reductions over a last and a middle dim (short lines and lines a GPU cuts in parts) and
 //! softmax's line max, against the CPU backend's definitions (PyTorch's): a NaN operand wins,
-//! else the larger (smaller); of equal operands `maximum`/`minimum` give the second and the
+//! else the larger (smaller); of equal operands `maximum`/`minimum` give the first and the
 //! reductions the earlier element, so -0.0 and 0.0 come out as on the CPU.
 
 use super::{computed, expect, vals};
@@ -10,14 +10,14 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::storage::{Buffer, HostData};
 
-/// The CPU's `maximum` (`minimum`) of `a` and `b`.
+/// The CPU's `maximum` (`minimum`) of `a` and `b`: `a` of equals (as PyTorch's CPU and NumPy).
 fn binary_ref(max: bool, a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
-    } else if (max && a > b) || (!max && a < b) {
-        a
-    } else {
+    } else if (max && b > a) || (!max && b < a) {
         b
+    } else {
+        a
     }
 }
 

@@ -576,22 +576,24 @@ fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
+        // As PyTorch's CPU (its scalar path) and NumPy: of equal operands (-0.0 and 0.0) the
+        // first.
         BinaryOp::Maximum => {
             if a.is_nan() || b.is_nan() {
                 T::nan()
-            } else if a > b {
-                a
-            } else {
+            } else if b > a {
                 b
+            } else {
+                a
             }
         }
         BinaryOp::Minimum => {
             if a.is_nan() || b.is_nan() {
                 T::nan()
-            } else if a < b {
-                a
-            } else {
+            } else if b < a {
                 b
+            } else {
+                a
             }
         }
     }

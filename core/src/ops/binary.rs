@@ -152,16 +152,18 @@ fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<T
             grad(0, &|| g.div(b))?,
             grad(1, &|| g.mul(c.out)?.div(b)?.neg())?,
         ],
-        // As PyTorch: the gradient goes to the larger (smaller) input, split in half on ties.
+        // As PyTorch: the gradient goes to the larger (smaller) input, split in half on ties;
+        // where either input is NaN (no order), both get all of it.
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let wins = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
-                let better = if op == BinaryOp::Maximum {
-                    x.gt(y)?
-                } else {
+                let worse = if op == BinaryOp::Maximum {
                     x.lt(y)?
+                } else {
+                    x.gt(y)?
                 };
                 let tie = x.eq(y)?.to_dtype(g.dtype())?.mul_scalar(0.5)?;
-                g.mul(&better.to_dtype(g.dtype())?.add(&tie)?)
+                let lost = worse.to_dtype(g.dtype())?.add(&tie)?;
+                g.mul(&lost.neg()?.add_scalar(1.0)?)
             };
             vec![grad(0, &|| wins(a, b))?, grad(1, &|| wins(b, a))?]
         }
@@ -253,5 +255,119 @@ impl Tensor {
     /// As [`Tensor::add`].
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Minimum, other)
+    }
+}
+
+/// Whether every device `t` computes on computes F64 (so an F32 `pow` can work in F64 there).
+fn computes_f64(t: &Tensor) -> bool {
+    use crate::backend::device_computes;
+    match t.placement() {
+        None => device_computes(t.device().device_type(), DType::F64),
+        Some(p) => p
+            .ranks()
+            .iter()
+            .all(|&r| device_computes(crate::env::device_type_of(r, p.device_type()), DType::F64)),
+    }
+}
+
+/// `a ** b` elementwise with broadcasting, `a` and `b` of one float dtype, not recorded:
+/// `|a|^b = exp(b ln|a|)`, negated for a negative base and an odd integer exponent, NaN for a
+/// negative base and a non-integer exponent, 1 for a zero exponent or a base of 1 (as C's
+/// `pow`, which PyTorch follows).
+fn pow_values(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let dtype = a.dtype();
+    let zero = a.scalar_like(0.0)?;
+    let one = a.scalar_like(1.0)?;
+    let mag = b.mul(&a.abs()?.log()?)?.exp()?;
+    // b truncated toward zero (through I64), and b / 2 truncated: b is an integer where the
+    // first equals b, an odd one where twice the second differs from it.
+    let trunc = |x: &Tensor| x.to_dtype(DType::I64)?.to_dtype(dtype);
+    let bi = trunc(b)?;
+    let integral = bi.eq(b)?;
+    let odd = trunc(&b.mul_scalar(0.5)?)?.mul_scalar(2.0)?.ne(&bi)?;
+    let negative = a.lt(&zero)?;
+    let flip = negative.mul(&integral.mul(&odd)?)?;
+    let r = flip.where_cond(&mag.neg()?, &mag)?;
+    let undefined = negative.mul(&integral.eq(&integral.scalar_like(0.0)?)?)?;
+    let r = undefined.where_cond(&a.scalar_like(f64::NAN)?, &r)?;
+    let unit = b.eq(&zero)?.add(&a.eq(&one)?)?;
+    unit.where_cond(&one, &r)
+}
+
+impl Tensor {
+    /// `self ** exponent` elementwise with broadcasting, as `torch.pow(tensor, tensor)`: the
+    /// dtype is PyTorch's result type of the two (0-d operands as in [`Tensor::add`]); floats
+    /// follow C's `pow` (a negative base with an integer exponent has a sign, with another
+    /// exponent NaN; `x ** 0` is 1), computed in F64 where the device can (so F32 results are
+    /// correctly rounded); integers are exact while the result fits an f64's 53-bit mantissa,
+    /// a negative exponent giving 0 unless the base is 1 or -1. Differentiable in both inputs
+    /// (PyTorch's formulas: `b * a^(b-1)`, zero where `b == 0`; `a^b * ln a`, zero where
+    /// `a == 0` and `b >= 0`).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for two Bool operands (as PyTorch); as [`Tensor::add`].
+    pub fn pow_tensor(&self, exponent: &Tensor) -> Result<Tensor> {
+        let dtype = super::result_type(&[self, exponent]);
+        if dtype == DType::Bool {
+            return Err(Error::InvalidArgument {
+                op: "pow",
+                reason: "pow of Bool tensors is not supported (cast an input first)".into(),
+            });
+        }
+        broadcast_shapes("pow", self.shape(), exponent.shape())?;
+        let (a, b) = (self.to_dtype(dtype)?, exponent.to_dtype(dtype)?);
+        if !dtype.is_float() {
+            let work = if computes_f64(&a) {
+                DType::F64
+            } else {
+                DType::F32
+            };
+            return crate::autograd::no_grad(|| {
+                let (x, e) = (a.to_dtype(work)?, b.to_dtype(work)?);
+                let r = pow_values(&x, &e)?;
+                // round to nearest (away from zero on halves) before the cast truncates
+                let half = r
+                    .lt(&r.scalar_like(0.0)?)?
+                    .where_cond(&r.scalar_like(-0.5)?, &r.scalar_like(0.5)?)?;
+                let r = r.add(&half)?;
+                // a negative exponent: 1 / x^|e| truncates to 0 unless |x| is 1
+                let vanish = e
+                    .lt(&e.scalar_like(0.0)?)?
+                    .mul(&x.abs()?.ne(&x.scalar_like(1.0)?)?)?;
+                vanish.where_cond(&r.scalar_like(0.0)?, &r)?.to_dtype(dtype)
+            });
+        }
+        let work = if dtype != DType::F64 && computes_f64(&a) {
+            DType::F64
+        } else {
+            dtype
+        };
+        let out = crate::autograd::no_grad(|| {
+            pow_values(&a.detach().to_dtype(work)?, &b.detach().to_dtype(work)?)?.to_dtype(dtype)
+        });
+        crate::autograd::record(out, "pow", &[&a, &b], move |c, g| {
+            let (a, b, r) = (&c.inputs[0], &c.inputs[1], c.out);
+            let zero = a.scalar_like(0.0)?;
+            let ga = if c.needs[0] {
+                // a^(b-1) in F64 where the device computes it, as the forward
+                let (aw, bw) = (a.to_dtype(work)?, b.to_dtype(work)?);
+                let d = bw
+                    .mul(&pow_values(&aw, &bw.add_scalar(-1.0)?)?)?
+                    .to_dtype(a.dtype())?;
+                let d = b.eq(&zero)?.where_cond(&zero, &d)?;
+                Some(crate::autograd::sum_to(&g.mul(&d)?, a.shape())?)
+            } else {
+                None
+            };
+            let gb = if c.needs[1] {
+                let d = r.mul(&a.log()?)?;
+                let skip = a.eq(&zero)?.mul(&b.ge(&zero)?)?;
+                let d = skip.where_cond(&zero, &d)?;
+                Some(crate::autograd::sum_to(&g.mul(&d)?, b.shape())?)
+            } else {
+                None
+            };
+            Ok(vec![ga, gb])
+        })
     }
 }

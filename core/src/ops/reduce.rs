@@ -260,7 +260,8 @@ impl Tensor {
 
     /// `log(sum(exp(x)))` over `dims` (all dims when empty), computed stably: the maximum is
     /// taken out first. Over a split dim it runs as a max and a sum of partials (two small
-    /// all-reduces), never gathering the dim. Over an empty dim it is `-inf`, as PyTorch.
+    /// all-reduces), never gathering the dim. Over an empty dim it is `-inf`, as PyTorch; integer
+    /// and Bool inputs give F32 (the default float), as PyTorch.
     ///
     /// # Errors
     /// As [`Tensor::sum`] (naming `logsumexp`).
@@ -272,6 +273,10 @@ impl Tensor {
     fn logsumexp_inner(&self, dims: Vec<usize>, keepdim: bool) -> Result<Tensor> {
         for &d in &dims {
             check_dim("logsumexp", d, self.ndim())?;
+        }
+        if !self.dtype().is_float() {
+            // As PyTorch: integer and Bool inputs compute in the default float dtype.
+            return self.to_dtype(DType::F32)?.logsumexp_inner(dims, keepdim);
         }
         let all: Vec<usize> = if dims.is_empty() {
             (0..self.ndim()).collect()

@@ -26,6 +26,11 @@ impl Op for Compare {
             CmpOp::Ge => "ge",
         }
     }
+    /// Comparisons run on every device in every dtype (API.md): a backend that cannot
+    /// compute a dtype (F64 on wgpu) compares on the host copy, as for I64.
+    fn arithmetic(&self) -> bool {
+        false
+    }
     fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
         if dtypes[0] != dtypes[1] {
             return Err(Error::DTypeMismatch {

@@ -3,7 +3,6 @@
 
 use super::{Kernel, Op, PARTIALS, Signature, check_dim};
 use crate::autograd::{record, sum_to, target_like};
-use crate::backend::BinaryOp;
 use crate::error::{Error, Result};
 use crate::placement::Placement;
 use crate::sbp::Sbp;
@@ -252,6 +251,12 @@ impl Op for Expand {
     fn name(&self) -> &'static str {
         "expand"
     }
+    fn any_dtype(&self) -> bool {
+        true
+    }
+    fn arithmetic(&self) -> bool {
+        false
+    }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let s = shapes[0];
         let fits =
@@ -274,30 +279,29 @@ impl Op for Expand {
         v
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
-        // Broadcasting against a zero scalar repeats the size-1 dims.
-        let zero = Buffer::from(crate::storage::HostData::filled(
-            k.inputs[0].dtype(),
-            1,
-            0.0,
-        ));
-        k.backend.binary(
-            BinaryOp::Add,
-            k.inputs[0],
-            &k.shapes[0],
-            &zero,
-            &[],
+        // Selecting the input on both sides of a true scalar condition repeats the size-1
+        // dims: data movement, so every dtype (integers, Bool) expands on every backend.
+        let cond = Buffer::from(crate::storage::HostData::Bool(vec![1]));
+        k.backend.select(
+            [&cond, k.inputs[0], k.inputs[0]],
+            [&[], &k.shapes[0], &k.shapes[0]],
             &k.out_shape,
         )
     }
 }
 
 impl Tensor {
-    /// Repeats the size-1 dimensions of this tensor to reach `shape` (same number of dims).
+    /// Repeats the size-1 dimensions of this tensor to reach `shape`, any dtype; as PyTorch's
+    /// `expand`, `shape` may have more dims than the tensor (new leading dims).
     ///
     /// # Errors
-    /// `ShapeMismatch` when a dim of size other than 1 would change; `DTypeMismatch` for
-    /// integer tensors.
+    /// `ShapeMismatch` when a dim of size other than 1 would change or `shape` has fewer dims.
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.len() > self.ndim() {
+            let mut lead = vec![1; shape.len() - self.ndim()];
+            lead.extend_from_slice(self.shape());
+            return self.reshape(&lead)?.expand(shape);
+        }
         record(
             super::dispatch(&Expand(shape.to_vec()), &[self]),
             "expand",

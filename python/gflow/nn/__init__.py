@@ -13,7 +13,7 @@ from . import functional, utils
 
 __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
-    "Identity", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
+    "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
     "LayerNorm", "RMSNorm", "functional", "utils",
 ]
 
@@ -182,6 +182,24 @@ class Identity(Module):
         return x
 
 
+class Dropout(Module):
+    """PyTorch's ``Dropout``: in training, each element zeroed with probability ``p`` and the
+    others scaled by ``1 / (1 - p)`` (gflow's random generator); in eval mode, or with
+    ``p == 0``, the input itself."""
+
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, x):
+        return functional.dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
 class Softmax(Module):
     """Softmax over ``dim``."""
 
@@ -273,17 +291,29 @@ class Embedding(Module):
 
 
 class MSELoss(Module):
-    """Mean squared error over all elements."""
+    """Mean squared error over all elements (``reduction="sum"`` / ``"none"`` as PyTorch's)."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
 
     def forward(self, input, target):
-        return _gflow.mse_loss(input, target)
+        return functional.mse_loss(input, target, reduction=self.reduction)
 
 
 class CrossEntropyLoss(Module):
-    """Cross entropy of logits against class indices, mean over the batch."""
+    """Cross entropy of logits against class indices (``functional.cross_entropy``): the mean
+    over the batch by default, as PyTorch's."""
+
+    def __init__(self, ignore_index=-100, reduction="mean"):
+        super().__init__()
+        self.ignore_index, self.reduction = ignore_index, reduction
 
     def forward(self, input, target):
-        return _gflow.cross_entropy(input, target)
+        from . import functional
+
+        return functional.cross_entropy(input, target, ignore_index=self.ignore_index,
+                                        reduction=self.reduction)
 
 
 class _Norm(Module):
