@@ -123,7 +123,8 @@ where
 /// networked is left for the exit-time destructors, which run after other libraries' (wgpu's).
 ///
 /// # Errors
-/// The first root-cause error of a rank (see [`simulate`]), or an [`init`] error.
+/// The first root-cause error of a rank (see [`simulate`]), an [`init`] error, or
+/// `Environment` for a `GFLOW_SIM_RANKS` that is not a positive number.
 pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec<(usize, T)>> {
     keep_freed_memory();
     log::install();
@@ -134,11 +135,17 @@ pub fn run<T: Send>(n: usize, f: impl Fn(Env) -> Result<T> + Sync) -> Result<Vec
         finish_links();
         return Ok(vec![(rank, out?)]);
     }
-    let n = std::env::var("GFLOW_SIM_RANKS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&k| k > 0)
-        .unwrap_or(n);
+    let n = match std::env::var("GFLOW_SIM_RANKS") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&k| k > 0)
+            .ok_or_else(|| Error::Environment {
+                reason: format!("GFLOW_SIM_RANKS={s:?}: expected a positive number of ranks"),
+            })?,
+        _ => n,
+    };
     Ok(simulate(n, f)?.into_iter().enumerate().collect())
 }
 
@@ -176,7 +183,10 @@ pub fn print_ranks(out: &[(usize, Vec<String>)]) {
 ///
 /// # Errors
 /// `Environment` for missing or malformed variables of a multi-rank job or a failed rendezvous
-/// (wrong token, world size, duplicate or late rank), with the reason.
+/// (wrong token, world size, duplicate or late rank), with the reason, and for a malformed
+/// `GFLOW_TIMEOUT_SECS`, `GFLOW_MAX_FRAME`, `GFLOW_TRANSPORT` or `GFLOW_DEVICE_OVERRIDE`;
+/// `BackendUnavailable` naming the device when `GFLOW_DEVICE_OVERRIDE` pins this rank to an
+/// ordinal this host lacks. These are checked before the rank joins the others.
 pub fn init() -> Result<Env> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _serial = LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,13 +195,24 @@ pub fn init() -> Result<Env> {
     }
     keep_freed_memory();
     log::install();
-    let Some(job) = scheduler::current_job()? else {
+    let job = scheduler::current_job()?;
+    // Settings a typo would otherwise turn into defaults (or into an error at the first GPU
+    // tensor), refused before this rank joins the others.
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let rank = job.as_ref().map_or(0, |j| j.rank);
+    let timeout = gflow_core::env::timeout_setting()?;
+    let max_frame = max_frame_setting()?;
+    let forced =
+        gflow_transport::Forced::parse(var("GFLOW_TRANSPORT").as_deref()).map_err(|e| {
+            Error::Environment {
+                reason: format!("rank {rank}: {e}"),
+            }
+        })?;
+    gflow_core::env::check_device_override(rank)?;
+    let Some(job) = job else {
         tracing::info!(backends = log::backends(), "a world of one rank");
         return Ok(Env::single().install_process());
     };
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let timeout = gflow_core::env::timeout_from_env();
-    let rank = job.rank;
     let hint = if job.port_derived {
         format!(
             " (port {} was derived from the {:?} job; GFLOW_MASTER_PORT sets another)",
@@ -200,12 +221,6 @@ pub fn init() -> Result<Env> {
     } else {
         String::new()
     };
-    let forced =
-        gflow_transport::Forced::parse(var("GFLOW_TRANSPORT").as_deref()).map_err(|e| {
-            Error::Environment {
-                reason: format!("rank {rank}: {e}"),
-            }
-        })?;
     let settings = gflow_transport::Settings {
         rendezvous: gflow_transport::rendezvous::Config {
             master: format!("{}:{}", job.master_addr, job.master_port),
@@ -216,9 +231,7 @@ pub fn init() -> Result<Env> {
             host: gflow_transport::rendezvous::host_identity(),
         },
         timeout,
-        max_frame: var("GFLOW_MAX_FRAME")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(16 << 30),
+        max_frame,
         transport: forced,
     };
     let comm = std::sync::Arc::new(gflow_transport::connect(&settings).map_err(|e| {
@@ -242,6 +255,31 @@ pub fn init() -> Result<Env> {
         "rank started (its GPU ordinal on this host follows local_rank)"
     );
     Ok(env)
+}
+
+/// `GFLOW_MAX_FRAME`: the largest message a link accepts, in bytes (default 16 GiB).
+///
+/// # Errors
+/// `Environment` naming the variable and its value when it is not a positive integer.
+fn max_frame_setting() -> Result<u64> {
+    const DEFAULT: u64 = 16 << 30;
+    match std::env::var("GFLOW_MAX_FRAME") {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT),
+        Ok(s) if s.trim().is_empty() => Ok(DEFAULT),
+        Ok(s) => s
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| Error::Environment {
+                reason: format!(
+                    "GFLOW_MAX_FRAME={s:?}: expected a positive number of bytes (default {DEFAULT})"
+                ),
+            }),
+        Err(e) => Err(Error::Environment {
+            reason: format!("GFLOW_MAX_FRAME: {e}"),
+        }),
+    }
 }
 
 /// Asks glibc's allocator to keep freed tensor buffers for reuse instead of returning them to

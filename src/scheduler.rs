@@ -63,6 +63,10 @@ pub struct Job {
 /// `Environment` naming the missing or malformed variable.
 pub fn job_from(vars: &HashMap<String, String>, parent_pid: u32) -> Result<Option<Job>> {
     let v = Vars(vars);
+    let port = v
+        .get("GFLOW_MASTER_PORT")
+        .map(|p| v.port("GFLOW_MASTER_PORT", p))
+        .transpose()?;
     let job = match named_by(&v) {
         Some(Launcher::Gflow) => gflow_vars(&v)?,
         Some(Launcher::OpenMpi) => open_mpi(&v, parent_pid)?,
@@ -72,8 +76,8 @@ pub fn job_from(vars: &HashMap<String, String>, parent_pid: u32) -> Result<Optio
     let Some(mut job) = job else {
         return Ok(None);
     };
-    if let Some(p) = v.get("GFLOW_MASTER_PORT") {
-        job.master_port = v.port("GFLOW_MASTER_PORT", p)?;
+    if let Some(p) = port {
+        job.master_port = p;
         job.port_derived = false;
     }
     if let Some(t) = v.get("GFLOW_JOB_TOKEN") {
@@ -225,14 +229,19 @@ fn gflow_vars(v: &Vars) -> Result<Option<Job>> {
         return Err(env_err("WORLD_SIZE=0: a job has at least one rank".into()));
     }
     if world == 1 {
-        // a world of one, whose ranks (where given) must be 0
+        // a world of one, whose ranks (where given) must be 0, and whose other variables
+        // (where given) must still be well formed: a typo is an error however many ranks
         let (rank, local) = (v.num("RANK")?, v.num("LOCAL_RANK")?);
+        let local_world = v.num("LOCAL_WORLD_SIZE")?;
         check_ranks(
             ("RANK", rank.unwrap_or(0)),
             ("WORLD_SIZE", 1),
             ("LOCAL_RANK", local.unwrap_or(0)),
-            None,
+            local_world.map(|n| ("LOCAL_WORLD_SIZE", n)),
         )?;
+        if let Some(p) = v.get("MASTER_PORT") {
+            v.port("MASTER_PORT", p)?;
+        }
         return Ok(None);
     }
     let rank = v.need("RANK", what)?;
@@ -290,7 +299,19 @@ fn gflow_vars(v: &Vars) -> Result<Option<Job>> {
 fn open_mpi(v: &Vars, parent_pid: u32) -> Result<Option<Job>> {
     const WHAT: &str = "an Open MPI job";
     let world = v.need("OMPI_COMM_WORLD_SIZE", WHAT)?;
-    if world == 1 {
+    if world <= 1 {
+        check_ranks(
+            (
+                "OMPI_COMM_WORLD_RANK",
+                v.num("OMPI_COMM_WORLD_RANK")?.unwrap_or(0),
+            ),
+            ("OMPI_COMM_WORLD_SIZE", world),
+            (
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                v.num("OMPI_COMM_WORLD_LOCAL_RANK")?.unwrap_or(0),
+            ),
+            None,
+        )?;
         return Ok(None);
     }
     let rank = v.need("OMPI_COMM_WORLD_RANK", WHAT)?;
@@ -302,7 +323,10 @@ fn open_mpi(v: &Vars, parent_pid: u32) -> Result<Option<Job>> {
         ("OMPI_COMM_WORLD_LOCAL_RANK", local_rank),
         local_world.map(|n| ("OMPI_COMM_WORLD_LOCAL_SIZE", n)),
     )?;
-    let all_local = local_world == Some(world);
+    // Every rank on this host: as `OMPI_COMM_WORLD_LOCAL_SIZE` says (mpirun always sets it);
+    // without it (variables set by hand) the ranks are taken to be local, and a rank that is
+    // not then fails its rendezvous with an error, never joining another job.
+    let all_local = local_world.is_none_or(|n| n == world);
     let master_addr = match v.get("MASTER_ADDR") {
         Some(a) => a.to_string(),
         None if all_local => "127.0.0.1".into(),
@@ -346,7 +370,13 @@ fn open_mpi(v: &Vars, parent_pid: u32) -> Result<Option<Job>> {
 fn slurm(v: &Vars) -> Result<Option<Job>> {
     const WHAT: &str = "a Slurm job";
     let world = v.need("SLURM_NTASKS", WHAT)?;
-    if world == 1 {
+    if world <= 1 {
+        check_ranks(
+            ("SLURM_PROCID", v.num("SLURM_PROCID")?.unwrap_or(0)),
+            ("SLURM_NTASKS", world),
+            ("SLURM_LOCALID", v.num("SLURM_LOCALID")?.unwrap_or(0)),
+            None,
+        )?;
         return Ok(None);
     }
     let rank = v.need("SLURM_PROCID", WHAT)?;
@@ -361,19 +391,33 @@ fn slurm(v: &Vars) -> Result<Option<Job>> {
         .get("SLURM_JOB_ID")
         .or_else(|| v.get("SLURM_JOBID"))
         .ok_or_else(|| env_err(format!("{WHAT} is missing SLURM_JOB_ID")))?;
-    let master_addr = match v.get("MASTER_ADDR") {
-        Some(a) => a.to_string(),
-        None => {
-            // Rank 0 runs on the first node of the step (of the job outside a step).
-            let (k, list) = [
-                "SLURM_STEP_NODELIST",
-                "SLURM_JOB_NODELIST",
-                "SLURM_NODELIST",
-            ]
-            .iter()
-            .find_map(|k| v.get(k).map(|l| (*k, l)))
-            .ok_or_else(|| env_err(format!("{WHAT} is missing SLURM_JOB_NODELIST")))?;
+    // One node (as the step or the job says): rank 0 is on this host.
+    let one_node = [
+        "SLURM_STEP_NUM_NODES",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_NNODES",
+    ]
+    .iter()
+    .find_map(|k| v.get(k))
+    .is_some_and(|n| n == "1");
+    let list = [
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+    ]
+    .iter()
+    .find_map(|k| v.get(k).map(|l| (*k, l)));
+    let master_addr = match (v.get("MASTER_ADDR"), list) {
+        (Some(a), _) => a.to_string(),
+        // Rank 0 runs on the first node of the step (of the job outside a step).
+        (None, Some((k, list))) => {
             first_host(list).map_err(|why| env_err(format!("{k}={list:?}: {why}")))?
+        }
+        (None, None) if one_node => "127.0.0.1".into(),
+        (None, None) => {
+            return Err(env_err(format!(
+                "{WHAT} is missing SLURM_JOB_NODELIST (or MASTER_ADDR, the host of rank 0)"
+            )));
         }
     };
     let master_port = match v.get("MASTER_PORT") {
@@ -749,6 +793,24 @@ mod tests {
             )),
             &["MASTER_PORT"],
         );
+        // one node by Slurm's count, or Open MPI's ranks without a local size (set by hand):
+        // rank 0 is on this host
+        let one = with(
+            SLURM,
+            &[("SLURM_JOB_NODELIST", None), ("SLURM_NNODES", Some("1"))],
+        );
+        assert_eq!(job(&pairs(&one)).unwrap().unwrap().master_addr, "127.0.0.1");
+        let two = with(
+            SLURM,
+            &[("SLURM_JOB_NODELIST", None), ("SLURM_NNODES", Some("2"))],
+        );
+        refused(&pairs(&two), &["missing SLURM_JOB_NODELIST"]);
+        let by_hand = with(OMPI, &[("OMPI_COMM_WORLD_LOCAL_SIZE", None)]);
+        let j = job(&pairs(&by_hand)).unwrap().unwrap();
+        assert_eq!(
+            (j.master_addr.as_str(), j.world, j.rank),
+            ("127.0.0.1", 4, 2)
+        );
         // one host: 127.0.0.1 without MASTER_ADDR
         let local = with(
             GFLOW,
@@ -782,6 +844,32 @@ mod tests {
         refused(
             &[("WORLD_SIZE", "1"), ("RANK", "3")],
             &["RANK=3", "WORLD_SIZE=1"],
+        );
+        // ... or whose other variables are malformed: still refused by name
+        refused(
+            &[("WORLD_SIZE", "1"), ("RANK", "0"), ("MASTER_PORT", "99999")],
+            &["MASTER_PORT=\"99999\"", "1-65535"],
+        );
+        refused(
+            &[("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "x")],
+            &["LOCAL_WORLD_SIZE=\"x\""],
+        );
+        refused(
+            &[("WORLD_SIZE", "1"), ("GFLOW_MASTER_PORT", "0")],
+            &["GFLOW_MASTER_PORT=\"0\""],
+        );
+        refused(&[("GFLOW_MASTER_PORT", "port")], &["GFLOW_MASTER_PORT"]);
+        refused(
+            &[("SLURM_NTASKS", "1"), ("SLURM_PROCID", "2")],
+            &["SLURM_PROCID=2 is not below SLURM_NTASKS=1"],
+        );
+        refused(
+            &[("OMPI_COMM_WORLD_SIZE", "1"), ("OMPI_COMM_WORLD_RANK", "1")],
+            &["OMPI_COMM_WORLD_RANK=1 is not below OMPI_COMM_WORLD_SIZE=1"],
+        );
+        refused(
+            &[("OMPI_COMM_WORLD_SIZE", "0"), ("OMPI_COMM_WORLD_RANK", "0")],
+            &["OMPI_COMM_WORLD_SIZE=0"],
         );
         // one Slurm task, no step: a world of one
         assert_eq!(

@@ -320,3 +320,27 @@ fn a_failed_rank_releases_its_peers() {
     );
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+/// A rank (a thread of `simulate`) that returns early, successfully, while its peers still
+/// expect it in collectives: they fail at once naming it (`PeerGone`), well before the receive
+/// deadline (60 s here), and `simulate` returns that error rather than hanging or succeeding.
+#[test]
+fn a_rank_that_returns_early_releases_its_peers() {
+    let t = Instant::now();
+    let e = gflow_core::env::simulate_with_timeout(3, Duration::from_secs(60), |env| {
+        let p = Placement::new("cpu", [0, 1, 2])?;
+        for i in 0..10 {
+            if env.rank() == 1 && i == 3 {
+                return Ok(());
+            }
+            Tensor::ones(&[6], (&p, Sbp::split(0)))?.to_vec_cast::<f32>()?;
+        }
+        Ok(())
+    })
+    .err();
+    assert!(
+        matches!(e, Some(Error::Comm(CommError::PeerGone { peer: 1, .. }))),
+        "{e:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

@@ -152,8 +152,12 @@ fn survivors_error_within_ten_seconds(transport: &str, portable: &str) {
     }
 }
 
+/// Rank `rank` of a job started by hand. The example is built once (by the first call): a
+/// build between the ranks' starts (which waits for cargo's lock while other builds run) could
+/// outlast the short rendezvous deadlines these tests give.
 fn manual(rank: usize, world: &str, port: &str, token: &str, timeout: &str) -> std::process::Child {
-    Command::new(example("collective_loop"))
+    static PROG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    Command::new(PROG.get_or_init(|| example("collective_loop")))
         .envs([
             ("MASTER_ADDR", "127.0.0.1"),
             ("MASTER_PORT", port),

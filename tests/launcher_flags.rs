@@ -1,6 +1,7 @@
 //! gflow-launch's flags and what it passes to children: output that is not UTF-8, unknown
 //! flags, the per-child variables, `--log-dir`, `--nproc-per-node auto|gpu|cpu`,
-//! `--standalone` and `--max-restarts`. Tiny shell programs stand in for ranks where no
+//! `--standalone`, `--max-restarts`, OneFlow's and torch's command lines (`--no_python`,
+//! `--use_env`, nodes without a token or port) and the failed rank's exit code. Tiny shell programs stand in for ranks where no
 //! rendezvous is needed; `collective_loop` is the real job where one is.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -285,5 +286,174 @@ fn max_restarts_recovers_a_real_job_from_a_killed_rank() {
     assert_eq!(
         sorted_lines(&out.stdout),
         vec!["[rank 0] done: 10", "[rank 1] done: 10"]
+    );
+}
+
+/// The launcher exits with the failed rank's own exit code (128 + the signal for a rank a
+/// signal ended), as a shell would for the program itself; after restarts, the last one's.
+#[test]
+fn a_failed_ranks_exit_code_is_the_launchers() {
+    let out = launch_sh(
+        &["--nproc-per-node", "2"],
+        r#"[ "$RANK" = 1 ] && exit 7; sleep 30"#,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("rank 1 failed (exit code 7)"));
+    let out = launch_sh(&["--nproc-per-node", "2"], "kill -9 $$", &[]);
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    let out = launch_sh(&["--max-restarts", "1"], "exit 5", &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+}
+
+/// OneFlow's and torch's command lines run as they are: `--no_python` and `--use_env` are
+/// accepted (both are what gflow-launch does anyway); a port outside 1-65535 is refused by
+/// name before anything starts.
+#[test]
+fn oneflow_and_torch_launcher_flags_are_accepted() {
+    let out = launch_sh(
+        &[
+            "--nproc_per_node",
+            "2",
+            "--no_python",
+            "--use_env",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            "29123",
+        ],
+        "echo $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT",
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec![
+            "[rank 0] 0 0 2 127.0.0.1 29123",
+            "[rank 1] 1 1 2 127.0.0.1 29123"
+        ]
+    );
+    for bad in ["0", "99999"] {
+        let out = launch_sh(&["--master_port", bad], "echo ran", &[]);
+        assert!(!out.status.success(), "--master_port {bad}");
+        assert!(
+            out.stdout.is_empty(),
+            "--master_port {bad}: the program must not run"
+        );
+        assert!(
+            text(&out.stderr).contains("--master-port") && text(&out.stderr).contains(bad),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// Two nodes started as OneFlow's launcher starts them, with no job token, form one job of a
+/// real gflow program; without `--master_port` a job of several nodes takes OneFlow's default
+/// port, 29500 (shown by a program that only prints it: a real job there could meet a
+/// stranger's on a shared host).
+#[test]
+fn nodes_without_a_token_or_port_meet_as_oneflows_do() {
+    let out = launch_sh(
+        &["--nnodes", "2", "--node_rank", "1"],
+        "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT",
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        vec!["[rank 1] 1 2 127.0.0.1 29500"]
+    );
+    let prog = example("collective_loop");
+    let port = common_free_port();
+    let nodes: Vec<_> = (0..2)
+        .map(|n| {
+            Command::new(launcher())
+                .args(["--nnodes", "2", "--node_rank", &n.to_string()])
+                .args(["--nproc_per_node", "2", "--master_addr", "127.0.0.1"])
+                .args(["--master_port", &port])
+                .arg(&prog)
+                .env_remove("GFLOW_JOB_TOKEN")
+                .env("GFLOW_TEST_ITERS", "3")
+                .env("GFLOW_TIMEOUT_SECS", "30")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = nodes
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for (n, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "node {n}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("GFLOW_JOB_TOKEN is not set"));
+    }
+    let mut lines = sorted_lines(&outs[0].stdout);
+    lines.extend(sorted_lines(&outs[1].stdout));
+    assert_eq!(
+        lines,
+        vec![
+            "[rank 0] done: 12",
+            "[rank 1] done: 12",
+            "[rank 2] done: 12",
+            "[rank 3] done: 12"
+        ]
+    );
+}
+
+/// A free port below the ephemeral range.
+fn common_free_port() -> String {
+    (0..64)
+        .map(|_| {
+            let mut b = [0u8; 2];
+            getrandom::fill(&mut b).unwrap();
+            20_000 + u16::from_le_bytes(b) % 12_000
+        })
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below the ephemeral range")
+        .to_string()
+}
+
+/// OneFlow's `--logdir DIR --redirect_stdout_and_stderr`: each process's output goes to
+/// `DIR/local_rank_I/{stdout,stderr}` (its `GLOG_log_dir`) instead of the console; redirecting
+/// without a directory is refused by name before anything runs.
+#[test]
+fn oneflow_logdir_redirects_each_processs_output() {
+    let dir = std::env::temp_dir().join(format!("gflow-oneflow-logs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = launch_sh(
+        &[
+            "--nproc_per_node",
+            "2",
+            "--logdir",
+            dir.to_str().unwrap(),
+            "--redirect_stdout_and_stderr",
+        ],
+        "echo out $RANK $GLOG_log_dir; echo err $RANK >&2",
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    for r in 0..2 {
+        let d = dir.join(format!("local_rank_{r}"));
+        assert_eq!(
+            std::fs::read_to_string(d.join("stdout")).unwrap(),
+            format!("out {r} {}\n", d.display())
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.join("stderr")).unwrap(),
+            format!("err {r}\n")
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = launch_sh(&["--redirect_stdout_and_stderr"], "echo ran", &[]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("--logdir"),
+        "{}",
+        text(&out.stderr)
     );
 }

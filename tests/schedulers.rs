@@ -235,3 +235,37 @@ fn torchrun_variables_by_hand_leave_the_store_port_alone() {
     }
     drop(store);
 }
+
+/// Open MPI's three variables of the contract set by hand (`OMPI_COMM_WORLD_RANK`, `_SIZE`,
+/// `_LOCAL_RANK`: no local size, job id or `MASTER_ADDR`), as a test harness or a wrapper
+/// script might start the ranks of one host: they meet on 127.0.0.1, on a port derived from
+/// their shared parent.
+#[test]
+fn open_mpi_variables_by_hand_on_one_host() {
+    let prog = example("collective_loop");
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            clean(&mut Command::new(&prog))
+                .envs([
+                    ("OMPI_COMM_WORLD_SIZE", "2"),
+                    ("GFLOW_TEST_ITERS", "5"),
+                    ("GFLOW_JOB_TOKEN", "ompi-by-hand"),
+                ])
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        assert_real_world(
+            &format!("Open MPI rank {r} by hand"),
+            &k.wait_with_output().unwrap(),
+            1,
+            2,
+            5,
+        );
+    }
+}

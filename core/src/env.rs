@@ -118,12 +118,13 @@ impl Env {
         *self.0.rng.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
-    /// The (seed, index) of the next random tensor, advancing the index.
+    /// The (seed, index) of the next random tensor, advancing the index (past `u64::MAX` it
+    /// wraps to 0: a state restored from a checkpoint may hold any counter).
     pub(crate) fn next_random(&self) -> (u64, u64) {
         match self.0.rng.lock() {
             Ok(mut s) => {
                 let k = s.counter;
-                s.counter += 1;
+                s.counter = s.counter.wrapping_add(1);
                 (s.seed, k)
             }
             Err(p) => {
@@ -181,13 +182,36 @@ pub fn manual_seed(seed: u64) {
     current().manual_seed(seed);
 }
 
-/// The receive deadline: `GFLOW_TIMEOUT_SECS` if set and valid, else [`DEFAULT_TIMEOUT`].
+/// The receive deadline: `GFLOW_TIMEOUT_SECS` if set and valid, else [`DEFAULT_TIMEOUT`]
+/// ([`timeout_setting`] refuses an invalid value instead).
 pub fn timeout_from_env() -> Duration {
-    std::env::var("GFLOW_TIMEOUT_SECS")
+    timeout_setting().unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// The receive deadline: `GFLOW_TIMEOUT_SECS` (seconds, a positive finite number such as `30`
+/// or `0.5`) if set, else [`DEFAULT_TIMEOUT`].
+///
+/// # Errors
+/// `Environment` naming the variable, what it must be and its value when it is set to
+/// anything else (a typo must not quietly become the default deadline).
+pub fn timeout_setting() -> Result<Duration> {
+    let Some(raw) = std::env::var_os("GFLOW_TIMEOUT_SECS") else {
+        return Ok(DEFAULT_TIMEOUT);
+    };
+    let s = raw.to_string_lossy();
+    if s.trim().is_empty() {
+        return Ok(DEFAULT_TIMEOUT);
+    }
+    s.trim()
+        .parse::<f64>()
         .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0 && s.is_finite())
-        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .and_then(|v| Duration::try_from_secs_f64(v).ok())
+        .ok_or_else(|| Error::Environment {
+            reason: format!(
+                "GFLOW_TIMEOUT_SECS={s:?}: expected a positive number of seconds (such as 60)"
+            ),
+        })
 }
 
 /// Runs `n` ranks as threads of one process, joined by an in-process communicator, each with
@@ -206,13 +230,14 @@ pub fn timeout_from_env() -> Duration {
 ///
 /// # Errors
 /// The first rank's error in rank order that is a root cause (not just a peer that went away);
-/// `RankPanicked` if a rank panicked; `InvalidArgument` for `n == 0`.
+/// `RankPanicked` if a rank panicked; `InvalidArgument` for `n == 0`; `Environment` for a
+/// `GFLOW_TIMEOUT_SECS` that is not a positive number of seconds.
 pub fn simulate<T, F>(n: usize, f: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(Env) -> Result<T> + Sync,
 {
-    simulate_with_timeout(n, timeout_from_env(), f)
+    simulate_with_timeout(n, timeout_setting()?, f)
 }
 
 /// [`simulate`] with an explicit receive deadline.
@@ -287,6 +312,44 @@ pub(crate) fn device_type_of(rank: usize, placement_type: DeviceType) -> DeviceT
         };
     }
     t
+}
+
+/// Checks what `GFLOW_DEVICE_OVERRIDE` says about `rank` before the rank starts (what
+/// `gflow::init` calls, so a wrong pin fails at the start rather than at the first tensor on
+/// the device): the value must be well formed, and an ordinal pinned for `rank` must name a
+/// device of that type on this host (`gpu` meaning CUDA where it has a device, else wgpu).
+/// A type pinned without an ordinal is checked when first used, as without the override.
+///
+/// # Errors
+/// `Environment` for a malformed value; `BackendUnavailable` naming the device (`cuda:3`) when
+/// the pinned ordinal has no device here.
+pub fn check_device_override(rank: usize) -> Result<()> {
+    let pin = device_override_from_env(rank).map_err(|reason| Error::Environment { reason })?;
+    let Some((t, Some(ordinal))) = pin else {
+        return Ok(());
+    };
+    let t = match t {
+        DeviceType::Gpu if !crate::backend::device_list(DeviceType::Cuda).is_empty() => {
+            DeviceType::Cuda
+        }
+        DeviceType::Gpu => DeviceType::Wgpu,
+        t => t,
+    };
+    if t == DeviceType::Cpu {
+        return Ok(());
+    }
+    let count = crate::backend::device_list(t).len();
+    if ordinal < count {
+        return Ok(());
+    }
+    Err(Error::BackendUnavailable {
+        device: format!("{t}:{ordinal}"),
+        reason: format!(
+            "GFLOW_DEVICE_OVERRIDE pins rank {rank} to {t}:{ordinal}, but this host has {count} \
+             {t} device{} (ordinals from 0)",
+            if count == 1 { "" } else { "s" }
+        ),
+    })
 }
 
 /// A device pinned by `GFLOW_DEVICE_OVERRIDE`: its type, and its ordinal when the item names one.

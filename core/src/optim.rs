@@ -24,7 +24,10 @@ pub trait Optimizer {
     ///
     /// # Errors
     /// `DTypeMismatch` for a gradient of another dtype, `InvalidArgument` for a layout the
-    /// optimizer cannot update elementwise; boxing errors of a gradient in another layout.
+    /// optimizer cannot update elementwise or for a hyper-parameter PyTorch refuses too (a
+    /// learning rate, momentum, epsilon or weight decay that is negative or not finite, a beta
+    /// outside [0, 1)), naming it, before any parameter changes; boxing errors of a gradient in
+    /// another layout.
     fn step(&mut self) -> Result<()>;
     /// Clears every parameter's gradient (PyTorch's `set_to_none`).
     fn zero_grad(&mut self);
@@ -329,6 +332,30 @@ fn clear(params: &[Tensor]) {
     params.iter().for_each(|p| p.set_grad(None));
 }
 
+/// `InvalidArgument` for `op` naming the hyper-parameter `name`, what it must be and `value`,
+/// unless `ok` (PyTorch refuses the same values, with a `ValueError`, when the optimizer is
+/// made; here the constructors are infallible, so the first step refuses them, before any
+/// parameter changes).
+fn hyper(op: &'static str, name: &str, value: f64, ok: bool, expected: &str) -> Result<()> {
+    if ok {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: format!("{name}: expected {expected}, got {value}"),
+    })
+}
+
+/// A learning rate, momentum, weight decay or epsilon: finite and not negative (NaN refused).
+fn non_negative(v: f64) -> bool {
+    v >= 0.0 && v.is_finite()
+}
+
+/// An averaging coefficient: in [0, 1) (NaN refused).
+fn coefficient(v: f64) -> bool {
+    (0.0..1.0).contains(&v)
+}
+
 /// Stochastic gradient descent with optional momentum and (L2) weight decay, as PyTorch's
 /// `SGD` (no dampening, no Nesterov): `d = g + wd p; b = mu b + d; p -= lr b`.
 #[derive(Debug)]
@@ -377,7 +404,30 @@ impl Sgd {
         crate::profile::scope(|| "optimizer".into(), || self.update())
     }
 
+    /// `InvalidArgument` naming a learning rate, momentum or weight decay that is negative,
+    /// NaN or infinite.
+    fn check(&self) -> Result<()> {
+        const OP: &str = "Sgd::step";
+        const EXPECTED: &str = "a finite number >= 0";
+        hyper(OP, "lr", self.lr, non_negative(self.lr), EXPECTED)?;
+        hyper(
+            OP,
+            "momentum",
+            self.momentum,
+            non_negative(self.momentum),
+            EXPECTED,
+        )?;
+        hyper(
+            OP,
+            "weight_decay",
+            self.weight_decay,
+            non_negative(self.weight_decay),
+            EXPECTED,
+        )
+    }
+
     fn update(&mut self) -> Result<()> {
+        self.check()?;
         let (lr, mu, wd) = (self.lr, self.momentum, self.weight_decay);
         for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
@@ -578,7 +628,31 @@ impl Adam {
         crate::profile::scope(|| "optimizer".into(), || self.update())
     }
 
+    /// `InvalidArgument` naming a learning rate, epsilon or weight decay that is negative, NaN
+    /// or infinite, or a beta outside [0, 1) (PyTorch's "Invalid beta parameter at index i").
+    fn check(&self) -> Result<()> {
+        let op = if self.decoupled {
+            "AdamW::step"
+        } else {
+            "Adam::step"
+        };
+        const EXPECTED: &str = "a finite number >= 0";
+        hyper(op, "lr", self.lr, non_negative(self.lr), EXPECTED)?;
+        hyper(op, "eps", self.eps, non_negative(self.eps), EXPECTED)?;
+        let (b1, b2) = self.betas;
+        hyper(op, "betas.0", b1, coefficient(b1), "a number in [0, 1)")?;
+        hyper(op, "betas.1", b2, coefficient(b2), "a number in [0, 1)")?;
+        hyper(
+            op,
+            "weight_decay",
+            self.weight_decay,
+            non_negative(self.weight_decay),
+            EXPECTED,
+        )
+    }
+
     fn update(&mut self) -> Result<()> {
+        self.check()?;
         let h = Hyper {
             lr: self.lr,
             betas: self.betas,
@@ -621,6 +695,13 @@ impl Adam {
     }
 }
 
+/// Adam's bias corrections `1 - beta^step` (a step count beyond `i32::MAX` counts as that,
+/// where the corrections are 1 to double precision anyway, rather than wrapping negative).
+fn bias_corrections((b1, b2): (f64, f64), step: u32) -> (f64, f64) {
+    let n = i32::try_from(step).unwrap_or(i32::MAX);
+    (1.0 - b1.powi(n), 1.0 - b2.powi(n))
+}
+
 /// Adam's hyper-parameters for one step.
 struct Hyper {
     lr: f64,
@@ -633,8 +714,7 @@ struct Hyper {
 fn adam<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32) {
     let [m, v] = s else { return };
     let (b1, b2) = h.betas;
-    let bc1 = 1.0 - b1.powi(step as i32);
-    let bc2 = 1.0 - b2.powi(step as i32);
+    let (bc1, bc2) = bias_corrections(h.betas, step);
     let f = T::from_f64;
     let (lr, wd, eps) = (f(h.lr), f(h.wd), f(h.eps));
     let (b1t, b2t, c1, c2) = (f(b1), f(b2), f(1.0 - b1), f(1.0 - b2));
@@ -682,8 +762,7 @@ fn adam_on_device(
         return Err(Error::Internal("Adam without its two moments".into()));
     };
     let (b1, b2) = h.betas;
-    let bc1 = 1.0 - b1.powi(step as i32);
-    let bc2 = 1.0 - b2.powi(step as i32);
+    let (bc1, bc2) = bias_corrections(h.betas, step);
     let fused = AdamStep {
         lr: h.lr,
         beta1: b1,

@@ -91,6 +91,21 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// bad indices is reduced over the placement).
 fn check_classes(target: &Tensor, c: usize) -> Result<()> {
     let t = target.detach();
+    if c == 0 && t.shape().iter().product::<usize>() > 0 {
+        // No class at all: every index is out of range (the shapes are global, so every rank
+        // refuses alike, without communication).
+        let index = t
+            .to_local()
+            .ok()
+            .and_then(|l| l.to_vec_cast::<i64>().ok())
+            .and_then(|v| v.first().copied())
+            .unwrap_or(0);
+        return Err(Error::IndexOutOfRange {
+            op: "cross_entropy",
+            index,
+            size: 0,
+        });
+    }
     let inside = t.clamp(Some(0.0), Some(c.saturating_sub(1) as f64))?;
     let outside = inside.ne(&t)?;
     let count = match outside.sum(Vec::new(), false)?.to_vec::<i64>() {
@@ -150,7 +165,9 @@ pub fn qkv_packed_attention(qkv: &Tensor, is_causal: bool) -> Result<Tensor> {
         });
     }
     let scale = 1.0 / (s[4] as f64).sqrt();
-    if let Some(fused) = qkv.fused_packed_attention(scale, is_causal) {
+    if s[4] > 0
+        && let Some(fused) = qkv.fused_packed_attention(scale, is_causal)
+    {
         return fused;
     }
     let part = |i| -> Result<Tensor> {
@@ -212,7 +229,9 @@ pub fn scaled_dot_product_attention(
     }
     let (tq, tk, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
     let scale = 1.0 / (d as f64).sqrt();
+    // (A head_dim of 0 takes the composed path: its scores are zeros, as PyTorch's.)
     if mask.is_none()
+        && d > 0
         && let Some(fused) = q.fused_attention(k, v, scale, is_causal)
     {
         return fused;

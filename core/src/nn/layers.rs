@@ -46,7 +46,8 @@ impl Linear {
     /// tensor parallelism). They become parameters (`requires_grad`).
     ///
     /// # Errors
-    /// `ShapeMismatch` for a weight that is not 2-D or a bias that does not match it.
+    /// `ShapeMismatch` for a weight that is not 2-D or a bias that does not match it;
+    /// `DTypeMismatch` for a bias of another dtype than the weight's.
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
         let bad = |reason: &str| Error::ShapeMismatch {
             op: "Linear::from_tensors",
@@ -63,6 +64,12 @@ impl Linear {
             .is_some_and(|b| b.shape() != [weight.shape()[0]])
         {
             return Err(bad("the bias must be 1-D with the weight's out size"));
+        }
+        if let Some(b) = bias.as_ref().filter(|b| b.dtype() != weight.dtype()) {
+            return Err(Error::DTypeMismatch {
+                expected: weight.dtype(),
+                got: b.dtype(),
+            });
         }
         Ok(Linear {
             weight: weight.set_requires_grad(true),
@@ -320,6 +327,13 @@ impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !self.training.load(Ordering::Relaxed) || self.p == 0.0 {
             return Ok(x.clone());
+        }
+        if !x.dtype().is_float() {
+            // As PyTorch's dropout in training, which takes floating-point input only.
+            return Err(Error::InvalidArgument {
+                op: "Dropout",
+                reason: format!("input: expected a floating-point dtype, got {}", x.dtype()),
+            });
         }
         if self.p == 1.0 {
             return x.mul_scalar(0.0);

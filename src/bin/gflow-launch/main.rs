@@ -1,19 +1,21 @@
 //! `gflow-launch`: starts one process per device on this node with `MASTER_ADDR`, `MASTER_PORT`,
 //! `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK` and `GFLOW_JOB_TOKEN`
 //! set, prefixes every output line with its rank, and if one process fails stops the others and
-//! exits non-zero naming the rank (or, with `--max-restarts R`, starts the whole job again up to
-//! R times).
+//! exits with that rank's exit code (128 + the signal for a rank a signal ended), naming the
+//! rank (or, with `--max-restarts R`, starts the whole job again up to R times).
 //!
 //! `gflow-launch --nproc-per-node 4 ./target/release/examples/demo` (OneFlow's underscore
-//! spellings such as `--nproc_per_node` work too, and torchrun's `--standalone`,
-//! `--nproc-per-node auto|gpu|cpu`, `--log-dir` and `--max-restarts`).
+//! spellings such as `--nproc_per_node` work too, as do its `--logdir` with
+//! `--redirect_stdout_and_stderr`, its `--no_python` and torch's `--use_env` (both implied);
+//! and torchrun's `--standalone`, `--nproc-per-node auto|gpu|cpu`, `--log-dir` and
+//! `--max-restarts`).
 
 mod cpus;
 mod nproc;
 mod output;
 mod proc;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,8 +47,10 @@ struct Args {
         default_value = "127.0.0.1"
     )]
     master_addr: String,
-    /// Rendezvous port on node 0 (default: a free port, single node only).
-    #[arg(long = "master-port", alias = "master_port")]
+    /// Rendezvous port on node 0 (default: a free port on a single node, 29500 on several, as
+    /// OneFlow's launcher).
+    #[arg(long = "master-port", alias = "master_port",
+          value_parser = clap::value_parser!(u16).range(1..))]
     master_port: Option<u16>,
     /// A single-node job on this host with a free port (torchrun's `--standalone`).
     #[arg(long, conflicts_with_all = ["master_addr", "master_port", "node_rank"])]
@@ -58,6 +62,26 @@ struct Args {
     /// Also write each rank's output, unprefixed, to `DIR/attempt_K/RANK/{stdout,stderr}.log`.
     #[arg(long = "log-dir", alias = "log_dir")]
     log_dir: Option<PathBuf>,
+    /// OneFlow's log directory: `DIR/local_rank_I` for each process (its `GLOG_log_dir`), where
+    /// `--redirect_stdout_and_stderr` writes its `stdout` and `stderr`.
+    #[arg(long = "logdir")]
+    logdir: Option<PathBuf>,
+    /// OneFlow's: write each process's output to `stdout` and `stderr` in its `--logdir`
+    /// directory instead of the console.
+    #[arg(
+        long = "redirect-stdout-and-stderr",
+        alias = "redirect_stdout_and_stderr",
+        requires = "logdir"
+    )]
+    redirect_stdout_and_stderr: bool,
+    /// Accepted for `torch.distributed.launch` command lines: every child always finds its
+    /// `LOCAL_RANK` (and the rest) in its environment, and no `--local_rank` argument is added.
+    #[arg(long = "use-env", alias = "use_env")]
+    use_env: bool,
+    /// Accepted for OneFlow's and torchrun's command lines: gflow-launch always runs PROGRAM
+    /// itself (start a Python script as `gflow-launch ... python script.py`).
+    #[arg(long = "no-python", alias = "no_python")]
+    no_python: bool,
     /// Pin each process to its share of this launcher's CPUs (`core`), or not (`none`);
     /// `auto` pins unless there are more processes than CPUs. A process left free to migrate
     /// shares a core with its peer at times, and every small collective then waits out a
@@ -128,13 +152,45 @@ struct Job {
     oversubscribed: bool,
 }
 
+/// Why a job (or one attempt of it) failed, and the launcher's exit code for it.
+struct Failure {
+    /// What happened, naming the failed rank.
+    message: String,
+    /// The failed rank's exit code (128 + the signal for a rank ended by one, as shells say),
+    /// 130 for an interrupt, 1 for the launcher's own failures.
+    code: u8,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure { message, code: 1 }
+    }
+}
+
+/// The exit code that reports a child's status `st`: its own code, or 128 + the signal that
+/// ended it; 1 where that is not a failing code of 1-255.
+fn exit_code(st: &std::process::ExitStatus) -> u8 {
+    let code = st
+        .code()
+        .or_else(|| proc::death_signal(st).map(|s| 128 + s))
+        .unwrap_or(1);
+    u8::try_from(code).ok().filter(|&c| c != 0).unwrap_or(1)
+}
+
+/// The port rank 0 listens on: `--master-port`, else a free one on a single node, else
+/// OneFlow's and torch's default, 29500.
+fn master_port(a: &Args) -> Result<u16, String> {
+    match a.master_port {
+        Some(p) => Ok(p),
+        None if a.nnodes > 1 => Ok(29_500),
+        None => free_port(),
+    }
+}
+
 /// Runs the job once (restart `attempt`): `Err` names the failed rank.
-fn attempt(job: &Job, attempt: usize) -> Result<(), String> {
+fn attempt(job: &Job, attempt: usize) -> Result<(), Failure> {
     let a = &job.args;
-    let port = match a.master_port {
-        Some(p) => p,
-        None => free_port()?,
-    };
+    let port = master_port(a)?;
     let world = job.nproc * a.nnodes;
     let shares = cpus::cpu_shares(a.bind_to, job.nproc);
     let mut children = vec![];
@@ -165,13 +221,19 @@ fn attempt(job: &Job, attempt: usize) -> Result<(), String> {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(dir) = &a.logdir
+            && let Err(e) = oneflow_logs(&mut cmd, dir, local, a.redirect_stdout_and_stderr)
+        {
+            stop_all(&mut children);
+            return Err(e.into());
+        }
         proc::prepare(&mut cmd, share);
         let logs = match &a.log_dir {
             Some(dir) => match output::log_files(dir, attempt, rank) {
                 Ok((o, e)) => (Some(o), Some(e)),
                 Err(e) => {
                     stop_all(&mut children);
-                    return Err(e);
+                    return Err(e.into());
                 }
             },
             None => (None, None),
@@ -180,10 +242,7 @@ fn attempt(job: &Job, attempt: usize) -> Result<(), String> {
             Ok(c) => c,
             Err(e) => {
                 stop_all(&mut children);
-                return Err(format!(
-                    "cannot start {:?} for rank {rank}: {e}",
-                    a.program[0]
-                ));
+                return Err(format!("cannot start {:?} for rank {rank}: {e}", a.program[0]).into());
             }
         };
         if let Some(o) = child.stdout.take() {
@@ -201,13 +260,39 @@ fn attempt(job: &Job, attempt: usize) -> Result<(), String> {
     failure.map_or(Ok(()), Err)
 }
 
+/// OneFlow's `--logdir`: the directory `DIR/local_rank_LOCAL` made and named to the child as
+/// `GLOG_log_dir`, and with `redirect` its output written there (`stdout`, `stderr`) instead of
+/// piped to the console.
+///
+/// # Errors
+/// Why the directory or a file cannot be made.
+fn oneflow_logs(cmd: &mut Command, dir: &Path, local: usize, redirect: bool) -> Result<(), String> {
+    let d = dir.join(format!("local_rank_{local}"));
+    std::fs::create_dir_all(&d)
+        .map_err(|e| format!("--logdir: cannot create {}: {e}", d.display()))?;
+    let abs = std::path::absolute(&d).unwrap_or_else(|_| d.clone());
+    cmd.env("GLOG_log_dir", abs);
+    if redirect {
+        let open = |name: &str| {
+            let p = d.join(name);
+            std::fs::File::create(&p)
+                .map_err(|e| format!("--logdir: cannot create {}: {e}", p.display()))
+        };
+        cmd.stdout(open("stdout")?).stderr(open("stderr")?);
+    }
+    Ok(())
+}
+
 /// Waits for the children; on the first failure (or an interrupt) stops them all and says why.
-fn watch(children: &mut [(usize, Child)]) -> Option<String> {
+fn watch(children: &mut [(usize, Child)]) -> Option<Failure> {
     let mut running = children.len();
-    let mut failure: Option<String> = None;
+    let mut failure: Option<Failure> = None;
     while running > 0 && failure.is_none() {
         if proc::interrupted() {
-            failure = Some("interrupted; stopped every rank".into());
+            failure = Some(Failure {
+                message: "interrupted; stopped every rank".into(),
+                code: 130,
+            });
             break;
         }
         running = 0;
@@ -216,13 +301,16 @@ fn watch(children: &mut [(usize, Child)]) -> Option<String> {
                 Ok(None) => running += 1,
                 Ok(Some(st)) if st.success() => {}
                 Ok(Some(st)) => {
-                    failure = Some(format!(
-                        "rank {rank} failed ({}); stopped the other ranks",
-                        how(&st)
-                    ));
+                    failure = Some(Failure {
+                        message: format!(
+                            "rank {rank} failed ({}); stopped the other ranks",
+                            how(&st)
+                        ),
+                        code: exit_code(&st),
+                    });
                     break;
                 }
-                Err(e) => failure = Some(format!("cannot wait for rank {rank}: {e}")),
+                Err(e) => failure = Some(format!("cannot wait for rank {rank}: {e}").into()),
             }
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -247,34 +335,42 @@ fn watch(children: &mut [(usize, Child)]) -> Option<String> {
             .find(|(_, st)| proc::death_signal(st).is_some())
             .or_else(|| ended.iter().find(|(_, st)| !st.success()));
         if let (Some((rank, st)), false) = (root, proc::interrupted()) {
-            failure = Some(format!(
-                "rank {rank} failed ({}); stopped the other ranks",
-                how(st)
-            ));
+            failure = Some(Failure {
+                message: format!("rank {rank} failed ({}); stopped the other ranks", how(st)),
+                code: exit_code(st),
+            });
         }
         stop_all(children);
     }
     failure
 }
 
-fn run(mut a: Args) -> Result<(), String> {
+fn run(mut a: Args) -> Result<(), Failure> {
     if a.standalone {
         if a.nnodes != 1 {
-            return Err("--standalone is a single-node job: drop --nnodes".into());
+            return Err(String::from("--standalone is a single-node job: drop --nnodes").into());
         }
         a.master_addr = "127.0.0.1".into();
     }
     let nproc = a.nproc_per_node.resolve()?;
     if a.nnodes == 0 || a.node_rank >= a.nnodes {
-        return Err("need --nnodes >= 1 and --node-rank < --nnodes".into());
-    }
-    if a.master_port.is_none() && a.nnodes > 1 {
-        return Err("--master-port is required with --nnodes > 1".into());
+        return Err(format!(
+            "need --nnodes >= 1 and 0 <= --node-rank < --nnodes, got --nnodes {} --node-rank {}",
+            a.nnodes, a.node_rank
+        )
+        .into());
     }
     let token = match std::env::var("GFLOW_JOB_TOKEN") {
         Ok(t) if !t.is_empty() => t,
         _ if a.nnodes > 1 => {
-            return Err("set GFLOW_JOB_TOKEN to the same secret on every node".into());
+            // As OneFlow's and torch's launchers: the nodes find each other by the master's
+            // address and port alone (the token a job started by hand has, so such ranks can
+            // join too). A shared secret keeps other jobs and strangers out.
+            eprintln!(
+                "gflow-launch: GFLOW_JOB_TOKEN is not set: the nodes meet by --master-addr and \
+                 --master-port alone (set it to the same secret on every node to refuse others)"
+            );
+            String::new()
         }
         _ => token()?,
     };
@@ -294,12 +390,17 @@ fn run(mut a: Args) -> Result<(), String> {
             Err(e) if k < job.args.max_restarts && !proc::interrupted() => {
                 k += 1;
                 eprintln!(
-                    "gflow-launch: {e}; restarting every rank (restart {k} of {})",
-                    job.args.max_restarts
+                    "gflow-launch: {}; restarting every rank (restart {k} of {})",
+                    e.message, job.args.max_restarts
                 );
                 std::thread::sleep(Duration::from_millis(500));
             }
-            Err(e) if k > 0 => return Err(format!("{e} (after {k} restarts)")),
+            Err(e) if k > 0 => {
+                return Err(Failure {
+                    message: format!("{} (after {k} restarts)", e.message),
+                    code: e.code,
+                });
+            }
             Err(e) => return Err(e),
         }
     }
@@ -321,8 +422,8 @@ fn main() -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gflow-launch: {e}");
-            ExitCode::FAILURE
+            eprintln!("gflow-launch: {}", e.message);
+            ExitCode::from(e.code)
         }
     }
 }
