@@ -350,3 +350,28 @@ fn the_largest_random_counter_wraps_instead_of_overflowing() {
     })
     .unwrap();
 }
+
+/// Shapes too large for any allocation are `ShapeOverflow`, not an overflow or capacity panic
+/// (a product that wraps around could even pass a size check), and weights of extreme
+/// magnitude still split exactly.
+#[test]
+fn shapes_past_any_allocation_are_refused_and_extreme_weights_split() {
+    let x = Tensor::zeros(&[4], Device::Cpu).unwrap();
+    let overflow = |r: Result<Tensor>| matches!(r, Err(Error::ShapeOverflow { .. }));
+    assert!(overflow(x.reshape(&[usize::MAX, 2])));
+    // 2^63 x 2 wraps to 0: an empty tensor must not take that shape.
+    let empty = Tensor::zeros(&[0], Device::Cpu).unwrap();
+    assert!(overflow(empty.reshape(&[1 << 63, 2])));
+    assert!(overflow(Tensor::arange(usize::MAX, Device::Cpu)));
+    assert!(overflow(Tensor::zeros(&[1 << 62, 4], Device::Cpu)));
+    let one = Tensor::zeros(&[1], Device::Cpu).unwrap();
+    assert!(overflow(one.expand(&[usize::MAX])));
+    let sizes = gflow::simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?.with_weights(&[1e308, 1e-308])?;
+        Ok(Tensor::zeros(&[5], (&p, Sbp::split(0)))?
+            .to_local()?
+            .shape()[0])
+    })
+    .unwrap();
+    assert_eq!(sizes, [5, 0]);
+}

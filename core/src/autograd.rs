@@ -271,8 +271,7 @@ impl Tensor {
                 self.shape()
             )));
         }
-        let seed = Tensor::full_dtype(self.shape(), 1.0, self.dtype(), target_like(self))?;
-        self.backward_with(&seed)
+        self.backward_with_options(None, false)
     }
 
     /// Backward pass seeded with `grad` (the gradient of some scalar with respect to this
@@ -281,20 +280,56 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::backward`]; `ShapeMismatch` when `grad`'s shape differs.
     pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
+        self.backward_with_options(Some(grad), false)
+    }
+
+    /// [`Tensor::backward`] (`grad` `None`) or [`Tensor::backward_with`], and with
+    /// `retain_graph` (PyTorch's `retain_graph=True`) the graph is kept, so that a later
+    /// backward through it (of this tensor or of another one sharing part of the graph) runs
+    /// again and accumulates into the leaves once more. Without it, the graph is freed as the
+    /// pass goes, and a second backward through it is an error.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![3.0f32], &[1], Device::Cpu)?.set_requires_grad(true);
+    /// let y = x.mul(&x)?.sum(vec![], false)?;
+    /// y.backward_with_options(None, true)?;
+    /// y.backward()?; // the graph was kept: d(x^2)/dx = 6 accumulates twice
+    /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, [12.0]);
+    /// assert!(y.backward().is_err()); // freed by the second pass
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::backward`] and [`Tensor::backward_with`].
+    pub fn backward_with_options(&self, grad: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+        let seed = match grad {
+            Some(g) => g.clone(),
+            None => {
+                if self.numel() != 1 {
+                    return Err(backward_error(format!(
+                        "backward needs a one-element tensor, this one has shape {:?}; give \
+                         a gradient",
+                        self.shape()
+                    )));
+                }
+                Tensor::full_dtype(self.shape(), 1.0, self.dtype(), target_like(self))?
+            }
+        };
         if !self.requires_grad() {
             return Err(backward_error(
                 "the tensor does not require grad (no input had set_requires_grad(true), or it \
                  was computed under no_grad)",
             ));
         }
-        if grad.shape() != self.shape() {
+        if seed.shape() != self.shape() {
             return Err(Error::ShapeMismatch {
                 op: "backward",
-                shapes: vec![self.shape().to_vec(), grad.shape().to_vec()],
+                shapes: vec![self.shape().to_vec(), seed.shape().to_vec()],
                 reason: "the seed gradient must have the tensor's shape".into(),
             });
         }
-        no_grad(|| run_backward(self, grad.detach()))
+        no_grad(|| run_backward(self, seed.detach(), retain_graph))
     }
 }
 
@@ -333,7 +368,7 @@ fn topo_order(root: &Tensor) -> Result<Vec<(Tensor, Option<Arc<Node>>)>> {
     Ok(order)
 }
 
-fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
+fn run_backward(root: &Tensor, seed: Tensor, retain_graph: bool) -> Result<()> {
     let order = topo_order(root)?;
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
     grads.insert(root.key(), seed);
@@ -345,7 +380,9 @@ fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
             accumulate(&t, full(g, t.shape())?)?;
             continue;
         };
-        *t.grad_fn_lock() = GradFn::Freed;
+        if !retain_graph {
+            *t.grad_fn_lock() = GradFn::Freed;
+        }
         let g = if node.broadcast_grad {
             g
         } else {

@@ -78,7 +78,7 @@ pub enum Error {
         /// Requested shape.
         shape: Vec<usize>,
     },
-    /// A shape whose element count overflows `usize`.
+    /// A shape whose element count overflows `usize` or passes what one allocation can hold.
     #[error("shape {shape:?} has too many elements")]
     ShapeOverflow {
         /// The shape.

@@ -223,8 +223,12 @@ pub fn weighted_range(len: usize, weights: &[f64], index: usize) -> Range<usize>
 
 /// All part sizes of the weighted splitter (see [`weighted_range`]).
 pub fn weighted_sizes(len: usize, weights: &[f64]) -> Vec<usize> {
-    let total: f64 = weights.iter().sum();
-    let quotas: Vec<f64> = weights.iter().map(|w| len as f64 * w / total).collect();
+    // Scaled by the largest first, so neither the total nor `len x weight` can overflow to
+    // infinity whatever the weights' magnitudes (1e308 and 1e-308 included).
+    let top = weights.iter().copied().fold(0.0f64, f64::max);
+    let scaled: Vec<f64> = weights.iter().map(|w| w / top).collect();
+    let total: f64 = scaled.iter().sum();
+    let quotas: Vec<f64> = scaled.iter().map(|w| len as f64 * (w / total)).collect();
     let mut sizes: Vec<usize> = quotas.iter().map(|q| q.floor() as usize).collect();
     // Remainders compared at a fixed resolution, so rounding noise cannot break a tie that
     // exact arithmetic would have (every rank computes the same sizes).
@@ -244,6 +248,19 @@ pub fn weighted_sizes(len: usize, weights: &[f64]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Weights of any magnitude split exactly `len` elements (they overflowed to infinity,
+    /// and the parts to `usize::MAX`), in proportion.
+    #[test]
+    fn weights_of_extreme_magnitude_split_exactly() {
+        for (w, want) in [
+            (vec![1e308, 1e-308], vec![5, 0]),
+            (vec![1e308, 1e308], vec![3, 2]),
+            (vec![1e-300, 3e-300], vec![1, 4]),
+        ] {
+            assert_eq!(weighted_sizes(5, &w), want, "weights {w:?}");
+        }
+    }
 
     #[test]
     fn display_matches_api() {

@@ -8,15 +8,22 @@ use crate::error::{Error, Result};
 /// A hyper-rectangle of a tensor: one index range per dimension.
 pub type Region = Vec<Range<usize>>;
 
-/// Number of elements of `shape`, or `ShapeOverflow`.
+/// Number of elements of `shape`, or `ShapeOverflow` when the count overflows or passes what
+/// one allocation can hold.
 pub fn checked_numel(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_NUMEL)
         .ok_or_else(|| Error::ShapeOverflow {
             shape: shape.to_vec(),
         })
 }
+
+/// The most elements a tensor may have: a buffer of 8-byte elements (the widest dtype, and
+/// the f64 some creations build first) stays within the `isize::MAX` bytes an allocation can
+/// hold, so a shape past it is an error, never an allocator's capacity-overflow panic.
+const MAX_NUMEL: usize = isize::MAX as usize / 8;
 
 /// Number of elements of a shape already known not to overflow.
 pub fn numel(shape: &[usize]) -> usize {

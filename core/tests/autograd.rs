@@ -381,3 +381,34 @@ fn to_global_and_to_local_are_differentiable_across_placements() {
     );
     assert_eq!(out[3].0, vec![0.0; 8]);
 }
+
+/// PyTorch's `retain_graph=True`: the graph survives the pass, so a second backward of the same
+/// loss (or of another output sharing the graph) accumulates into the leaves again, on a global
+/// layout too; without it, the graph is freed and the second pass is an error.
+#[test]
+fn retain_graph_keeps_the_graph_for_another_backward() {
+    let out = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4], (&p, Sbp::split(0)))?
+            .set_requires_grad(true);
+        let h = x.mul(&x)?; // shared by both losses
+        let a = h.sum(vec![], false)?;
+        let b = h.mul_scalar(3.0)?.sum(vec![], false)?;
+        a.backward_with_options(None, true)?;
+        let once = x.grad().unwrap().to_vec::<f32>()?;
+        a.backward_with_options(None, true)?;
+        let twice = x.grad().unwrap().to_vec::<f32>()?;
+        b.backward()?; // frees the shared part of the graph
+        let thrice = x.grad().unwrap().to_vec::<f32>()?;
+        let again = a.backward().is_err();
+        Ok((once, twice, thrice, again))
+    })
+    .unwrap();
+    for (once, twice, thrice, again) in out {
+        assert_eq!(once, [2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(twice, [4.0, 8.0, 12.0, 16.0]);
+        // + d(3 x^2)/dx = 6x
+        assert_eq!(thrice, [10.0, 20.0, 30.0, 40.0]);
+        assert!(again, "the graph b's pass freed cannot be run again");
+    }
+}

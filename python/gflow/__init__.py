@@ -17,6 +17,8 @@ flow.Size([4, 5])
 
 import functools as _functools
 
+import sys
+
 from . import _gflow
 from ._gflow import (
     Tensor,
@@ -62,7 +64,25 @@ from ._gflow import (
 from ._pyapi import Size, device
 from .serialization import save, load
 
-_gflow.init()
+
+
+def _run_as_launcher():
+    """Whether this process is ``python -m gflow.distributed.launch``: the launcher starts the
+    job's processes and must not join the job its environment may name (under ``srun`` or
+    ``mpirun``, or with ``RANK`` exported) itself."""
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    for i, a in enumerate(argv):
+        if a == "-m":
+            return argv[i + 1 : i + 2] == ["gflow.distributed.launch"]
+        if a.startswith("-m"):
+            return a[2:] == "gflow.distributed.launch"
+        if a == "-c" or not a.startswith("-"):
+            return False
+    return False
+
+
+if not _run_as_launcher():
+    _gflow.init()
 
 from . import sbp, env, nn, optim, distributed  # noqa: E402  (after joining the job)
 

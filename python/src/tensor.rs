@@ -580,24 +580,24 @@ impl PyTensor {
     /// Computes gradients of this tensor with respect to the leaves that require them
     /// (`gradient`: the seed, needed unless the tensor has one element). On global tensors a
     /// collective: every rank calls it.
-    #[pyo3(signature = (gradient = None, retain_graph = false))]
+    #[pyo3(signature = (gradient = None, retain_graph = None, create_graph = false))]
     fn backward(
         &self,
         py: Python<'_>,
         gradient: Option<&PyTensor>,
-        retain_graph: bool,
+        retain_graph: Option<bool>,
+        create_graph: bool,
     ) -> PyResult<()> {
-        if retain_graph {
+        if create_graph {
             return Err(crate::error::InvalidArgumentError::new_err(
-                "backward(retain_graph=True) is not supported: gflow frees the graph as it goes",
+                "backward(create_graph=True) is not supported: gflow's backward is not recorded",
             ));
         }
         let t = self.get();
         let g = gradient.map(PyTensor::get);
         let global = t.is_global();
-        run(py, global, move || match g {
-            Some(g) => t.backward_with(&g),
-            None => t.backward(),
+        run(py, global, move || {
+            t.backward_with_options(g.as_ref(), retain_graph.unwrap_or(false))
         })
     }
 

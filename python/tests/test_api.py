@@ -151,3 +151,16 @@ def test_modules_call_and_to_global_keep_optimizer_handles():
 
 def test_env():
     assert flow.env.get_rank() == 0 and flow.env.get_world_size() == 1
+
+
+def test_backward_retain_graph_runs_the_graph_again():
+    x = flow.tensor(np.array([1.0, 2.0, 3.0], dtype=np.float32), requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0, 6.0])
+    y.backward()  # the kept graph: 2x accumulates again
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 8.0, 12.0])
+    with pytest.raises(RuntimeError):
+        y.backward()  # freed by the pass without retain_graph
+    with pytest.raises(Exception):
+        (x * x).sum().backward(create_graph=True)

@@ -2,6 +2,7 @@
 autograd (retain_grad, backward(gradient=)), to_global keeping the placement, ranks as a dict of
 ranges, flow.tensor keeping dtypes, print formats, flow.save/flow.load of models and optimizers."""
 
+import os
 import subprocess
 import sys
 
@@ -156,3 +157,16 @@ def test_import_prints_nothing_even_in_a_launched_job(tmp_path):
                           "2", str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
+
+
+def test_the_launcher_does_not_join_the_job_its_environment_names(tmp_path):
+    # As under srun or mpirun, or with a job's variables exported: the launcher process itself
+    # must start its children, not wait to rendezvous as rank 1 of a job that never forms.
+    script = tmp_path / "world.py"
+    script.write_text("import gflow as flow\nprint(flow.env.get_world_size())\n")
+    env = dict(os.environ, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT="1", GFLOW_TIMEOUT_SECS="5")
+    out = subprocess.run([sys.executable, "-m", "gflow.distributed.launch", "--nproc_per_node",
+                          "2", str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == ["[rank 0] 2", "[rank 1] 2"]

@@ -6,6 +6,7 @@ use crate::autograd::{record, sum_to, target_like};
 use crate::error::{Error, Result};
 use crate::placement::Placement;
 use crate::sbp::Sbp;
+use crate::shape::{checked_numel, numel};
 use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
@@ -35,7 +36,7 @@ impl Op for Reshape {
         false
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-        let (from, to): (usize, usize) = (shapes[0].iter().product(), self.0.iter().product());
+        let (from, to) = (numel(shapes[0]), checked_numel(&self.0)?);
         if from != to {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
@@ -259,6 +260,7 @@ impl Op for Expand {
     }
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
         let s = shapes[0];
+        checked_numel(&self.0)?;
         let fits =
             s.len() == self.0.len() && s.iter().zip(&self.0).all(|(&a, &b)| a == b || a == 1);
         if !fits {
