@@ -231,3 +231,32 @@ fn randn_is_invariant_on_weighted_and_uneven_layouts() {
         }
     }
 }
+
+/// `to_global` to the layout a tensor already has moves nothing and gives back the same
+/// storage (as OneFlow and DTensor give back the tensor itself): a write through the result is
+/// seen through the original, and gradients flow through it as the identity.
+#[test]
+fn to_global_to_the_same_layout_shares_the_tensor() {
+    let out = simulate(2, |_| {
+        let p = cpu([0, 1]);
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4], (&p, Sbp::split(0)))?
+            .set_requires_grad(true);
+        reset_comm_stats();
+        let y = x.to_global(&p, Sbp::split(0))?;
+        let moved = comm_stats().bytes_sent + comm_stats().collectives;
+        (&y * &y)?.sum(vec![], false)?.backward()?;
+        let grad = x.grad().unwrap().to_vec::<f32>()?;
+        let ones = Tensor::ones(&[4], (&p, Sbp::split(0)))?;
+        gflow_core::state_dict::assign(&y.detach(), &ones)?;
+        Ok((moved, grad, x.to_vec::<f32>()?))
+    })
+    .unwrap();
+    for (moved, grad, x) in out {
+        assert_eq!(moved, 0);
+        assert_eq!(grad, [2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(
+            x, [1.0; 4],
+            "a write through the result is seen through the original"
+        );
+    }
+}

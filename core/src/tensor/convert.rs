@@ -141,6 +141,20 @@ impl Tensor {
                     )?)])
                 })
             }
+            // The same layout: nothing moves, and the result shares this tensor's storage (as
+            // OneFlow and DTensor give back the tensor itself), so a GPU component is neither
+            // downloaded nor copied.
+            Some(src) if *src == dist => {
+                let same = Tensor(super::Handle::new(super::TensorImpl::new(
+                    self.shape().to_vec(),
+                    self.dtype(),
+                    super::Kind::Global(dist),
+                    self.0.data.clone(),
+                )));
+                record(Ok(same), "to_global", &[self], |_, g| {
+                    Ok(vec![Some(g.clone())])
+                })
+            }
             Some(src) => {
                 let data = self.read();
                 let host = data.as_deref().map(Buffer::host).transpose()?;
