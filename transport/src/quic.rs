@@ -207,8 +207,16 @@ impl Drop for Driver {
 }
 
 /// One process's QUIC endpoint, its certificate, and the runtime that drives it.
+///
+/// The socket is bound at once (its port goes into the rendezvous), the runtime thread and
+/// quinn's endpoint only when this process has QUIC links to make: quinn's endpoint holds a
+/// receive buffer of up to 134 MB (the largest datagram x GRO segments x batch), which a job
+/// on one host, linked by shared memory, never needs.
 pub struct QuicNode {
-    driver: Arc<Driver>,
+    /// The bound socket, until the driver takes it.
+    socket: std::sync::Mutex<Option<UdpSocket>>,
+    port: u16,
+    driver: std::sync::OnceLock<Arc<Driver>>,
     /// The address the endpoints listen on (the extra endpoints of striped links too).
     ip: IpAddr,
     /// What [`serve`](Self::serve) set, for the extra endpoints.
@@ -228,24 +236,34 @@ pub struct Peer {
     pub fingerprint: Fingerprint,
 }
 
+/// A non-blocking UDP socket on `ip` (port chosen by the OS) with buffers large enough for
+/// the links' bursts.
+fn bind_udp(ip: IpAddr) -> Result<UdpSocket, TransportError> {
+    let io = |what: &str, e: std::io::Error| TransportError::Io(format!("QUIC {what}: {e}"));
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(SocketAddr::new(ip, 0)),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .map_err(|e| io("socket", e))?;
+    // quinn sets no buffer sizes, and the 208 KiB default drops packets silently.
+    let _ = sock.set_recv_buffer_size(4 << 20);
+    let _ = sock.set_send_buffer_size(4 << 20);
+    sock.bind(&SocketAddr::new(ip, 0).into())
+        .map_err(|e| io("bind", e))?;
+    sock.set_nonblocking(true).map_err(|e| io("socket", e))?;
+    Ok(sock.into())
+}
+
 impl Driver {
     /// Starts a runtime thread and an endpoint on `ip` (port chosen by the OS) that it drives.
     fn start(ip: IpAddr) -> Result<Driver, TransportError> {
-        let io = |what: &str, e: std::io::Error| TransportError::Io(format!("QUIC {what}: {e}"));
-        let sock = socket2::Socket::new(
-            socket2::Domain::for_address(SocketAddr::new(ip, 0)),
-            socket2::Type::DGRAM,
-            Some(socket2::Protocol::UDP),
-        )
-        .map_err(|e| io("socket", e))?;
-        // quinn sets no buffer sizes, and the 208 KiB default drops packets silently.
-        let _ = sock.set_recv_buffer_size(4 << 20);
-        let _ = sock.set_send_buffer_size(4 << 20);
-        sock.bind(&SocketAddr::new(ip, 0).into())
-            .map_err(|e| io("bind", e))?;
-        sock.set_nonblocking(true).map_err(|e| io("socket", e))?;
-        let udp: UdpSocket = sock.into();
+        Driver::start_on(bind_udp(ip)?)
+    }
 
+    /// Starts a runtime thread and an endpoint on the bound socket `udp` that it drives.
+    fn start_on(udp: UdpSocket) -> Result<Driver, TransportError> {
+        let io = |what: &str, e: std::io::Error| TransportError::Io(format!("QUIC {what}: {e}"));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -293,15 +311,23 @@ impl Driver {
 }
 
 impl QuicNode {
-    /// Starts the runtime thread and a client-only endpoint on `ip` (port chosen by the OS),
-    /// with a fresh self-signed certificate.
+    /// Binds a UDP socket on `ip` (port chosen by the OS), with a fresh self-signed
+    /// certificate; the endpoint on it starts with the first links ([`serve`](Self::serve)
+    /// with clients, or [`link_all`](Self::link_all)).
     ///
     /// # Errors
-    /// `Io` when the socket, the runtime or the certificate cannot be made.
+    /// `Io` when the socket or the certificate cannot be made.
     pub fn bind(ip: IpAddr) -> Result<QuicNode, TransportError> {
         let (cert, key) = crate::tls::self_signed()?;
+        let udp = bind_udp(ip)?;
+        let port = udp
+            .local_addr()
+            .map_err(|e| TransportError::Io(format!("QUIC endpoint: {e}")))?
+            .port();
         Ok(QuicNode {
-            driver: Arc::new(Driver::start(ip)?),
+            socket: std::sync::Mutex::new(Some(udp)),
+            port,
+            driver: std::sync::OnceLock::new(),
             ip,
             server: std::sync::Mutex::new(None),
             cert,
@@ -312,9 +338,28 @@ impl QuicNode {
     /// The port the endpoint listens on.
     ///
     /// # Errors
-    /// `Io` when the socket has no address.
+    /// None since the socket is bound in [`bind`](Self::bind); kept fallible for callers.
     pub fn port(&self) -> Result<u16, TransportError> {
-        self.driver.port()
+        Ok(self.port)
+    }
+
+    /// The driver of the bound socket, started on first use (with the server configuration
+    /// [`serve`](Self::serve) set, if any).
+    fn driver(&self) -> Result<&Arc<Driver>, TransportError> {
+        if let Some(d) = self.driver.get() {
+            return Ok(d);
+        }
+        let udp = self
+            .socket
+            .lock()
+            .ok()
+            .and_then(|mut s| s.take())
+            .ok_or_else(|| TransportError::Io("QUIC endpoint: the socket is gone".into()))?;
+        let d = Driver::start_on(udp)?;
+        if let Some(sc) = self.server.lock().ok().and_then(|s| s.clone()) {
+            d.endpoint.set_server_config(Some(sc));
+        }
+        Ok(self.driver.get_or_init(|| Arc::new(d)))
     }
 
     /// This process's certificate fingerprint, reported in the rendezvous.
@@ -359,9 +404,12 @@ impl QuicNode {
             clients.iter().all(|p| p.addr.ip().is_loopback()),
             clients.iter().filter_map(|p| path_payload(p.addr)).max(),
         ));
-        self.driver.endpoint.set_server_config(Some(sc.clone()));
         if let Ok(mut s) = self.server.lock() {
-            *s = Some(sc);
+            *s = Some(sc.clone());
+        }
+        // With no client to accept, the endpoint waits for this node's own dials (if any).
+        if !clients.is_empty() || self.driver.get().is_some() {
+            self.driver()?.endpoint.set_server_config(Some(sc));
         }
         Ok(())
     }
@@ -388,7 +436,8 @@ impl QuicNode {
     ) -> Result<Vec<(usize, LinkPair)>, TransportError> {
         let mine = stripes.clamp(1, MAX_STRIPES);
         let server = self.server.lock().ok().and_then(|s| s.clone());
-        let mut drivers = vec![self.driver.clone()];
+        let main = self.driver()?.clone();
+        let mut drivers = vec![main.clone()];
         for _ in 1..mine {
             let d = Driver::start(self.ip)?;
             if let Some(sc) = &server {
@@ -502,7 +551,7 @@ impl QuicNode {
             }
             Ok::<_, TransportError>(got.into_iter().map(|(r, subs, _)| (r, subs)).collect())
         };
-        let all = self.driver.wait(deadline, async {
+        let all = main.wait(deadline, async {
             let dialed = tokio::spawn(async move {
                 let mut out = vec![];
                 for d in dials {
