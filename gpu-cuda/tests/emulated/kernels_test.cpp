@@ -223,12 +223,12 @@ int main() {
       launch(1, [&] { reduce_strided_f64(z.data(), oz.data(), 1, 4, 3, op); });
       for (int c = 0; c < 3; ++c) { double w = op == REDUCE_MAX ? -INFINITY : INFINITY; for (int j = 0; j < 4; ++j) w = cpu(op, w, z[j * 3 + c]);
         CHECK(same(oz[c], w), "zeros strided op %d c %d: %f, want %f", op, c, oz[c], w); } }
-    // maximum and minimum of equal zeros: the second operand (the CPU's)
+    // maximum and minimum of equal zeros: the first operand (the CPU's and PyTorch's CPU)
     { std::vector<float> a{-0.0f, 0.0f}, b{0.0f, -0.0f}, ob(2);
       launch(1, [&] { binary_flat_f32(a.data(), b.data(), ob.data(), 2, BINARY_MAXIMUM); });
-      CHECK(!std::signbit(ob[0]) && std::signbit(ob[1]), "maximum of zeros");
+      CHECK(std::signbit(ob[0]) && !std::signbit(ob[1]), "maximum of zeros");
       launch(1, [&] { binary_flat_f32(a.data(), b.data(), ob.data(), 2, BINARY_MINIMUM); });
-      CHECK(!std::signbit(ob[0]) && std::signbit(ob[1]), "minimum of zeros"); }
+      CHECK(std::signbit(ob[0]) && !std::signbit(ob[1]), "minimum of zeros"); }
     // softmax: a line with a NaN is NaN, the others untouched
     std::vector<double> so(rows * count);
     for (int lg = 0; lg < 2; ++lg) {
