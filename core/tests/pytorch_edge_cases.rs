@@ -625,3 +625,54 @@ fn pow_of_two_tensors_broadcasts_promotes_and_differentiates() -> Result<()> {
     ));
     Ok(())
 }
+
+/// Integer products, as `torch.tensor([[1, 2]]) @ torch.tensor([[3], [4]])`: exact I64 and I32
+/// (I32 wrapping as PyTorch's int32 does), batched and transposed, and over a split inner dim
+/// as a partial sum of integers; Bool is refused.
+#[test]
+fn integer_matmul_is_exact_and_bool_is_refused() -> Result<()> {
+    let a = Tensor::from_vec(vec![1i64, 2], &[1, 2], Device::Cpu)?;
+    let b = Tensor::from_vec(vec![3i64, 4], &[2, 1], Device::Cpu)?;
+    let ab = a.matmul(&b)?;
+    assert_eq!((ab.dtype(), ab.to_vec::<i64>()?), (DType::I64, vec![11]));
+    // (2, 2, 3) x (3, 2), values past f64's 53-bit mantissa
+    let big = 1i64 << 60;
+    let x: Vec<i64> = (0..12).map(|i| big + i).collect();
+    let w: Vec<i64> = (0..6).map(|i| i - 2).collect();
+    let got = Tensor::from_vec(x.clone(), &[2, 2, 3], Device::Cpu)?
+        .matmul(&Tensor::from_vec(w.clone(), &[3, 2], Device::Cpu)?)?
+        .to_vec::<i64>()?;
+    let want: Vec<i64> = (0..4)
+        .flat_map(|r| {
+            let x = &x;
+            let w = &w;
+            (0..2).map(move |c| {
+                (0..3).fold(0i64, |s, l| {
+                    s.wrapping_add(x[r * 3 + l].wrapping_mul(w[l * 2 + c]))
+                })
+            })
+        })
+        .collect();
+    assert_eq!(got, want);
+    // x W^T with W (1, 2): the transposed layout
+    let nt = a.matmul_nt(&Tensor::from_vec(vec![5i64, 6], &[1, 2], Device::Cpu)?)?;
+    assert_eq!(nt.to_vec::<i64>()?, [17]);
+    let w32 = Tensor::from_vec(vec![1i32 << 30, 1 << 30], &[1, 2], Device::Cpu)?;
+    let two = Tensor::from_vec(vec![2i32, 2], &[2, 1], Device::Cpu)?;
+    let wrapped = w32.matmul(&two)?;
+    assert_eq!(
+        (wrapped.dtype(), wrapped.to_vec::<i32>()?),
+        (DType::I32, vec![0])
+    );
+    let m = Tensor::from_vec(vec![true, false], &[1, 2], Device::Cpu)?;
+    let n = Tensor::from_vec(vec![true, true], &[2, 1], Device::Cpu)?;
+    assert!(matches!(m.matmul(&n), Err(Error::DTypeMismatch { .. })));
+    let sums = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let a = Tensor::from_vec(vec![1i64, 2, 3, 4], &[1, 4], (&p, Sbp::split(1)))?;
+        let b = Tensor::from_vec(vec![5i64, 6, 7, 8], &[4, 1], (&p, Sbp::split(0)))?;
+        a.matmul(&b)?.to_vec::<i64>()
+    })?;
+    assert_eq!(sums, [vec![70], vec![70]]);
+    Ok(())
+}

@@ -10,7 +10,7 @@ use gflow::{DType, NdSbp, Target, Tensor};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::tensor::{PyTensor, dim, op};
 
@@ -425,20 +425,53 @@ fn shape_with_infer(args: &Bound<'_, PyTuple>, numel: usize) -> PyResult<Vec<usi
     raw.iter().map(|&d| infer(d)).collect()
 }
 
+/// The variadic arguments of a shape-taking method, or its one keyword (`x.reshape(shape=(2,
+/// 3))`, as PyTorch's) as a one-element tuple; anything else is a `TypeError` naming it.
+pub(crate) fn positional_or_keyword<'py>(
+    args: &Bound<'py, PyTuple>,
+    kw: Option<&Bound<'py, PyDict>>,
+    name: &str,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let Some(kw) = kw.filter(|k| !k.is_empty()) else {
+        return Ok(args.clone());
+    };
+    let value = kw.get_item(name)?;
+    match value {
+        Some(v) if kw.len() == 1 && args.is_empty() => PyTuple::new(args.py(), [v]),
+        _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "expected the {name} as arguments or as the one keyword `{name}=`, got keywords {:?}",
+            kw.keys().iter().map(|k| k.to_string()).collect::<Vec<_>>()
+        ))),
+    }
+}
+
 #[pymethods]
 impl PyTensor {
-    /// The same data in a new shape (`-1`: inferred).
-    #[pyo3(signature = (*shape))]
-    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+    /// The same data in a new shape (`-1`: inferred): `x.reshape(2, 3)`, `x.reshape((2, 3))`
+    /// or `x.reshape(shape=(2, 3))`.
+    #[pyo3(signature = (*shape, **kw))]
+    fn reshape(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let shape = positional_or_keyword(shape, kw, "shape")?;
         let t = self.get();
-        let s = shape_with_infer(shape, t.numel())?;
+        let s = shape_with_infer(&shape, t.numel())?;
         op(py, t.is_global(), move || t.reshape(&s))
     }
 
-    /// As `reshape`.
-    #[pyo3(signature = (*shape))]
-    fn view(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        self.reshape(py, shape)
+    /// As `reshape` (the keyword is `size`, as PyTorch's `view`).
+    #[pyo3(signature = (*shape, **kw))]
+    fn view(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let shape = positional_or_keyword(shape, kw, "size")?;
+        self.reshape(py, &shape, None)
     }
 
     /// Dims `start..=end` merged into one.
@@ -593,9 +626,15 @@ impl PyTensor {
         op(py, t.is_global(), move || t.narrow(d, start, length))
     }
 
-    /// Size-1 dims repeated to `sizes` (`-1` keeps a dim).
-    #[pyo3(signature = (*sizes))]
-    fn expand(&self, py: Python<'_>, sizes: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+    /// Size-1 dims repeated to `sizes` (`-1` keeps a dim); also `x.expand(size=(3, 4))`.
+    #[pyo3(signature = (*sizes, **kw))]
+    fn expand(
+        &self,
+        py: Python<'_>,
+        sizes: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let sizes = &positional_or_keyword(sizes, kw, "size")?;
         let t = self.get();
         let raw: Vec<isize> = if sizes.len() == 1 && sizes.get_item(0)?.extract::<isize>().is_err()
         {

@@ -119,11 +119,18 @@ impl PyTensor {
         op(py, t.is_global(), move || t.triu(diagonal))
     }
 
-    /// The dims reordered: `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`.
-    #[pyo3(signature = (*dims))]
-    fn permute(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+    /// The dims reordered: `x.permute(2, 0, 1)`, `x.permute((2, 0, 1))` or
+    /// `x.permute(dims=(2, 0, 1))`.
+    #[pyo3(signature = (*dims, **kw))]
+    fn permute(
+        &self,
+        py: Python<'_>,
+        dims: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let dims = crate::ops::positional_or_keyword(dims, kw, "dims")?;
         let t = self.get();
-        let p = dims_arg(dims, t.ndim())?;
+        let p = dims_arg(&dims, t.ndim())?;
         op(py, t.is_global(), move || t.permute(&p))
     }
 

@@ -135,3 +135,21 @@ def test_dtypes_and_casts():
 def test_tensors_hash_as_objects():
     x, y = flow.ones(2), flow.ones(2)
     assert len({x, y, x}) == 2
+
+
+def test_integer_matmul_as_torch():
+    # torch.tensor([[1, 2]]) @ torch.tensor([[3], [4]]) is tensor([[11]]) (int64)
+    y = flow.tensor([[1, 2]]) @ flow.tensor([[3], [4]])
+    assert y.dtype == flow.int64
+    np.testing.assert_array_equal(y.numpy(), [[11]])
+
+
+def test_shape_methods_take_torch_keywords():
+    x = flow.tensor(np.arange(6, dtype=np.float32))
+    assert x.reshape(shape=(2, 3)).shape == flow.Size([2, 3])
+    assert x.view(size=(3, 2)).shape == flow.Size([3, 2])
+    y = x.reshape(2, 3)
+    assert y.permute(dims=(1, 0)).shape == flow.Size([3, 2])
+    assert flow.tensor(np.ones((1, 3), dtype=np.float32)).expand(size=(4, 3)).shape == flow.Size([4, 3])
+    with pytest.raises(TypeError):
+        x.reshape(shap=(2, 3))

@@ -972,6 +972,44 @@ pub(super) fn softmax_grad<T: Float>(
     )
 }
 
+/// Integer products, as PyTorch's on the CPU: exact, wrapping on overflow (two's complement);
+/// the layouts of [`matmul`]. Plain loops: integer products are for indices and counts, not
+/// for the throughput the float kernels serve.
+pub(super) fn matmul_i64(a: &[i64], b: &[i64], d: MatmulDims) -> Vec<i64> {
+    let MatmulDims {
+        batch,
+        m,
+        k,
+        n,
+        b_batched,
+        a_trans,
+        b_trans,
+    } = d;
+    let mut out = vec![0i64; batch * m * n];
+    for (i, oi) in out.chunks_mut((m * n).max(1)).enumerate().take(batch) {
+        let ai = &a[i * m * k..];
+        let bi = if b_batched { &b[i * k * n..] } else { b };
+        for r in 0..m {
+            for c in 0..n {
+                oi[r * n + c] = (0..k).fold(0i64, |s, l| {
+                    let x = if a_trans {
+                        ai[l * m + r]
+                    } else {
+                        ai[r * k + l]
+                    };
+                    let y = if b_trans {
+                        bi[c * k + l]
+                    } else {
+                        bi[l * n + c]
+                    };
+                    s.wrapping_add(x.wrapping_mul(y))
+                });
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     matmul_bias(a, b, None, d)
 }

@@ -622,6 +622,11 @@ impl Backend for CpuBackend {
         match (a, b) {
             (HostData::F32(x), HostData::F32(y)) => Ok(HostData::F32(kernels::matmul(x, y, d))),
             (HostData::F64(x), HostData::F64(y)) => Ok(HostData::F64(kernels::matmul(x, y, d))),
+            (HostData::I64(x), HostData::I64(y)) => Ok(HostData::I64(kernels::matmul_i64(x, y, d))),
+            // I32 products wrap as i32 arithmetic does: the i64 product, truncated.
+            (HostData::I32(_), HostData::I32(_)) => Ok(self
+                .matmul(&a.cast(DType::I64), &b.cast(DType::I64), d)?
+                .cast(DType::I32)),
             (x, y) => Err(Error::DTypeMismatch {
                 expected: x.dtype(),
                 got: y.dtype(),

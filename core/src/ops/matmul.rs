@@ -5,6 +5,7 @@
 use super::{Kernel, Op, Signature};
 use crate::autograd::{Ctx, record};
 use crate::backend::MatmulDims;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
@@ -48,6 +49,25 @@ fn stored(sbp: Sbp, rank: usize, t: bool) -> Sbp {
 impl Op for Matmul {
     fn name(&self) -> &'static str {
         "matmul"
+    }
+
+    /// Floats, and I64/I32 as PyTorch's integer products (exact, wrapping on overflow); not
+    /// Bool.
+    fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
+        let dtype = dtypes.first().copied().unwrap_or(DType::F32);
+        if let Some(&d) = dtypes.iter().find(|&&d| d != dtype) {
+            return Err(Error::DTypeMismatch {
+                expected: dtype,
+                got: d,
+            });
+        }
+        if dtype == DType::Bool {
+            return Err(Error::DTypeMismatch {
+                expected: DType::F32,
+                got: dtype,
+            });
+        }
+        Ok(dtype)
     }
 
     fn infer(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
