@@ -311,6 +311,19 @@ fn update_component(
                 .collect();
             f64_step(pv, gv, &mut st);
         }
+        (ph, gh) if ph.dtype().is_half() => {
+            // 16-bit parameters and their state update in f32 and round once (as 16-bit
+            // products and reductions accumulate in f32), written back into their own buffers
+            // (a NumPy view of a parameter keeps seeing it).
+            let (mut p32, g32) = (to_f32(ph), to_f32(gh));
+            let mut s32: Vec<Vec<f32>> = hosts.iter().map(|h| to_f32(h)).collect();
+            let mut st: Vec<&mut [f32]> = s32.iter_mut().map(Vec::as_mut_slice).collect();
+            f32_step(&mut p32, &g32, &mut st);
+            round_into(ph, &p32);
+            for (h, v) in hosts.iter_mut().zip(&s32) {
+                round_into(h, v);
+            }
+        }
         (other, _) => {
             return Err(Error::DTypeMismatch {
                 expected: crate::DType::F32,
@@ -319,6 +332,31 @@ fn update_component(
         }
     }
     Ok(())
+}
+
+/// A 16-bit (or any) buffer's values as f32.
+fn to_f32(h: &HostData) -> Vec<f32> {
+    match h.cast(DType::F32) {
+        HostData::F32(v) => v,
+        _ => Vec::new(),
+    }
+}
+
+/// `v` rounded to nearest (ties to even) into the 16-bit buffer `h` (copied into an f32 one),
+/// in place.
+fn round_into(h: &mut HostData, v: &[f32]) {
+    match h {
+        HostData::F16(d) => d
+            .iter_mut()
+            .zip(v)
+            .for_each(|(o, &x)| *o = half::f16::from_f32(x)),
+        HostData::BF16(d) => d
+            .iter_mut()
+            .zip(v)
+            .for_each(|(o, &x)| *o = half::bf16::from_f32(x)),
+        HostData::F32(d) => d.copy_from_slice(v),
+        _ => {}
+    }
 }
 
 /// `a op b` elementwise for buffers of one length, on a device.

@@ -813,3 +813,43 @@ fn norms_keep_a_sixteen_bit_input_dtype_with_f32_parameters() {
         }
     }
 }
+
+/// SGD with momentum and AdamW on F16 and BF16 parameters (their state in the same dtype, as
+/// PyTorch's) step like the F32 run to 16-bit precision, where they were `DTypeMismatch`.
+#[test]
+fn optimizers_step_16_bit_parameters() {
+    let start = [1.0f64, -2.0, 0.5, 3.0];
+    let run = |dtype: DType, adam: bool| -> Vec<f64> {
+        let p = Tensor::from_vec(start.map(|v| v as f32).to_vec(), &[4], Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .set_requires_grad(true);
+        let mut opt: Box<dyn Optimizer> = if adam {
+            Box::new(optim::AdamW::new(vec![p.clone()], 0.1).weight_decay(0.01))
+        } else {
+            Box::new(optim::Sgd::new(vec![p.clone()], 0.1).momentum(0.9))
+        };
+        for _ in 0..3 {
+            let loss = p.mul(&p).unwrap().sum(vec![], false).unwrap();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            opt.zero_grad();
+        }
+        p.to_vec_cast::<f64>().unwrap()
+    };
+    for adam in [false, true] {
+        let want = run(DType::F32, adam);
+        for (dtype, tol) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
+            let got = run(dtype, adam);
+            assert!(
+                close(&got, &want, tol),
+                "{dtype:?} adam {adam}: {got:?} vs {want:?}"
+            );
+            assert_ne!(
+                got, start,
+                "{dtype:?} adam {adam}: the parameter did not move"
+            );
+        }
+    }
+}
