@@ -676,3 +676,32 @@ fn integer_matmul_is_exact_and_bool_is_refused() -> Result<()> {
     assert_eq!(sums, [vec![70], vec![70]]);
     Ok(())
 }
+
+/// `var`/`std` as `torch.var`/`torch.std` on fixed inputs (corrections 1 and 0, a dim, all
+/// dims), NaN for one element with correction 1, and the same values over a split dim on 2
+/// ranks (partial sums, no gathering).
+#[test]
+fn var_and_std_match_torch() -> Result<()> {
+    let v = vec![1.0f32, 2.0, 4.0, 3.0, 5.0, 9.0];
+    let x = Tensor::from_vec(v.clone(), &[2, 3], Device::Cpu)?;
+    // torch.tensor([[1., 2., 4.], [3., 5., 9.]]).var() = 8.0, .var(1) = [2.3333, 9.3333],
+    // .std(0, correction=0) = [1.0, 1.5, 2.5]
+    assert_eq!(x.var(vec![], 1.0, false)?.to_vec::<f32>()?, [8.0]);
+    let rows = x.var(1, 1.0, false)?.to_vec::<f32>()?;
+    assert!((rows[0] - 7.0 / 3.0).abs() < 1e-6 && (rows[1] - 28.0 / 3.0).abs() < 1e-5);
+    assert_eq!(x.std(0, 0.0, false)?.to_vec::<f32>()?, [1.0, 1.5, 2.5]);
+    let one = Tensor::from_vec(vec![1.0f32], &[1], Device::Cpu)?;
+    assert!(one.var(0, 1.0, false)?.to_vec::<f32>()?[0].is_nan());
+    let split = simulate(2, |_| {
+        let p = Placement::new("cpu", [0, 1])?;
+        let g = Tensor::from_vec(v.clone(), &[2, 3], (&p, Sbp::split(1)))?;
+        g.var(1, 1.0, false)?.to_vec::<f32>()
+    })?;
+    for got in split {
+        assert!(
+            got.iter().zip(&rows).all(|(a, b)| (a - b).abs() < 1e-5),
+            "{got:?}"
+        );
+    }
+    Ok(())
+}

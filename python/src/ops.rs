@@ -392,6 +392,70 @@ reduce_ops! {
     logsumexp => logsumexp;
 }
 
+#[pymethods]
+impl PyTensor {
+    /// Variance over `dim` (every dim when left out), as PyTorch's: `correction` 1 (the
+    /// unbiased estimate) unless `correction=` or `unbiased=False` says otherwise.
+    #[pyo3(signature = (dim = None, unbiased = None, keepdim = false, *, correction = None))]
+    fn var(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        unbiased: Option<bool>,
+        keepdim: bool,
+        correction: Option<f64>,
+    ) -> PyResult<PyTensor> {
+        self.spread(py, dim, unbiased, keepdim, correction, false)
+    }
+
+    /// Standard deviation over `dim`, as `var`'s square root.
+    #[pyo3(signature = (dim = None, unbiased = None, keepdim = false, *, correction = None))]
+    fn std(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        unbiased: Option<bool>,
+        keepdim: bool,
+        correction: Option<f64>,
+    ) -> PyResult<PyTensor> {
+        self.spread(py, dim, unbiased, keepdim, correction, true)
+    }
+}
+
+impl PyTensor {
+    /// `var` or (`sqrt`) `std`; `x.var(False)` (PyTorch's `unbiased` first) is read as such.
+    fn spread(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        unbiased: Option<bool>,
+        keepdim: bool,
+        correction: Option<f64>,
+        sqrt: bool,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let (dim, unbiased) = match dim {
+            Some(d) if d.is_instance_of::<pyo3::types::PyBool>() => (None, Some(d.extract()?)),
+            d => (d, unbiased),
+        };
+        let dims = reduce_dims(dim, t.ndim())?;
+        let c = correction.unwrap_or(if unbiased == Some(false) { 0.0 } else { 1.0 });
+        op(py, t.is_global(), move || {
+            if !t.dtype().is_float() {
+                return Err(gflow::Error::InvalidArgument {
+                    op: if sqrt { "std" } else { "var" },
+                    reason: "std and var only support floating point dtypes".into(),
+                });
+            }
+            if sqrt {
+                t.std(dims, c, keepdim)
+            } else {
+                t.var(dims, c, keepdim)
+            }
+        })
+    }
+}
+
 /// A shape given as `f(2, -1)` or `f((2, -1))`, one `-1` inferred from the element count.
 fn shape_with_infer(args: &Bound<'_, PyTuple>, numel: usize) -> PyResult<Vec<usize>> {
     let raw: Vec<isize> = if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {

@@ -153,3 +153,21 @@ def test_shape_methods_take_torch_keywords():
     assert flow.tensor(np.ones((1, 3), dtype=np.float32)).expand(size=(4, 3)).shape == flow.Size([4, 3])
     with pytest.raises(TypeError):
         x.reshape(shap=(2, 3))
+
+
+def test_var_and_std_as_torch():
+    a = np.array([[1.0, 2.0, 4.0], [3.0, 5.0, 9.0]], dtype=np.float32)
+    x = flow.tensor(a)
+    np.testing.assert_allclose(x.var().numpy(), a.var(ddof=1), rtol=1e-6)
+    np.testing.assert_allclose(x.var(1).numpy(), a.var(axis=1, ddof=1), rtol=1e-6)
+    np.testing.assert_allclose(x.var(0, unbiased=False).numpy(), a.var(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(x.std(1, correction=0, keepdim=True).numpy(),
+                               a.std(axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(flow.std(x, 0).numpy(), a.std(axis=0, ddof=1), rtol=1e-6)
+    np.testing.assert_allclose(x.var(False).numpy(), a.var(), rtol=1e-6)
+    assert np.isnan(flow.tensor(np.array([1.0], dtype=np.float32)).var().numpy())
+    with pytest.raises(RuntimeError):
+        flow.tensor([1, 2, 3]).var()
+    y = flow.tensor(a, requires_grad=True)
+    y.var().backward()  # d var / dx = 2 (x - mean) / (n - 1)
+    np.testing.assert_allclose(y.grad.numpy(), 2 * (a - a.mean()) / 5, rtol=1e-5)

@@ -242,6 +242,45 @@ impl Tensor {
         reduce(self, Kind::Mean, dims, keepdim)
     }
 
+    /// Variance over `dims` (all dims when empty) with Bessel's `correction`, as PyTorch's
+    /// `var`: the squared deviations from the mean summed and divided by `N - correction`
+    /// (`correction` 1: the unbiased estimate, PyTorch's default; 0: the population variance;
+    /// `N - correction <= 0` divides by 0, giving inf or NaN, as PyTorch). Composed of
+    /// [`Tensor::mean`] and [`Tensor::sum`], so a split dim stays split (partial sums) and it
+    /// is differentiable.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4], Device::Cpu)?;
+    /// let unbiased = x.var(0, 1.0, false)?.to_vec::<f32>()?[0];
+    /// assert!((unbiased - 5.0 / 3.0).abs() < 1e-6);
+    /// assert_eq!(x.std(0, 0.0, false)?.to_vec::<f32>()?, [1.25f32.sqrt()]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::mean`] (integer and Bool inputs included: `var` needs floats, as PyTorch).
+    pub fn var(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        let dims = dims.dims();
+        let d = self.sub(&self.mean(dims.clone(), true)?)?;
+        let ss = d.mul(&d)?.sum(dims.clone(), keepdim)?;
+        let all: Vec<usize> = if dims.is_empty() {
+            (0..self.ndim()).collect()
+        } else {
+            dims
+        };
+        let n: usize = all.iter().map(|&d| self.shape()[d]).product();
+        ss.mul_scalar(1.0 / (n as f64 - correction).max(0.0))
+    }
+
+    /// Standard deviation: the square root of [`Tensor::var`].
+    ///
+    /// # Errors
+    /// As [`Tensor::var`].
+    pub fn std(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.var(dims, correction, keepdim)?.sqrt()
+    }
+
     /// Maximum over `dims` (all dims when empty).
     ///
     /// # Errors
