@@ -705,3 +705,45 @@ fn var_and_std_match_torch() -> Result<()> {
     }
     Ok(())
 }
+
+/// `flip` and `repeat` as `torch.flip`/`Tensor.repeat`, also on a layout split along the
+/// flipped or repeated dim (3 uneven ranks), with gradients.
+#[test]
+fn flip_and_repeat_on_split_layouts() -> Result<()> {
+    let v: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    let out = simulate(3, |_| {
+        let p = Placement::new("cpu", [0, 1, 2])?;
+        let x = Tensor::from_vec(v.clone(), &[5, 2], (&p, Sbp::split(0)))?.set_requires_grad(true);
+        let f = x.flip(&[0])?;
+        let r = x.repeat(&[2, 1])?;
+        let w = Tensor::from_vec(
+            (0..20).map(|i| i as f32).collect(),
+            &[10, 2],
+            (&p, Sbp::split(0)),
+        )?;
+        r.mul(&w)?.sum(vec![], false)?.backward()?;
+        Ok((
+            f.to_vec::<f32>()?,
+            r.to_vec::<f32>()?,
+            x.grad().unwrap().to_vec::<f32>()?,
+        ))
+    })?;
+    for (f, r, g) in out {
+        let flipped: Vec<f32> = (0..5)
+            .rev()
+            .flat_map(|i| [2.0 * i as f32, 2.0 * i as f32 + 1.0])
+            .collect();
+        assert_eq!(f, flipped);
+        assert_eq!(r, [v.clone(), v.clone()].concat());
+        // each element is used twice: at i and at i + 10 of w
+        let grad: Vec<f32> = (0..10).map(|i| (i + i + 10) as f32).collect();
+        assert_eq!(g, grad);
+    }
+    let x = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu)?;
+    assert!(matches!(
+        x.flip(&[0, 0]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(x.repeat(&[]), Err(Error::InvalidArgument { .. })));
+    Ok(())
+}

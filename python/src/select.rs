@@ -119,6 +119,40 @@ impl PyTensor {
         op(py, t.is_global(), move || t.triu(diagonal))
     }
 
+    /// The elements reversed along `dims`: `x.flip(0, 1)`, `x.flip((0, 1))` or
+    /// `x.flip(dims=(0, 1))`.
+    #[pyo3(signature = (*dims, **kw))]
+    fn flip(
+        &self,
+        py: Python<'_>,
+        dims: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let dims = crate::ops::positional_or_keyword(dims, kw, "dims")?;
+        let t = self.get();
+        let d = dims_arg(&dims, t.ndim())?;
+        op(py, t.is_global(), move || t.flip(&d))
+    }
+
+    /// The tensor tiled: `x.repeat(2, 3)`, `x.repeat((2, 3))` or `x.repeat(repeats=(2, 3))`.
+    #[pyo3(signature = (*repeats, **kw))]
+    fn repeat(
+        &self,
+        py: Python<'_>,
+        repeats: &Bound<'_, PyTuple>,
+        kw: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        let repeats = crate::ops::positional_or_keyword(repeats, kw, "repeats")?;
+        let r: Vec<usize> =
+            if repeats.len() == 1 && repeats.get_item(0)?.extract::<usize>().is_err() {
+                repeats.get_item(0)?.extract()?
+            } else {
+                repeats.extract()?
+            };
+        let t = self.get();
+        op(py, t.is_global(), move || t.repeat(&r))
+    }
+
     /// The dims reordered: `x.permute(2, 0, 1)`, `x.permute((2, 0, 1))` or
     /// `x.permute(dims=(2, 0, 1))`.
     #[pyo3(signature = (*dims, **kw))]

@@ -171,3 +171,22 @@ def test_var_and_std_as_torch():
     y = flow.tensor(a, requires_grad=True)
     y.var().backward()  # d var / dx = 2 (x - mean) / (n - 1)
     np.testing.assert_allclose(y.grad.numpy(), 2 * (a - a.mean()) / 5, rtol=1e-5)
+
+
+def test_flip_and_repeat_as_torch():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = flow.tensor(a)
+    np.testing.assert_array_equal(x.flip(1).numpy(), a[:, ::-1])
+    np.testing.assert_array_equal(flow.flip(x, (0, 1)).numpy(), a[::-1, ::-1])
+    np.testing.assert_array_equal(x.flip(dims=[0]).numpy(), a[::-1])
+    np.testing.assert_array_equal(x.repeat(2, 1).numpy(), np.tile(a, (2, 1)))
+    np.testing.assert_array_equal(x.repeat((2, 1, 2)).numpy(), np.tile(a, (2, 1, 2)))
+    ints = flow.tensor([1, 2, 3])
+    assert ints.repeat(2).dtype == flow.int64
+    np.testing.assert_array_equal(ints.repeat(2).numpy(), [1, 2, 3, 1, 2, 3])
+    y = flow.tensor(a, requires_grad=True)
+    (y.flip(0).repeat(2, 1) * flow.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))).sum().backward()
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(y.grad.numpy(), (w[:2] + w[2:])[::-1])
+    with pytest.raises(RuntimeError):
+        x.repeat(2)

@@ -293,6 +293,76 @@ impl Op for Expand {
 }
 
 impl Tensor {
+    /// The elements reversed along each of `dims`, as PyTorch's `flip`: an `index_select` with
+    /// the reversed indices per dim, so any layout and dtype, differentiable.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6], &[2, 3], Device::Cpu)?;
+    /// assert_eq!(x.flip(&[1])?.to_vec::<i64>()?, [3, 2, 1, 6, 5, 4]);
+    /// assert_eq!(x.flip(&[0, 1])?.to_vec::<i64>()?, [6, 5, 4, 3, 2, 1]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `DimOutOfRange`; `InvalidArgument` for a dim given twice.
+    pub fn flip(&self, dims: &[usize]) -> Result<Tensor> {
+        let mut out = self.clone();
+        for (i, &d) in dims.iter().enumerate() {
+            check_dim("flip", d, self.ndim())?;
+            if dims[..i].contains(&d) {
+                return Err(Error::InvalidArgument {
+                    op: "flip",
+                    reason: format!("dim {d} appears more than once in {dims:?}"),
+                });
+            }
+            let n = self.shape()[d];
+            let rev: Vec<i64> = (0..n as i64).rev().collect();
+            out = out.index_select(d, &Tensor::from_vec(rev, &[n], target_like(self))?)?;
+        }
+        Ok(out)
+    }
+
+    /// The tensor tiled `repeats[i]` times along dim `i`, as PyTorch's `repeat` (more repeats
+    /// than dims add leading dims): a size-1 dim before each dim, expanded and merged, so any
+    /// layout and dtype, differentiable.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?;
+    /// let y = x.repeat(&[2, 2])?;
+    /// assert_eq!(y.shape(), &[2, 4]);
+    /// assert_eq!(y.to_vec::<f32>()?, [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` for fewer repeats than dims; `ShapeOverflow` for a result too large.
+    pub fn repeat(&self, repeats: &[usize]) -> Result<Tensor> {
+        if repeats.len() < self.ndim() {
+            return Err(Error::InvalidArgument {
+                op: "repeat",
+                reason: format!(
+                    "repeats {repeats:?}: expected at least one per dim of a tensor of shape {:?}",
+                    self.shape()
+                ),
+            });
+        }
+        let lead = repeats.len() - self.ndim();
+        let shape: Vec<usize> = (0..repeats.len())
+            .map(|i| if i < lead { 1 } else { self.shape()[i - lead] })
+            .collect();
+        let spaced: Vec<usize> = shape.iter().flat_map(|&s| [1, s]).collect();
+        let tiled: Vec<usize> = shape
+            .iter()
+            .zip(repeats)
+            .flat_map(|(&s, &r)| [r, s])
+            .collect();
+        let out: Vec<usize> = shape.iter().zip(repeats).map(|(&s, &r)| s * r).collect();
+        checked_numel(&out)?;
+        self.reshape(&spaced)?.expand(&tiled)?.reshape(&out)
+    }
+
     /// Repeats the size-1 dimensions of this tensor to reach `shape`, any dtype; as PyTorch's
     /// `expand`, `shape` may have more dims than the tensor (new leading dims).
     ///
