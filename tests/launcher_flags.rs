@@ -5,6 +5,8 @@
 //! rendezvous is needed; `collective_loop` is the real job where one is.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -365,7 +367,7 @@ fn nodes_without_a_token_or_port_meet_as_oneflows_do() {
         vec!["[rank 1] 1 2 127.0.0.1 29500"]
     );
     let prog = example("collective_loop");
-    let port = common_free_port();
+    let port = common::free_port();
     let nodes: Vec<_> = (0..2)
         .map(|n| {
             Command::new(launcher())
@@ -401,19 +403,6 @@ fn nodes_without_a_token_or_port_meet_as_oneflows_do() {
             "[rank 3] done: 12"
         ]
     );
-}
-
-/// A free port below the ephemeral range.
-fn common_free_port() -> String {
-    (0..64)
-        .map(|_| {
-            let mut b = [0u8; 2];
-            getrandom::fill(&mut b).unwrap();
-            20_000 + u16::from_le_bytes(b) % 12_000
-        })
-        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        .expect("a free port below the ephemeral range")
-        .to_string()
 }
 
 /// OneFlow's `--logdir DIR --redirect_stdout_and_stderr`: each process's output goes to

@@ -54,13 +54,7 @@ impl Op for Matmul {
     /// Floats, and I64/I32 as PyTorch's integer products (exact, wrapping on overflow); not
     /// Bool.
     fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
-        let dtype = dtypes.first().copied().unwrap_or(DType::F32);
-        if let Some(&d) = dtypes.iter().find(|&&d| d != dtype) {
-            return Err(Error::DTypeMismatch {
-                expected: dtype,
-                got: d,
-            });
-        }
+        let dtype = super::common_dtype(dtypes)?;
         if dtype == DType::Bool {
             return Err(Error::DTypeMismatch {
                 expected: DType::F32,

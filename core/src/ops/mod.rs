@@ -103,13 +103,7 @@ pub(crate) trait Op {
     /// The output's dtype from the inputs' (by default: all inputs share one dtype, a float
     /// unless [`Op::any_dtype`]).
     fn out_dtype(&self, dtypes: &[DType]) -> Result<DType> {
-        let dtype = dtypes.first().copied().unwrap_or(DType::F32);
-        if let Some(&d) = dtypes.iter().find(|&&d| d != dtype) {
-            return Err(Error::DTypeMismatch {
-                expected: dtype,
-                got: d,
-            });
-        }
+        let dtype = common_dtype(dtypes)?;
         if !self.any_dtype() && dtype == DType::I64 {
             return Err(Error::DTypeMismatch {
                 expected: DType::F32,
@@ -287,6 +281,19 @@ fn check_computes(
         }
     }
     Ok(())
+}
+
+/// The one dtype every input has (F32 for none), or `DTypeMismatch` naming the first that
+/// differs.
+fn common_dtype(dtypes: &[DType]) -> Result<DType> {
+    let dtype = dtypes.first().copied().unwrap_or(DType::F32);
+    match dtypes.iter().find(|&&d| d != dtype) {
+        Some(&d) => Err(Error::DTypeMismatch {
+            expected: dtype,
+            got: d,
+        }),
+        None => Ok(dtype),
+    }
 }
 
 /// The chosen n-d signature.
