@@ -456,13 +456,8 @@ impl PyTensor {
     }
 }
 
-/// A shape given as `f(2, -1)` or `f((2, -1))`, one `-1` inferred from the element count.
-fn shape_with_infer(args: &Bound<'_, PyTuple>, numel: usize) -> PyResult<Vec<usize>> {
-    let raw: Vec<isize> = if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {
-        args.get_item(0)?.extract()?
-    } else {
-        args.extract()?
-    };
+/// A shape (see [`int_args`]), one `-1` inferred from the element count.
+fn shape_with_infer(raw: Vec<isize>, numel: usize) -> PyResult<Vec<usize>> {
     let known: usize = raw
         .iter()
         .filter(|&&d| d >= 0)
@@ -489,23 +484,37 @@ fn shape_with_infer(args: &Bound<'_, PyTuple>, numel: usize) -> PyResult<Vec<usi
     raw.iter().map(|&d| infer(d)).collect()
 }
 
-/// The variadic arguments of a shape-taking method, or its one keyword (`x.reshape(shape=(2,
-/// 3))`, as PyTorch's) as a one-element tuple; anything else is a `TypeError` naming it.
-pub(crate) fn positional_or_keyword<'py>(
-    args: &Bound<'py, PyTuple>,
-    kw: Option<&Bound<'py, PyDict>>,
+/// The integers of a shape- or dims-taking method, as PyTorch takes them: variadic
+/// (`x.reshape(2, 3)`), one sequence (`x.reshape((2, 3))`) or the one keyword `name`
+/// (`x.reshape(shape=(2, 3))`); other keywords are a `TypeError` naming them.
+pub(crate) fn int_args(
+    args: &Bound<'_, PyTuple>,
+    kw: Option<&Bound<'_, PyDict>>,
     name: &str,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let Some(kw) = kw.filter(|k| !k.is_empty()) else {
-        return Ok(args.clone());
-    };
-    let value = kw.get_item(name)?;
-    match value {
-        Some(v) if kw.len() == 1 && args.is_empty() => PyTuple::new(args.py(), [v]),
-        _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "expected the {name} as arguments or as the one keyword `{name}=`, got keywords {:?}",
-            kw.keys().iter().map(|k| k.to_string()).collect::<Vec<_>>()
-        ))),
+) -> PyResult<Vec<isize>> {
+    if let Some(kw) = kw.filter(|k| !k.is_empty()) {
+        return match kw.get_item(name)? {
+            Some(v) if kw.len() == 1 && args.is_empty() => v.extract(),
+            _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "expected the {name} as arguments or as the one keyword `{name}=`, got keywords \
+                 {:?}",
+                kw.keys().iter().map(|k| k.to_string()).collect::<Vec<_>>()
+            ))),
+        };
+    }
+    if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {
+        args.get_item(0)?.extract()
+    } else {
+        args.extract()
+    }
+}
+
+impl PyTensor {
+    /// `reshape` and `view` of the shape `raw` (see [`shape_with_infer`]).
+    fn reshaped(&self, py: Python<'_>, raw: Vec<isize>) -> PyResult<PyTensor> {
+        let t = self.get();
+        let s = shape_with_infer(raw, t.numel())?;
+        op(py, t.is_global(), move || t.reshape(&s))
     }
 }
 
@@ -520,10 +529,8 @@ impl PyTensor {
         shape: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyTensor> {
-        let shape = positional_or_keyword(shape, kw, "shape")?;
-        let t = self.get();
-        let s = shape_with_infer(&shape, t.numel())?;
-        op(py, t.is_global(), move || t.reshape(&s))
+        let raw = int_args(shape, kw, "shape")?;
+        self.reshaped(py, raw)
     }
 
     /// As `reshape` (the keyword is `size`, as PyTorch's `view`).
@@ -534,8 +541,8 @@ impl PyTensor {
         shape: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyTensor> {
-        let shape = positional_or_keyword(shape, kw, "size")?;
-        self.reshape(py, &shape, None)
+        let raw = int_args(shape, kw, "size")?;
+        self.reshaped(py, raw)
     }
 
     /// Dims `start..=end` merged into one.
@@ -698,14 +705,8 @@ impl PyTensor {
         sizes: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyTensor> {
-        let sizes = &positional_or_keyword(sizes, kw, "size")?;
+        let raw = int_args(sizes, kw, "size")?;
         let t = self.get();
-        let raw: Vec<isize> = if sizes.len() == 1 && sizes.get_item(0)?.extract::<isize>().is_err()
-        {
-            sizes.get_item(0)?.extract()?
-        } else {
-            sizes.extract()?
-        };
         let pad = raw.len().saturating_sub(t.ndim());
         let s: Vec<usize> = raw
             .iter()

@@ -11,13 +11,14 @@ use pyo3::types::PyTuple;
 use crate::ops::operand;
 use crate::tensor::{PyDType, PyTensor, dim, op, run};
 
-/// The dims of `permute(*dims)` / `permute(dims)`.
-fn dims_arg(args: &Bound<'_, PyTuple>, ndim: usize) -> PyResult<Vec<usize>> {
-    let raw: Vec<isize> = if args.len() == 1 && args.get_item(0)?.extract::<isize>().is_err() {
-        args.get_item(0)?.extract()?
-    } else {
-        args.extract()?
-    };
+/// The dims of `permute`/`flip` (see [`crate::ops::int_args`]), negative ones counted from the
+/// end.
+fn dims_arg(
+    args: &Bound<'_, PyTuple>,
+    kw: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ndim: usize,
+) -> PyResult<Vec<usize>> {
+    let raw = crate::ops::int_args(args, kw, "dims")?;
     raw.into_iter().map(|d| dim(d, ndim)).collect()
 }
 
@@ -128,9 +129,8 @@ impl PyTensor {
         dims: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<PyTensor> {
-        let dims = crate::ops::positional_or_keyword(dims, kw, "dims")?;
         let t = self.get();
-        let d = dims_arg(&dims, t.ndim())?;
+        let d = dims_arg(dims, kw, t.ndim())?;
         op(py, t.is_global(), move || t.flip(&d))
     }
 
@@ -142,13 +142,16 @@ impl PyTensor {
         repeats: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<PyTensor> {
-        let repeats = crate::ops::positional_or_keyword(repeats, kw, "repeats")?;
-        let r: Vec<usize> =
-            if repeats.len() == 1 && repeats.get_item(0)?.extract::<usize>().is_err() {
-                repeats.get_item(0)?.extract()?
-            } else {
-                repeats.extract()?
-            };
+        let r = crate::ops::int_args(repeats, kw, "repeats")?
+            .into_iter()
+            .map(|n| {
+                usize::try_from(n).map_err(|_| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "repeat: repeats must be non-negative, got {n}"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<usize>>>()?;
         let t = self.get();
         op(py, t.is_global(), move || t.repeat(&r))
     }
@@ -162,9 +165,8 @@ impl PyTensor {
         dims: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<PyTensor> {
-        let dims = crate::ops::positional_or_keyword(dims, kw, "dims")?;
         let t = self.get();
-        let p = dims_arg(&dims, t.ndim())?;
+        let p = dims_arg(dims, kw, t.ndim())?;
         op(py, t.is_global(), move || t.permute(&p))
     }
 
