@@ -13,7 +13,7 @@ use gflow_core::{DType, Device, NdSbp, Placement, Ranks, ReduceOp, Sbp, Tensor, 
 use proptest::prelude::*;
 
 mod reference;
-use reference::{Lcg, part, slab};
+use reference::{Lcg, hierarchy_strategy, part, slab};
 
 /// Operands of a partial value `v` over `n` members for `dtype`, from the definition: they
 /// reduce (sum, min, max; for Bool a sum or max is "any", a min is "all") to `v` exactly.
@@ -433,14 +433,7 @@ fn half_partial_sums_round_once() {
 
 /// A random placement of 1 to 3 axes over a shuffled subset of `world` ranks, maybe weighted.
 fn placement_strategy(world: usize) -> impl Strategy<Value = Placement> {
-    let hier = prop_oneof![
-        (1..=world).prop_map(|a| vec![a]),
-        (1..=3usize, 1..=3usize).prop_map(|(a, b)| vec![a, b]),
-        (1..=2usize, 1..=2usize, 1..=2usize).prop_map(|(a, b, c)| vec![a, b, c]),
-    ]
-    .prop_filter("fits the world", move |h| {
-        h.iter().product::<usize>() <= world
-    });
+    let hier = hierarchy_strategy(world);
     (
         hier,
         Just((0..world).collect::<Vec<_>>()).prop_shuffle(),

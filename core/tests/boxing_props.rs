@@ -15,7 +15,7 @@ use gflow_core::{DType, Device, NdSbp, Placement, ReduceOp, Sbp, Tensor, simulat
 use proptest::prelude::*;
 
 mod reference;
-use reference::{Lcg, part, slab};
+use reference::{Lcg, hierarchy_strategy, part, slab};
 
 /// Every rank's component of value `v` under (placement, sbp), straight from the definitions.
 fn decompose(
@@ -117,14 +117,7 @@ fn sbp_strategy(ndim: usize) -> impl Strategy<Value = Sbp> {
 
 /// A placement of 1 to 3 axes over a random subset of `world` ranks, and an SBP for it.
 fn layout_strategy(world: usize, ndim: usize) -> impl Strategy<Value = Layout> {
-    let hier = prop_oneof![
-        (1..=world).prop_map(|a| vec![a]),
-        (1..=3usize, 1..=3usize).prop_map(|(a, b)| vec![a, b]),
-        (1..=2usize, 1..=2usize, 1..=2usize).prop_map(|(a, b, c)| vec![a, b, c]),
-    ]
-    .prop_filter("fits the world", move |h| {
-        h.iter().product::<usize>() <= world
-    });
+    let hier = hierarchy_strategy(world);
     hier.prop_flat_map(move |h| {
         let k = h.len();
         let n: usize = h.iter().product();

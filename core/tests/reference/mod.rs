@@ -1,5 +1,8 @@
 //! The independent references the boxing tests share: a generator every rank replays alike,
-//! OneFlow's balanced split by definition, and slabs cut by filtering every element's index.
+//! OneFlow's balanced split by definition, slabs cut by filtering every element's index, and
+//! the placement shapes the property tests draw.
+
+use proptest::prelude::*;
 
 /// A tiny deterministic generator so every rank derives the same reference.
 pub struct Lcg(pub u64);
@@ -42,4 +45,16 @@ pub fn slab(
     let mut s = shape.to_vec();
     s[d] = range.len();
     (out, s)
+}
+
+/// A placement's shape of 1 to 3 axes holding at most `world` ranks.
+pub fn hierarchy_strategy(world: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop_oneof![
+        (1..=world).prop_map(|a| vec![a]),
+        (1..=3usize, 1..=3usize).prop_map(|(a, b)| vec![a, b]),
+        (1..=2usize, 1..=2usize, 1..=2usize).prop_map(|(a, b, c)| vec![a, b, c]),
+    ]
+    .prop_filter("fits the world", move |h| {
+        h.iter().product::<usize>() <= world
+    })
 }
