@@ -4,6 +4,8 @@
 //! a child process each, since `init` is once per process).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use std::process::Command;
 
 use gflow::nn::functional as F;
@@ -183,25 +185,7 @@ fn init_child() {
 /// What `init` gives in a child process with the variables `vars` (and no launcher's others).
 fn init_with(vars: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    for k in [
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "GFLOW_MASTER_PORT",
-        "GFLOW_DEVICE_OVERRIDE",
-        "GFLOW_SIM_RANKS",
-        "GFLOW_MAX_FRAME",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-    ] {
-        cmd.env_remove(k);
-    }
+    common::without_job_env(&mut cmd);
     let out = cmd
         .args(["--exact", "init_child", "--ignored", "--nocapture"])
         .env("GFLOW_TIMEOUT_SECS", "10")

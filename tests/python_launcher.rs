@@ -6,6 +6,8 @@
 //! (it needs only Python's standard library), so the extension module need not be built.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -37,17 +39,7 @@ fn python() -> Option<String> {
 /// `python launch.py ARGS` in `dir`, with no job variables or token of its own.
 fn launch(py: &str, dir: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(py);
-    for k in [
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "GFLOW_JOB_TOKEN",
-    ] {
-        cmd.env_remove(k);
-    }
+    common::without_job_env(&mut cmd);
     cmd.arg(launch_py())
         .args(args)
         .current_dir(dir)

@@ -7,6 +7,8 @@
 //! `gflow::run` prints 4 lines prefixed `[rank r]`.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -26,27 +28,7 @@ fn example(name: &str) -> PathBuf {
 
 /// A command with no launcher's variables inherited from the test's own environment.
 fn clean(cmd: &mut Command) -> &mut Command {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SLURM_")
-            || k.starts_with("OMPI_")
-            || k.starts_with("PMIX_")
-            || k.starts_with("TORCHELASTIC_")
-            || [
-                "WORLD_SIZE",
-                "RANK",
-                "LOCAL_RANK",
-                "LOCAL_WORLD_SIZE",
-                "MASTER_ADDR",
-                "MASTER_PORT",
-                "GFLOW_SIM_RANKS",
-                "GFLOW_JOB_TOKEN",
-            ]
-            .contains(&k.as_str())
-        {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("GFLOW_TIMEOUT_SECS", "30")
+    common::without_job_env(cmd).env("GFLOW_TIMEOUT_SECS", "30")
 }
 
 /// Asserts the output is `procs` unprefixed lines, each the total of a `world`-rank job.

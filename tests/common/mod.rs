@@ -220,3 +220,33 @@ pub fn relaunch(tests: &[(&str, usize)]) {
         }
     }
 }
+
+/// `cmd` without any variable that names a job (gflow's, torchrun's, Slurm's, Open MPI's,
+/// PMIx's) or pins its settings, so a child forms only the job a test gives it, whatever the
+/// environment the tests run in.
+pub fn without_job_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SLURM_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMIX_")
+            || k.starts_with("TORCHELASTIC_")
+            || [
+                "WORLD_SIZE",
+                "RANK",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "GFLOW_MASTER_PORT",
+                "GFLOW_SIM_RANKS",
+                "GFLOW_JOB_TOKEN",
+                "GFLOW_DEVICE_OVERRIDE",
+                "GFLOW_MAX_FRAME",
+            ]
+            .contains(&k.as_str())
+        {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
