@@ -59,13 +59,7 @@ fn survivors_fail(mode: &str, transport: &str) {
     let kids: Vec<_> = (0..3)
         .map(|r| {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
-            for k in [
-                "LOCAL_WORLD_SIZE",
-                "GFLOW_DEVICE_OVERRIDE",
-                "GFLOW_MASTER_PORT",
-            ] {
-                cmd.env_remove(k);
-            }
+            common::without_job_env(&mut cmd);
             cmd.args(["--exact", "fault_rank_child", "--ignored", "--nocapture"])
                 .args(["--test-threads", "1"])
                 .envs([
