@@ -107,12 +107,16 @@ fn every_dtype_round_trips_with_python() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED LOUDLY: python3 with safetensors and numpy is absent");
-        return;
+        return gflow::backend::say_skipped(
+            "every_dtype_round_trips_with_python",
+            &"python3 with safetensors and numpy is absent",
+        );
     }
-    let dir = std::env::temp_dir().join(format!("gflow-st-dtypes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("gflow-st-dtypes-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let (from_py, from_gflow) = (dir.join("py.safetensors"), dir.join("gflow.safetensors"));
     let spec: Vec<String> = TENSORS
         .iter()
@@ -189,5 +193,4 @@ fn every_dtype_round_trips_with_python() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
