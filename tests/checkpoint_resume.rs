@@ -6,28 +6,14 @@
 //! complete checkpoints, and resumes exactly from the latest.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
+use common::launcher;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const STEPS: usize = 40;
-
-fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
-}
-
-/// The example, brought up to date (as tests/launch.rs does).
-fn example() -> PathBuf {
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", "train_mlp"])
-        .status()
-        .expect("cargo build");
-    assert!(st.success());
-    launcher()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("train_mlp")
-}
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gflow-resume-{}-{name}", std::process::id()));
@@ -43,10 +29,10 @@ fn train(procs: bool, launcher_args: &[&str], args: &[String], env: &[(&str, &st
         let mut c = Command::new(launcher());
         c.args(["--nproc-per-node", "2"])
             .args(launcher_args)
-            .arg(example());
+            .arg(common::example("train_mlp"));
         c
     } else {
-        let mut c = Command::new(example());
+        let mut c = Command::new(common::example("train_mlp"));
         c.env("GFLOW_SIM_RANKS", "2");
         c
     };
@@ -195,7 +181,7 @@ fn a_crash_mid_save_leaves_only_complete_checkpoints_and_resume_is_exact() {
     // not depend on the machine's speed), a moment after, while the next save is under way.
     for (i, (step, ms)) in [(3usize, 0u64), (10, 1), (20, 3)].into_iter().enumerate() {
         let dir = scratch(&format!("crash-{i}"));
-        let mut child = Command::new(example())
+        let mut child = Command::new(common::example("train_mlp"))
             .args(args(STEPS, Some(&dir), &["--ckpt-every", "1"]))
             .env("GFLOW_SIM_RANKS", "2")
             .env_remove("WORLD_SIZE")

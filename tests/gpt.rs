@@ -4,6 +4,10 @@
 //! run resumed from a checkpoint (by `--resume` or a launcher restart) continues bitwise.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
+use common::launcher;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,24 +17,10 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
-}
-
-/// The example, brought up to date (`cargo test --test gpt` alone does not build examples), in
-/// the test profile (optimized: unoptimized, the tiny runs take 40 times longer).
+/// The example, brought up to date, once per test binary.
 fn gpt() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let st = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "--profile", "test", "--example", "gpt"])
-                .status()
-                .expect("cargo build");
-            assert!(st.success());
-            launcher().parent().unwrap().join("examples").join("gpt")
-        })
-        .clone()
+    BUILT.get_or_init(|| common::example("gpt")).clone()
 }
 
 /// A fresh directory for one test's files, removed when the test ends (also when it fails).

@@ -7,22 +7,9 @@
 
 mod common;
 
-use std::path::PathBuf;
+use common::{example, launcher};
+
 use std::process::{Command, Output};
-
-fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
-}
-
-/// The example binary, brought up to date.
-fn example(name: &str) -> PathBuf {
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
-        .status()
-        .expect("cargo build");
-    assert!(st.success());
-    launcher().parent().unwrap().join("examples").join(name)
-}
 
 /// `gflow-launch FLAGS sh -c SCRIPT`.
 fn launch_sh(flags: &[&str], script: &str, env: &[(&str, &str)]) -> Output {

@@ -9,22 +9,10 @@
 
 mod common;
 
+use common::example;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-
-/// The example binary, brought up to date.
-fn example(name: &str) -> PathBuf {
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
-        .status()
-        .expect("cargo build");
-    assert!(st.success());
-    PathBuf::from(env!("CARGO_BIN_EXE_gflow-launch"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name)
-}
 
 /// A command with no launcher's variables inherited from the test's own environment.
 fn clean(cmd: &mut Command) -> &mut Command {

@@ -18,13 +18,17 @@ pub fn launcher() -> PathBuf {
 }
 
 /// The example binary, brought up to date (a `cargo test --test NAME` alone does not build
-/// examples, and a stale one would test old code).
+/// examples, and a stale one would test old code). It is built as `cargo test --workspace`
+/// builds examples (the test profile, every member's features), so it reuses that build's
+/// dependencies: a build in another profile or feature set would compile and store a second
+/// copy of every dependency (wgpu, quinn, gemm), which is what filled CI's disk.
 pub fn example(name: &str) -> PathBuf {
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
+        .args(["build", "--quiet", "--profile", "test", "--workspace"])
+        .args(["--example", name])
         .status()
         .expect("cargo build");
-    assert!(st.success());
+    assert!(st.success(), "cargo build --example {name} failed");
     launcher().parent().unwrap().join("examples").join(name)
 }
 
