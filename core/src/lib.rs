@@ -33,6 +33,7 @@ pub mod ops;
 pub mod optim;
 pub mod placement;
 pub mod profile;
+mod recycle;
 pub mod reduce;
 pub mod rng;
 pub mod sbp;

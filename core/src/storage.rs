@@ -285,6 +285,19 @@ pub struct Buffer {
     device: OnceLock<Arc<dyn DeviceBuffer>>,
 }
 
+/// A dropped buffer's host data goes back to [`crate::recycle`] (which keeps it only where a
+/// boxing output of its dtype and length will want it).
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.len.saturating_mul(self.dtype.size()) >= crate::recycle::MIN_BYTES
+            && let Some(host) = self.host.take()
+            && let Ok(data) = Arc::try_unwrap(host)
+        {
+            crate::recycle::give(data);
+        }
+    }
+}
+
 impl Buffer {
     /// A buffer resident on a device only: `len` elements of `dtype`.
     pub fn on_device(dtype: DType, len: usize, device: Arc<dyn DeviceBuffer>) -> Buffer {

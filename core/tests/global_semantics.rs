@@ -260,3 +260,44 @@ fn to_global_to_the_same_layout_shares_the_tensor() {
         );
     }
 }
+
+/// Boxing outputs of a megabyte and more reuse the buffers of dropped outputs without zeroing
+/// them first: every conversion still writes every element of its output, round after round
+/// of new values (all-gather, all-to-all, all-reduce and reduce-scatter outputs).
+#[test]
+fn recycled_boxing_outputs_hold_only_new_values() {
+    let (rows, cols) = (1024usize, 512usize);
+    let out = simulate(2, move |env| {
+        let p = cpu([0, 1]);
+        let summand = env.rank() as f32 + 1.0;
+        let mut wrong = vec![];
+        for round in 0..3 {
+            let full: Vec<f32> = (0..rows * cols)
+                .map(|i| (i % 1013) as f32 + 7.0 * round as f32)
+                .collect();
+            let s0 = Tensor::from_vec(full.clone(), &[rows, cols], (&p, Sbp::split(0)))?;
+            let local = Tensor::from_vec(
+                full.iter().map(|x| x * summand).collect::<Vec<f32>>(),
+                &[rows, cols],
+                Device::Cpu,
+            )?;
+            let partial = local.to_global(&p, Sbp::partial_sum())?;
+            let summed: Vec<f32> = full.iter().map(|x| x * 3.0).collect();
+            for (what, got, want) in [
+                ("s0_to_b", s0.to_global(&p, Sbp::broadcast())?, &full),
+                ("s0_to_s1", s0.to_global(&p, Sbp::split(1))?, &full),
+                ("p_to_b", partial.to_global(&p, Sbp::broadcast())?, &summed),
+                ("p_to_s0", partial.to_global(&p, Sbp::split(0))?, &summed),
+            ] {
+                if got.to_vec::<f32>()? != *want {
+                    wrong.push(format!("{what} in round {round}"));
+                }
+            }
+        }
+        Ok(wrong)
+    })
+    .unwrap();
+    for wrong in out {
+        assert!(wrong.is_empty(), "{wrong:?}");
+    }
+}

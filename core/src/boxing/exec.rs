@@ -8,6 +8,7 @@ use crate::comm::{Collectives, CommOp, Communicator, Tag};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::placement::Placement;
+use crate::recycle;
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
 use crate::shape::{Region, copy_region, extract, numel, region_shape, relative};
@@ -150,7 +151,7 @@ impl Group<'_> {
         let counts: Vec<usize> = (0..self.n())
             .map(|i| numel(&self.part_shape(d, i)) * self.elem)
             .collect();
-        let mut out = HostData::filled(mine.dtype(), numel(&self.shape), 0.0);
+        let mut out = recycle::for_overwrite(mine.dtype(), numel(&self.shape));
         if self.contiguous(d) {
             self.comm
                 .all_gather_into(&self.ranks, mine.as_bytes(), &counts, out.as_bytes_mut())?;
@@ -203,7 +204,7 @@ impl Group<'_> {
                 .reduce_scatter(d, &full.cast(DType::F32), op)?
                 .cast(dtype));
         }
-        let mut out = HostData::filled(dtype, numel(&self.part_shape(d, self.me)), 0.0);
+        let mut out = recycle::for_overwrite(dtype, numel(&self.part_shape(d, self.me)));
         let (counts, packed) = self.chunks(d, full);
         self.comm.reduce_scatter_into(
             &self.ranks,
@@ -252,7 +253,7 @@ impl Group<'_> {
             .map(|q| numel(&block_shape(q)) * self.elem)
             .collect();
         let out_shape = self.part_shape(j, self.me);
-        let mut out = HostData::filled(mine.dtype(), numel(&out_shape), 0.0);
+        let mut out = recycle::for_overwrite(mine.dtype(), numel(&out_shape));
         if runs(&out_shape, i).is_some() {
             self.comm
                 .all_to_all_into(&self.ranks, &send_refs, &counts, out.as_bytes_mut())?;
@@ -320,7 +321,7 @@ impl Group<'_> {
             }
             // Borrowed: reduced straight out of the input, no copy of it first.
             Cow::Borrowed(data) => {
-                let mut out = HostData::filled(dtype, data.len(), 0.0);
+                let mut out = recycle::for_overwrite(dtype, data.len());
                 let (from, to) = (data.as_bytes(), out.as_bytes_mut());
                 self.comm
                     .all_reduce_into(&self.ranks, from, to, dtype, op)?;
