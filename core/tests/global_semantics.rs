@@ -191,15 +191,26 @@ fn metadata_getters_and_to_local() {
     .expect("simulate");
 }
 
-/// `randn` on weighted and uneven layouts gives the same values as on one rank.
+/// `randn`, `randint` and `linspace` on weighted and uneven layouts give the same values as on
+/// one rank.
 #[test]
-fn randn_is_invariant_on_weighted_and_uneven_layouts() {
-    let reference = simulate(1, |_| {
+fn creation_is_invariant_on_weighted_and_uneven_layouts() {
+    type Made = (Vec<f32>, Vec<i64>, Vec<f32>);
+    // Every rank makes the tensors (each draws from the same random stream); members read them.
+    let make = |target: (&Placement, NdSbp), member: bool| -> gflow_core::Result<Option<Made>> {
         manual_seed(7);
-        Tensor::randn(&[5, 3], (&cpu([0]), Sbp::broadcast()))?.to_vec::<f32>()
-    })
-    .expect("simulate")
-    .remove(0);
+        let normal = Tensor::randn(&[5, 3], (target.0, target.1.clone()))?;
+        let ints = Tensor::randint(-50, 1000, &[5, 3], (target.0, target.1.clone()))?;
+        let line = Tensor::linspace(-2.0, 3.0, 15, DType::F32, (target.0, first_axis(&target.1)))?;
+        if !member {
+            return Ok(None);
+        }
+        Ok(Some((normal.to_vec()?, ints.to_vec()?, line.to_vec()?)))
+    };
+    let reference = simulate(1, |_| make((&cpu([0]), Sbp::broadcast().into()), true))
+        .expect("simulate")
+        .remove(0)
+        .expect("a member");
     let layouts: Vec<(Placement, NdSbp)> = vec![
         (
             cpu([0, 1, 2]).with_weights(&[1, 4, 2]).expect("weights"),
@@ -216,20 +227,90 @@ fn randn_is_invariant_on_weighted_and_uneven_layouts() {
         ),
     ];
     for (p, sbp) in layouts {
-        let out = simulate(6, |env| {
-            manual_seed(7);
-            let x = Tensor::randn(&[5, 3], (&p, sbp.clone()))?;
-            if p.contains(env.rank()) {
-                Ok(Some(x.to_vec::<f32>()?))
-            } else {
-                Ok(None)
-            }
-        })
-        .expect("simulate");
+        let out =
+            simulate(6, |env| make((&p, sbp.clone()), p.contains(env.rank()))).expect("simulate");
         for v in out.into_iter().flatten() {
             assert_eq!(v, reference, "{p} {sbp}");
         }
     }
+    // Every value of a small range is drawn, and only those.
+    let (_, ints, _) = &reference;
+    assert!(ints.iter().all(|v| (-50..1000).contains(v)), "{ints:?}");
+    let few = simulate(1, |_| {
+        Tensor::randint(0, 4, &[400], Device::Cpu)?.to_vec::<i64>()
+    })
+    .expect("simulate")
+    .remove(0);
+    let counts: Vec<usize> = (0..4)
+        .map(|v| few.iter().filter(|&&x| x == v).count())
+        .collect();
+    assert!(counts.iter().all(|&c| (60..140).contains(&c)), "{counts:?}");
+}
+
+/// A 1-D layout's SBPs made fit for a 1-D tensor: split(1) becomes split(0).
+fn first_axis(sbp: &NdSbp) -> NdSbp {
+    sbp.as_slice()
+        .iter()
+        .map(|s| {
+            if s.split_dim().is_some() {
+                Sbp::split(0)
+            } else {
+                *s
+            }
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// `linspace` as PyTorch: both ends exact, the halves counted from either end in f32, one
+/// step, and `randint` refuses an empty or too wide range.
+#[test]
+fn linspace_and_randint_edges() {
+    simulate(1, |_| {
+        let v = |start, end, steps| {
+            Tensor::linspace(start, end, steps, DType::F32, Device::Cpu)?.to_vec::<f32>()
+        };
+        assert_eq!(v(0.0, 1.0, 5)?, [0.0, 0.25, 0.5, 0.75, 1.0]);
+        // PyTorch 2.15's values of torch.linspace(-2, 3, 15) (shortest f32 digits).
+        assert_eq!(v(-1.0, 1.0, 4)?, [-1.0, -0.333_333_3, 0.333_333_3, 1.0]);
+        let torch = [
+            -2.0,
+            -1.642_857_1,
+            -1.285_714_3,
+            -0.928_571_4,
+            -0.571_428_54,
+            -0.214_285_67,
+            0.142_857_2,
+            0.499_999_94,
+            0.857_142_8,
+            1.214_285_6,
+            1.571_428_5,
+            1.928_571_5,
+            2.285_714_1,
+            2.642_857,
+            3.0,
+        ];
+        assert_eq!(v(-2.0, 3.0, 15)?, torch);
+        assert_eq!(v(3.0, 7.0, 1)?, [3.0]);
+        assert_eq!(v(3.0, 7.0, 0)?, Vec::<f32>::new());
+        let f64s = Tensor::linspace(0.0, 1.0, 3, DType::F64, Device::Cpu)?.to_vec::<f64>()?;
+        assert_eq!(f64s, [0.0, 0.5, 1.0]);
+        for (low, high) in [(3, 3), (5, 2), (0, (1 << 32) + 1)] {
+            let e = Tensor::randint(low, high, &[2], Device::Cpu).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { op: "randint", .. }),
+                "{e}"
+            );
+        }
+        let wide = Tensor::randint(i64::MIN, i64::MIN + (1 << 32), &[64], Device::Cpu)?;
+        assert!(
+            wide.to_vec::<i64>()?
+                .iter()
+                .all(|&x| x < i64::MIN + (1 << 32))
+        );
+        Ok(())
+    })
+    .expect("simulate");
 }
 
 /// `to_global` to the layout a tensor already has moves nothing and gives back the same

@@ -43,6 +43,8 @@ from ._gflow import (
     empty,
     full,
     arange,
+    linspace,
+    randint,
     tensor,
     cat,
     stack,

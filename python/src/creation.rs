@@ -1,5 +1,5 @@
 //! Creating tensors: `flow.randn(*shape, placement=, sbp=)`, `zeros`, `ones`, `full`,
-//! `arange`, `tensor(data)`, `from_numpy(array)`. Without a placement the tensor is local, on
+//! `arange`, `linspace`, `randint`, `tensor(data)`, `from_numpy(array)`. Without a placement the tensor is local, on
 //! this process's CPU.
 
 use gflow::{DType, Device, Target, Tensor};
@@ -318,6 +318,84 @@ pub fn arange(
             };
             v.to_dtype(dtype)
         })
+    })?;
+    t.get().set_requires_grad(requires_grad);
+    Ok(t)
+}
+
+/// `flow.linspace(start, end, steps)`: `steps` evenly spaced values from `start` to `end`
+/// inclusive, float32 unless `dtype` says otherwise (as PyTorch, which computes float32 results
+/// in float32).
+#[pyfunction]
+#[pyo3(signature = (start, end, steps, *, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[allow(clippy::too_many_arguments)]
+pub fn linspace(
+    py: Python<'_>,
+    start: f64,
+    end: f64,
+    steps: i64,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    let steps = usize::try_from(steps).map_err(|_| {
+        PyValueError::new_err(format!("linspace: steps must be non-negative, got {steps}"))
+    })?;
+    let dtype = dtype.map_or(DType::F32, |d| d.inner);
+    let target = target(placement.as_ref(), sbp, device)?;
+    let global = matches!(target, Target::Global(..));
+    let t = op(py, global, move || {
+        Tensor::linspace(start, end, steps, dtype, target)
+    })?;
+    t.get().set_requires_grad(requires_grad);
+    Ok(t)
+}
+
+/// `flow.randint(high, size)` or `flow.randint(low, high, size)`: integers drawn uniformly
+/// from `[low, high)` (`low` 0 by default), int64 unless `dtype` says otherwise; global ones are
+/// placement-invariant, as `randn`.
+#[pyfunction]
+#[pyo3(signature = (*args, low = None, high = None, size = None, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[allow(clippy::too_many_arguments)]
+pub fn randint(
+    py: Python<'_>,
+    args: &Bound<'_, PyTuple>,
+    low: Option<i64>,
+    high: Option<i64>,
+    size: Option<Vec<usize>>,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    let usage = || {
+        PyTypeError::new_err(
+            "randint takes (high, size) or (low, high, size): integers and a shape, positionally \
+             or as low=, high=, size=",
+        )
+    };
+    let int = |i: usize| args.get_item(i)?.extract::<i64>().map_err(|_| usage());
+    let shape = |i: usize| {
+        args.get_item(i)?
+            .extract::<Vec<usize>>()
+            .map_err(|_| usage())
+    };
+    let (low, high, size) = match (args.len(), low, high, size) {
+        (0, l, Some(h), Some(s)) => (l.unwrap_or(0), h, s),
+        (1, l, None, Some(s)) => (l.unwrap_or(0), int(0)?, s),
+        (2, None, None, None) => (0, int(0)?, shape(1)?),
+        (2, None, None, Some(s)) => (int(0)?, int(1)?, s),
+        (3, None, None, None) => (int(0)?, int(1)?, shape(2)?),
+        _ => return Err(usage()),
+    };
+    let dtype = dtype.map_or(DType::I64, |d| d.inner);
+    let target = target(placement.as_ref(), sbp, device)?;
+    let global = matches!(target, Target::Global(..));
+    let t = op(py, global, move || {
+        gflow::no_grad(|| Tensor::randint(low, high, &size, target)?.to_dtype(dtype))
     })?;
     t.get().set_requires_grad(requires_grad);
     Ok(t)

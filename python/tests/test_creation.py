@@ -86,3 +86,53 @@ def test_tensor_of_a_size_is_a_shape():
 def test_numpy_scalars_keep_their_dtype(scalar, want):
     t = flow.tensor(scalar)
     assert t.dtype == want and t.shape == () and t.item() == scalar
+
+
+# torch.linspace's values (PyTorch 2.15, recorded): float32 computed in float32 with fused
+# multiply-adds, counted from both ends.
+@pytest.mark.parametrize("args, kw, want", [
+    ((-2, 3, 15), {}, np.array([
+        -2.0, -1.6428570747375488, -1.2857142686843872, -0.9285714030265808,
+        -0.5714285373687744, -0.21428567171096802, 0.14285719394683838, 0.4999999403953552,
+        0.8571428060531616, 1.2142856121063232, 1.5714285373687744, 1.9285714626312256,
+        2.2857141494750977, 2.642857074737549, 3.0], dtype=np.float32)),
+    ((0.1, 0.7, 6), {}, np.array([
+        0.10000000149011612, 0.2199999988079071, 0.3399999737739563, 0.46000000834465027,
+        0.5799999833106995, 0.699999988079071], dtype=np.float32)),
+    ((3, 7, 1), {}, np.array([3.0], dtype=np.float32)),
+    ((0, 1, 7), {"dtype": flow.float64}, np.array([
+        0.0, 0.16666666666666666, 0.3333333333333333, 0.5, 0.6666666666666667,
+        0.8333333333333334, 1.0])),
+    ((0, 10, 4), {"dtype": flow.int64}, np.array([0, 3, 6, 10])),
+])
+def test_linspace_as_torch(args, kw, want):
+    got = flow.linspace(*args, **kw).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    g = flow.linspace(*args, **kw, placement=P, sbp=flow.sbp.split(0))
+    assert g.is_global
+    np.testing.assert_array_equal(g.numpy(), want)
+    with pytest.raises(ValueError, match="steps must be non-negative"):
+        flow.linspace(0, 1, -1)
+
+
+def test_randint_forms_range_and_errors():
+    flow.manual_seed(3)
+    a = flow.randint(10, (400,)).numpy()
+    assert a.dtype == np.int64 and a.min() >= 0 and a.max() <= 9
+    assert sorted(set(a.tolist())) == list(range(10))
+    b = flow.randint(-3, 3, (2, 3))
+    assert b.shape == flow.Size([2, 3]) and -3 <= b.numpy().min() and b.numpy().max() < 3
+    c = flow.randint(low=2, high=4, size=(50,), dtype=flow.int32).numpy()
+    assert c.dtype == np.int32 and set(c.tolist()) == {2, 3}
+    # Global ones are placement-invariant, as randn.
+    flow.manual_seed(5)
+    one = flow.randint(0, 100, (6, 4), placement=P, sbp=flow.sbp.broadcast).numpy()
+    flow.manual_seed(5)
+    split = flow.randint(0, 100, (6, 4), placement=P, sbp=flow.sbp.split(1)).numpy()
+    np.testing.assert_array_equal(one, split)
+    # A RuntimeError, as PyTorch's.
+    with pytest.raises(flow.InvalidArgumentError, match="low < high"):
+        flow.randint(5, 5, (2,))
+    with pytest.raises(TypeError, match="randint takes"):
+        flow.randint(5)

@@ -257,6 +257,107 @@ impl Tensor {
         })
     }
 
+    /// `steps` values from `start` to `end` inclusive, evenly spaced (PyTorch's `linspace`):
+    /// the first half counted up from `start` and the rest down from `end` with fused
+    /// multiply-adds, in f32 for f32 and 16-bit results and in f64 otherwise (integers then
+    /// truncate), as PyTorch's CPU kernel computes them.
+    ///
+    /// ```
+    /// use gflow_core::{DType, Device, Tensor};
+    /// let t = Tensor::linspace(0.0, 1.0, 5, DType::F32, Device::Cpu)?;
+    /// assert_eq!(t.to_vec::<f32>()?, [0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn linspace(
+        start: f64,
+        end: f64,
+        steps: usize,
+        dtype: DType,
+        target: impl IntoTarget,
+    ) -> Result<Tensor> {
+        let last = steps.saturating_sub(1);
+        // One step is `start` (PyTorch's special case), else the halves split as PyTorch's.
+        let half = if steps == 1 { 1 } else { steps / 2 };
+        Tensor::build(&[steps], dtype, target.into_target(), |r| {
+            let r = r[0].clone();
+            if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+                let (s, e) = (start as f32, end as f32);
+                let step = if last > 0 { (e - s) / last as f32 } else { 0.0 };
+                let v = r.map(|i| {
+                    if i < half {
+                        step.mul_add(i as f32, s)
+                    } else {
+                        (-step).mul_add((last - i) as f32, e)
+                    }
+                });
+                HostData::F32(v.collect()).into_dtype(dtype)
+            } else {
+                let step = if last > 0 {
+                    (end - start) / last as f64
+                } else {
+                    0.0
+                };
+                let v = r.map(|i| {
+                    if i < half {
+                        step.mul_add(i as f64, start)
+                    } else {
+                        (-step).mul_add((last - i) as f64, end)
+                    }
+                });
+                HostData::F64(v.collect()).into_dtype(dtype)
+            }
+        })
+    }
+
+    /// Integers drawn uniformly from `[low, high)` (I64; PyTorch's `randint`), placement-invariant
+    /// like [`Tensor::randn`]: each value is one 32-bit draw of the random stream, scaled.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let t = Tensor::randint(-3, 5, &[1000], Device::Cpu)?;
+    /// assert!(t.to_vec::<i64>()?.iter().all(|v| (-3..5).contains(v)));
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `InvalidArgument` unless `low < high` with at most 2^32 values from one to the other;
+    /// placement and SBP errors for a global target.
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        target: impl IntoTarget,
+    ) -> Result<Tensor> {
+        let range = i128::from(high) - i128::from(low);
+        if range <= 0 || range > 1 << 32 {
+            return Err(Error::InvalidArgument {
+                op: "randint",
+                reason: format!(
+                    "needs low < high, at most 2^32 values apart; got low={low}, high={high}"
+                ),
+            });
+        }
+        let range = range as i64;
+        let target = target.into_target();
+        let (key, k) = stream_key(&target);
+        Tensor::build(shape, DType::I64, target, |region| {
+            let mut out = vec![0.0f64; numel(&region_shape(region))];
+            runs(shape, region, |g, pos, len| {
+                rng::uniform_f64(key, k, g as u64, &mut out[pos..pos + len]);
+            });
+            // A draw is below 1 - 2^-33, so the product stays below `range`; the min guards
+            // the rounding all the same.
+            HostData::I64(
+                out.into_iter()
+                    .map(|u| low + ((u * range as f64) as i64).min(range - 1))
+                    .collect(),
+            )
+        })
+    }
+
     /// Standard normal values (f32).
     ///
     /// A global `randn` is placement-invariant: the k-th random tensor made after
@@ -308,12 +409,7 @@ impl Tensor {
                 reason: format!("random values need a floating-point dtype, got {dtype}"),
             });
         }
-        let env = env::current();
-        let (seed, k) = env.next_random();
-        let key = match target {
-            Target::Local(_) => seed ^ (env.rank() as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            Target::Global(..) => seed,
-        };
+        let (key, k) = stream_key(&target);
         Tensor::build(shape, dtype, target, |region| {
             let mut out = vec![0.0f64; numel(&region_shape(region))];
             runs(shape, region, |g, pos, len| {
@@ -326,4 +422,16 @@ impl Tensor {
             }
         })
     }
+}
+
+/// The key and index of the next random tensor of this rank's stream: a global tensor's key is
+/// the seed (placement-invariant), a local tensor's also depends on the rank.
+fn stream_key(target: &Target) -> (u64, u64) {
+    let env = env::current();
+    let (seed, k) = env.next_random();
+    let key = match target {
+        Target::Local(_) => seed ^ (env.rank() as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        Target::Global(..) => seed,
+    };
+    (key, k)
 }
