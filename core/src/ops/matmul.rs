@@ -210,7 +210,7 @@ impl Tensor {
                 .is_none_or(|s| s.as_slice().iter().all(|x| *x == Sbp::Broadcast))
         };
         let fused = [self, weight, bias].iter().all(|t| {
-            t.device() == crate::tensor::Device::Cpu
+            t.computes_on_cpu()
                 && matches!(
                     t.dtype(),
                     crate::dtype::DType::F32 | crate::dtype::DType::F64

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::reduce::ReduceOp;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
-use crate::tensor::{Device, Tensor};
+use crate::tensor::Tensor;
 
 /// Normalises the trailing `dims` dims: LayerNorm's `(x - mean) / sqrt(var + eps)` when
 /// `center`, RMSNorm's `x / sqrt(mean(x^2) + eps)` otherwise; then `* weight` and `+ bias`
@@ -224,10 +224,10 @@ impl Op for NormParamGrad {
 
 impl Tensor {
     /// Whether the fused normalisation of the trailing `dims` dims applies: with none of those
-    /// dims split, on the CPU or in f32 or f64 on a device (a 16-bit float there runs composed,
-    /// computing in f32).
+    /// dims split, on the CPU (of every rank) or in f32 or f64 on a device (a 16-bit float there
+    /// runs composed, computing in f32).
     fn fused_norm(&self, dims: usize) -> bool {
-        let fits = self.device() == Device::Cpu || matches!(self.dtype(), DType::F32 | DType::F64);
+        let fits = self.computes_on_cpu() || matches!(self.dtype(), DType::F32 | DType::F64);
         let batch = self.ndim().saturating_sub(dims);
         let split_norm_dim = self.sbp().is_some_and(|s| {
             s.as_slice()

@@ -5,7 +5,7 @@ use crate::autograd::record;
 use crate::error::Result;
 use crate::sbp::Sbp;
 use crate::storage::Buffer;
-use crate::tensor::{Device, Tensor};
+use crate::tensor::Tensor;
 
 pub(super) struct Softmax {
     pub(super) dim: usize,
@@ -71,10 +71,11 @@ impl Op for SoftmaxGrad {
     }
 }
 
-/// The input gradient of a (log-)softmax over `dim` with output `y`: one fused kernel on the
-/// CPU, else composed of elementwise ops and a reduction (native on the GPUs).
+/// The input gradient of a (log-)softmax over `dim` with output `y`: one fused kernel where
+/// every rank computes on the CPU, else composed of elementwise ops and a reduction (native on
+/// the GPUs).
 fn softmax_backward(y: &Tensor, g: &Tensor, dim: usize, log: bool) -> Result<Tensor> {
-    if y.device() == Device::Cpu {
+    if y.computes_on_cpu() {
         return super::dispatch(&SoftmaxGrad(Softmax { dim, log }), &[y, g]);
     }
     if log {

@@ -213,6 +213,27 @@ impl Tensor {
         }
     }
 
+    /// Whether every rank computes this tensor on the CPU: a local tensor on the CPU, or a
+    /// global one whose placement resolves to the CPU on each of its ranks. Paths that exist
+    /// only on the CPU (fused kernels) branch on this, never on this rank's own device, so
+    /// every rank of a mixed placement (`GFLOW_DEVICE_OVERRIDE`: some ranks on a GPU, some on
+    /// the CPU) runs the same operators and the same boxing.
+    pub(crate) fn computes_on_cpu(&self) -> bool {
+        match &self.0.kind {
+            Kind::Local(d) => *d == Device::Cpu,
+            Kind::Global(d) => {
+                let ty = d.placement.device_type();
+                // Without an override every rank resolves the placement's type alike.
+                if std::env::var_os("GFLOW_DEVICE_OVERRIDE").is_none() {
+                    return ty == crate::placement::DeviceType::Cpu;
+                }
+                d.placement.ranks().iter().all(|&r| {
+                    crate::env::device_type_of(r, ty) == crate::placement::DeviceType::Cpu
+                })
+            }
+        }
+    }
+
     /// The layout of a global tensor.
     pub fn dist(&self) -> Option<&Dist> {
         match &self.0.kind {
