@@ -11,8 +11,8 @@ mod common;
 use gflow::Error;
 use gflow::prelude::*;
 
-/// A small training step on `device`: matmul, broadcasting add, relu, softmax, narrow, cat, a
-/// reduction, boxing (split -> broadcast), and the weight's gradient.
+/// A small training step on `device`: matmul, broadcasting add, relu, softmax, cumsum over the
+/// split dim, narrow, cat, a reduction, boxing (split -> broadcast), and the weight's gradient.
 fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
     let out = gflow::simulate(2, move |_| {
         let p = Placement::new(device, [0, 1])?;
@@ -26,7 +26,7 @@ fn program(device: &'static str) -> Result<Vec<Vec<f32>>> {
         let w = Tensor::randn(&[5, 4], (&p, Sbp::broadcast()))?.set_requires_grad(true);
         let b = Tensor::randn(&[4], (&p, Sbp::broadcast()))?;
         let h = (&x.matmul(&w)? + &b)?.relu()?;
-        let s = h.softmax(1)?;
+        let s = h.softmax(1)?.cumsum(0)?;
         // GPU results stay on the device through the chain; host inputs keep their upload.
         let on = match x.device() {
             Device::Cpu => None,

@@ -420,6 +420,24 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         self.spread(py, dim, unbiased, keepdim, correction, true)
     }
+
+    /// Cumulative sums along `dim` (PyTorch's `cumsum`): floats keep their dtype, integers and
+    /// bool give int64, unless `dtype=` names the result's dtype (the input is cast to it
+    /// first, as PyTorch does).
+    #[pyo3(signature = (dim, *, dtype = None))]
+    fn cumsum(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        dtype: Option<crate::tensor::PyDType>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        op(py, t.is_global(), move || match dtype {
+            Some(dt) => t.to_dtype(dt.inner)?.cumsum(d)?.to_dtype(dt.inner),
+            None => t.cumsum(d),
+        })
+    }
 }
 
 impl PyTensor {

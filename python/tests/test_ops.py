@@ -190,3 +190,23 @@ def test_flip_and_repeat_as_torch():
     np.testing.assert_array_equal(y.grad.numpy(), (w[:2] + w[2:])[::-1])
     with pytest.raises(RuntimeError):
         x.repeat(2)
+
+
+def test_cumsum_as_torch():
+    # Values and gradient recorded from PyTorch 2.15: x.cumsum(1), then (y * y).sum().backward().
+    x = flow.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]], requires_grad=True)
+    y = x.cumsum(1)
+    np.testing.assert_array_equal(y.numpy(), [[1.0, -1.0, 2.0], [4.0, 9.0, 3.0]])
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[4.0, 2.0, 4.0], [32.0, 24.0, 6.0]])
+    np.testing.assert_array_equal(flow.cumsum(x, dim=0).numpy(), [[1, -2, 3], [5, 3, -3]])
+    assert x.cumsum(-1, dtype=flow.float64).dtype == flow.float64
+    ints = flow.tensor([1, 2, 3], dtype=flow.int32).cumsum(0)
+    assert ints.dtype == flow.int64 and ints.numpy().tolist() == [1, 3, 6]
+    assert (flow.tensor([1.0, 0.0, 2.0]) > 0).cumsum(0).numpy().tolist() == [1, 1, 2]
+    # Longer than a block of the scan, global and split along the summed dim.
+    v = np.arange(300, dtype=np.float64).reshape(3, 100) / 7
+    g = flow.tensor(v, placement=flow.placement("cpu", [0]), sbp=flow.sbp.split(1))
+    np.testing.assert_allclose(g.cumsum(1).numpy(), np.cumsum(v, axis=1), rtol=1e-12)
+    with pytest.raises(flow.ShapeError, match="out of range"):
+        x.cumsum(2)
