@@ -285,7 +285,7 @@ pub struct Buffer {
     device: OnceLock<Arc<dyn DeviceBuffer>>,
 }
 
-/// A dropped buffer's host data goes back to [`crate::recycle`] (which keeps it only where a
+/// A dropped buffer's host data goes back to `recycle.rs` (which keeps it only where a
 /// boxing output of its dtype and length will want it).
 impl Drop for Buffer {
     fn drop(&mut self) {
