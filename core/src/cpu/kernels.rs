@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use super::sgemm::{View, product, product_bias};
 use crate::backend::{BinaryOp, MatmulDims, ReduceKind, UnaryOp};
-use crate::dtype::Element;
+use crate::dtype::{Element, bf16};
 use crate::shape::{broadcast_strides, strides};
 
 /// Float element types the CPU kernels run on.
@@ -1010,6 +1010,52 @@ pub(super) fn matmul_i64(a: &[i64], b: &[i64], d: MatmulDims) -> Vec<i64> {
     out
 }
 
+/// bf16 products by AVX512-BF16's pair dot products ([`bgemm`](super::bgemm)): f32 sums for
+/// the caller to round, where the CPU has the instructions and a product is large enough to
+/// pay for packing; `None` otherwise (the caller converts to f32).
+pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<f32>> {
+    let MatmulDims {
+        mut batch,
+        mut m,
+        k,
+        n,
+        b_batched,
+        a_trans,
+        b_trans,
+    } = d;
+    if !b_batched && !a_trans {
+        (m, batch) = (batch * m, 1);
+    }
+    let work = m * n * k;
+    if work < WIDE_MIN || !super::bgemm::available() {
+        return None;
+    }
+    let (ars, acs) = if a_trans { (1, m) } else { (k, 1) };
+    let (brs, bcs) = if b_trans { (1, k) } else { (n, 1) };
+    let mut out = vec![0f32; batch * m * n];
+    for (i, o) in out.chunks_mut(m * n).enumerate() {
+        let bi = if b_batched {
+            &b[i * k * n..(i + 1) * k * n]
+        } else {
+            &b[..k * n]
+        };
+        let views = (
+            View {
+                data: &a[i * m * k..(i + 1) * m * k],
+                rs: ars,
+                cs: acs,
+            },
+            View {
+                data: bi,
+                rs: brs,
+                cs: bcs,
+            },
+        );
+        super::bgemm::product(views.0, views.1, (m, n, k), o, work >= PARALLEL);
+    }
+    Some(out)
+}
+
 pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
     matmul_bias(a, b, None, d)
 }
@@ -1722,6 +1768,65 @@ mod tests {
             for j in 0..n {
                 let want: f64 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
                 assert!((got[i * n + j] - want).abs() < 1e-12);
+            }
+        }
+    }
+
+    /// bf16 products by the pair dot products, batched (one `b` or one per product) and
+    /// transposed, equal the f32 product of the same bf16 values within f32 summation error;
+    /// too small a product, or a CPU without AVX512-BF16, leaves them to the f32 path (`None`).
+    #[test]
+    fn bf16_products_by_pair_dot_products_equal_the_f32_product() {
+        let (batch, m, k, n) = (2, 130, 121, 140);
+        let av: Vec<f32> = (0..batch * m * k)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let bv: Vec<f32> = (0..batch * k * n)
+            .map(|i| (i as f32 * 0.11).cos())
+            .collect();
+        let a16: Vec<bf16> = av.iter().map(|&x| bf16::from_f32(x)).collect();
+        let b16: Vec<bf16> = bv.iter().map(|&x| bf16::from_f32(x)).collect();
+        let (a32, b32): (Vec<f32>, Vec<f32>) = (
+            a16.iter().map(|x| x.to_f32()).collect(),
+            b16.iter().map(|x| x.to_f32()).collect(),
+        );
+        let small = MatmulDims {
+            batch: 1,
+            m: 4,
+            k: 4,
+            n: 4,
+            b_batched: false,
+            a_trans: false,
+            b_trans: false,
+        };
+        assert!(matmul_bf16(&a16, &b16, small).is_none());
+        if !super::super::bgemm::available() {
+            eprintln!("!!! no AVX512-BF16 on this CPU: bf16 products take the f32 path here !!!");
+            return;
+        }
+        for (b_batched, a_trans, b_trans) in [
+            (false, false, false),
+            (true, false, false),
+            (true, true, false),
+            (false, false, true),
+            (true, true, true),
+        ] {
+            let d = MatmulDims {
+                batch,
+                m,
+                k,
+                n,
+                b_batched,
+                a_trans,
+                b_trans,
+            };
+            let got = matmul_bf16(&a16, &b16, d).expect("a large product on AVX512-BF16");
+            let want = matmul(&a32, &b32, d);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() < 1e-4 * (1.0 + w.abs()),
+                    "{d:?} [{i}]: {g} vs {w}"
+                );
             }
         }
     }

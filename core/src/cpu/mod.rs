@@ -3,6 +3,7 @@
 //! the compiler vectorises.
 
 mod attention;
+mod bgemm;
 mod fast;
 mod kernels;
 pub(crate) mod select;
@@ -614,6 +615,12 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, a: &HostData, b: &HostData, d: MatmulDims) -> Result<HostData> {
+        if let (HostData::BF16(x), HostData::BF16(y)) = (a, b)
+            && let Some(sums) = kernels::matmul_bf16(x, y, d)
+        {
+            // f32 sums of exact bf16 products, rounded once.
+            return Ok(HostData::F32(sums).cast(DType::BF16));
+        }
         if a.dtype() == b.dtype() && a.dtype().is_half() {
             // Products of 16-bit floats accumulate in f32 and round once.
             let (x, y) = (a.cast(DType::F32), b.cast(DType::F32));
