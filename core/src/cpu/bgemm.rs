@@ -291,6 +291,7 @@ mod tests {
             (15, 33, 3),
             (29, 70, 131),
             (3, 100, 64),
+            (17, 40, 601),
         ] {
             let av = bf(&values(m * k, 1));
             let bv = bf(&values(k * n, 2));
