@@ -5,16 +5,13 @@
 
 use gflow_core::{DType, Device, Error, NdSbp, Placement, Result, Sbp, Tensor, bf16, simulate};
 
-/// Values in [-1, 1) from a fixed linear congruential sequence.
+mod reference;
+
+/// Values in [-1, 1) from the shared deterministic generator.
 fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut g = reference::Lcg(seed);
     (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        })
+        .map(|_| g.next(1 << 20) as f64 / f64::from(1 << 19) - 1.0)
         .collect()
 }
 

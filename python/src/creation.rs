@@ -51,6 +51,20 @@ pub fn target(
     }
 }
 
+/// Runs the creation `f` for `target` (releasing the GIL; collective for a global target) and
+/// marks the result `requires_grad` as asked.
+fn create(
+    py: Python<'_>,
+    target: Target,
+    requires_grad: bool,
+    f: impl FnOnce(Target) -> gflow::Result<Tensor> + Send,
+) -> PyResult<PyTensor> {
+    let global = matches!(target, Target::Global(..));
+    let t = op(py, global, move || f(target))?;
+    t.get().set_requires_grad(requires_grad);
+    Ok(t)
+}
+
 /// Refuses a `device=` other than the CPU where data is copied in from the host.
 pub fn check_cpu(device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     match device {
@@ -193,11 +207,8 @@ macro_rules! creator {
         ) -> PyResult<PyTensor> {
             let $shape = shape_args(size)?;
             let $dtype = dtype.map_or(DType::F32, |d| d.inner);
-            let $target = target(placement.as_ref(), sbp, device)?;
-            let global = matches!($target, Target::Global(..));
-            let t = op(py, global, move || $body)?;
-            t.get().set_requires_grad(requires_grad);
-            Ok(t)
+            let target = target(placement.as_ref(), sbp, device)?;
+            create(py, target, requires_grad, move |$target| $body)
         }
     };
 }
@@ -251,12 +262,9 @@ pub fn full(
         .map_err(|_| PyTypeError::new_err("full: the fill value must be a number"))?;
     let dtype = dtype.map_or(natural, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
-    let global = matches!(target, Target::Global(..));
-    let t = op(py, global, move || {
-        Tensor::full_dtype(&size, value, dtype, target)
-    })?;
-    t.get().set_requires_grad(requires_grad);
-    Ok(t)
+    create(py, target, requires_grad, move |t| {
+        Tensor::full_dtype(&size, value, dtype, t)
+    })
 }
 
 /// `flow.arange(end)`, `flow.arange(start, end, step=1)`: `start, start + step, ...` up to
@@ -306,10 +314,9 @@ pub fn arange(
     };
     let dtype = dtype.map_or(natural, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
-    let global = matches!(target, Target::Global(..));
-    let t = op(py, global, move || {
+    create(py, target, requires_grad, move |t| {
         gflow::no_grad(|| {
-            let i = Tensor::arange_dtype(n, DType::F64, target)?;
+            let i = Tensor::arange_dtype(n, DType::F64, t)?;
             let v = if step == 1.0 { i } else { i.mul_scalar(step)? };
             let v = if start == 0.0 {
                 v
@@ -318,9 +325,7 @@ pub fn arange(
             };
             v.to_dtype(dtype)
         })
-    })?;
-    t.get().set_requires_grad(requires_grad);
-    Ok(t)
+    })
 }
 
 /// `flow.linspace(start, end, steps)`: `steps` evenly spaced values from `start` to `end`
@@ -345,12 +350,9 @@ pub fn linspace(
     })?;
     let dtype = dtype.map_or(DType::F32, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
-    let global = matches!(target, Target::Global(..));
-    let t = op(py, global, move || {
-        Tensor::linspace(start, end, steps, dtype, target)
-    })?;
-    t.get().set_requires_grad(requires_grad);
-    Ok(t)
+    create(py, target, requires_grad, move |t| {
+        Tensor::linspace(start, end, steps, dtype, t)
+    })
 }
 
 /// `flow.randint(high, size)` or `flow.randint(low, high, size)`: integers drawn uniformly
@@ -393,12 +395,9 @@ pub fn randint(
     };
     let dtype = dtype.map_or(DType::I64, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
-    let global = matches!(target, Target::Global(..));
-    let t = op(py, global, move || {
-        gflow::no_grad(|| Tensor::randint(low, high, &size, target)?.to_dtype(dtype))
-    })?;
-    t.get().set_requires_grad(requires_grad);
-    Ok(t)
+    create(py, target, requires_grad, move |t| {
+        gflow::no_grad(|| Tensor::randint(low, high, &size, t)?.to_dtype(dtype))
+    })
 }
 
 /// `flow.tensor(data)`: a tensor holding a copy of `data` (NumPy array, lists, scalar, tensor).

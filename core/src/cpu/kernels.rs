@@ -1010,48 +1010,74 @@ pub(super) fn matmul_i64(a: &[i64], b: &[i64], d: MatmulDims) -> Vec<i64> {
     out
 }
 
-/// bf16 products by AVX512-BF16's pair dot products ([`bgemm`](super::bgemm)): f32 sums for
-/// the caller to round, where the CPU has the instructions and a product is large enough to
-/// pay for packing; `None` otherwise (the caller converts to f32).
-pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<f32>> {
+/// A product's operands as the kernels read them: (batch, m), where a batch against one
+/// matrix (a linear layer on (B, T, D)) is one product of B·T rows, and the (row, column)
+/// strides of the logical (m, k) and (k, n) operands.
+fn operands(d: MatmulDims) -> (usize, usize, (usize, usize), (usize, usize)) {
     let MatmulDims {
-        mut batch,
-        mut m,
+        batch,
+        m,
         k,
         n,
         b_batched,
         a_trans,
         b_trans,
     } = d;
-    if !b_batched && !a_trans {
-        (m, batch) = (batch * m, 1);
-    }
+    let (batch, m) = if !b_batched && !a_trans {
+        (1, batch * m)
+    } else {
+        (batch, m)
+    };
+    let sa = if a_trans { (1, m) } else { (k, 1) };
+    let sb = if b_trans { (1, k) } else { (n, 1) };
+    (batch, m, sa, sb)
+}
+
+/// Product `i`'s operands as strided views (`a` one matrix per product, `b` one per product or
+/// one for all), with `operands`' strides.
+fn views<'a, T>(
+    a: &'a [T],
+    b: &'a [T],
+    i: usize,
+    (m, n, k): (usize, usize, usize),
+    b_batched: bool,
+    (sa, sb): ((usize, usize), (usize, usize)),
+) -> (View<'a, T>, View<'a, T>) {
+    let bi = if b_batched {
+        &b[i * k * n..(i + 1) * k * n]
+    } else {
+        &b[..k * n]
+    };
+    (
+        View {
+            data: &a[i * m * k..(i + 1) * m * k],
+            rs: sa.0,
+            cs: sa.1,
+        },
+        View {
+            data: bi,
+            rs: sb.0,
+            cs: sb.1,
+        },
+    )
+}
+
+/// bf16 products by AVX512-BF16's pair dot products ([`bgemm`](super::bgemm)): f32 sums for
+/// the caller to round, where the CPU has the instructions and a product is large enough to
+/// pay for packing; `None` otherwise (the caller converts to f32).
+pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<f32>> {
+    let (batch, m, sa, sb) = operands(d);
+    let MatmulDims {
+        k, n, b_batched, ..
+    } = d;
     let work = m * n * k;
     if work < WIDE_MIN || !super::bgemm::available() {
         return None;
     }
-    let (ars, acs) = if a_trans { (1, m) } else { (k, 1) };
-    let (brs, bcs) = if b_trans { (1, k) } else { (n, 1) };
     let mut out = vec![0f32; batch * m * n];
     for (i, o) in out.chunks_mut(m * n).enumerate() {
-        let bi = if b_batched {
-            &b[i * k * n..(i + 1) * k * n]
-        } else {
-            &b[..k * n]
-        };
-        let views = (
-            View {
-                data: &a[i * m * k..(i + 1) * m * k],
-                rs: ars,
-                cs: acs,
-            },
-            View {
-                data: bi,
-                rs: brs,
-                cs: bcs,
-            },
-        );
-        super::bgemm::product(views.0, views.1, (m, n, k), o, work >= PARALLEL);
+        let (ai, bi) = views(a, b, i, (m, n, k), b_batched, (sa, sb));
+        super::bgemm::product(ai, bi, (m, n, k), o, work >= PARALLEL);
     }
     Some(out)
 }
@@ -1063,30 +1089,10 @@ pub(super) fn matmul<T: Float>(a: &[T], b: &[T], d: MatmulDims) -> Vec<T> {
 /// [`matmul`] with `bias` (`n` elements, checked by the caller) added to every output row as
 /// the product is stored: `x Wᵀ + b` of a linear layer in one pass over the output.
 pub(super) fn matmul_bias<T: Float>(a: &[T], b: &[T], bias: Option<&[T]>, d: MatmulDims) -> Vec<T> {
+    let (batch, m, sa, sb) = operands(d);
     let MatmulDims {
-        mut batch,
-        mut m,
-        k,
-        n,
-        b_batched,
-        a_trans,
-        b_trans,
+        k, n, b_batched, ..
     } = d;
-    if !b_batched && !a_trans {
-        // A batch against one matrix (a linear layer on (B, T, D)) is one product of B·T rows.
-        (m, batch) = (batch * m, 1);
-    }
-    // (row, column) strides of the logical (m, k) and (k, n) operands.
-    let sa: (isize, isize) = if a_trans {
-        (1, m as isize)
-    } else {
-        (k as isize, 1)
-    };
-    let sb: (isize, isize) = if b_trans {
-        (1, k as isize)
-    } else {
-        (n as isize, 1)
-    };
     if m == 0 || n == 0 || k == 0 {
         return match bias {
             Some(bias) => bias[..n].repeat(batch * m),
@@ -1095,24 +1101,8 @@ pub(super) fn matmul_bias<T: Float>(a: &[T], b: &[T], bias: Option<&[T]>, d: Mat
     }
     let work = m * n * k;
     let one = |i: usize, oi: &mut [MaybeUninit<T>], par: gemm::Parallelism| {
-        let ai = &a[i * m * k..(i + 1) * m * k];
-        let bi = if b_batched {
-            &b[i * k * n..(i + 1) * k * n]
-        } else {
-            &b[..k * n]
-        };
-        let views = (
-            View {
-                data: ai,
-                rs: sa.0 as usize,
-                cs: sa.1 as usize,
-            },
-            View {
-                data: bi,
-                rs: sb.0 as usize,
-                cs: sb.1 as usize,
-            },
-        );
+        let views = views(a, b, i, (m, n, k), b_batched, (sa, sb));
+        let (ai, bi) = (views.0.data, views.1.data);
         let threads = matches!(par, gemm::Parallelism::Rayon(_));
         // Small products (attention's heads) stay with gemm, whose packing costs less there.
         if work >= WIDE_MIN {
@@ -1146,11 +1136,11 @@ pub(super) fn matmul_bias<T: Float>(a: &[T], b: &[T], bias: Option<&[T]>, d: Mat
                 n as isize,
                 bias.is_some(),
                 ai.as_ptr(),
-                sa.1,
-                sa.0,
+                sa.1 as isize,
+                sa.0 as isize,
                 bi.as_ptr(),
-                sb.1,
-                sb.0,
+                sb.1 as isize,
+                sb.0 as isize,
                 T::one(),
                 T::one(),
                 false,

@@ -284,30 +284,9 @@ impl Tensor {
         Tensor::build(&[steps], dtype, target.into_target(), |r| {
             let r = r[0].clone();
             if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-                let (s, e) = (start as f32, end as f32);
-                let step = if last > 0 { (e - s) / last as f32 } else { 0.0 };
-                let v = r.map(|i| {
-                    if i < half {
-                        step.mul_add(i as f32, s)
-                    } else {
-                        (-step).mul_add((last - i) as f32, e)
-                    }
-                });
-                HostData::F32(v.collect()).into_dtype(dtype)
+                HostData::F32(ramp(start as f32, end as f32, r, (half, last))).into_dtype(dtype)
             } else {
-                let step = if last > 0 {
-                    (end - start) / last as f64
-                } else {
-                    0.0
-                };
-                let v = r.map(|i| {
-                    if i < half {
-                        step.mul_add(i as f64, start)
-                    } else {
-                        (-step).mul_add((last - i) as f64, end)
-                    }
-                });
-                HostData::F64(v.collect()).into_dtype(dtype)
+                HostData::F64(ramp(start, end, r, (half, last))).into_dtype(dtype)
             }
         })
     }
@@ -422,6 +401,30 @@ impl Tensor {
             }
         })
     }
+}
+
+/// Elements `r` of `linspace(start, end, last + 1)` in `T`: below `half` counted up from
+/// `start`, the rest down from `end`, each one fused multiply-add (PyTorch's CPU kernel).
+fn ramp<T: num_traits::Float>(
+    start: T,
+    end: T,
+    r: std::ops::Range<usize>,
+    (half, last): (usize, usize),
+) -> Vec<T> {
+    let steps = |i: usize| T::from(i).unwrap_or_else(T::zero);
+    let step = if last > 0 {
+        (end - start) / steps(last)
+    } else {
+        T::zero()
+    };
+    r.map(|i| {
+        if i < half {
+            step.mul_add(steps(i), start)
+        } else {
+            (-step).mul_add(steps(last - i), end)
+        }
+    })
+    .collect()
 }
 
 /// The key and index of the next random tensor of this rank's stream: a global tensor's key is

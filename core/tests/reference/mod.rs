@@ -1,6 +1,7 @@
 //! The independent references the boxing tests share: a generator every rank replays alike,
 //! OneFlow's balanced split by definition, slabs cut by filtering every element's index, and
-//! the placement shapes the property tests draw.
+//! the placement shapes the property tests draw. Each test binary uses some of them.
+#![allow(dead_code)]
 
 use proptest::prelude::*;
 
