@@ -60,46 +60,21 @@ fn pair(lo: bf16, hi: bf16) -> u32 {
     u32::from(lo.to_bits()) | (u32::from(hi.to_bits()) << 16)
 }
 
-/// The element (i, j) of a strided operand.
-fn at(v: View<'_, bf16>, i: usize, j: usize) -> bf16 {
-    v.data[i * v.rs + j * v.cs]
-}
-
-/// Columns `c0..c0 + NR` of `b` (k x n) as k-pairs: word `kk * NR + c` holds rows 2kk and
-/// 2kk + 1 of column c0 + c (zeros past the edges).
-fn pack_b(b: View<'_, bf16>, c0: usize, (n, k): (usize, usize), dst: &mut [u32]) {
-    let cols = NR.min(n - c0);
-    for (kk, words) in dst.chunks_exact_mut(NR).enumerate() {
+/// Columns `c0..c0 + width` of `v` (k x n) as k-pairs: word `kk * width + c` holds rows 2kk and
+/// 2kk + 1 of column c0 + c (zeros past the edges). `b`'s column panels, and `a`'s row panels as
+/// column panels of its transpose.
+fn pack(v: View<'_, bf16>, c0: usize, (n, k): (usize, usize), dst: &mut [u32], width: usize) {
+    let cols = width.min(n - c0);
+    for (kk, words) in dst.chunks_exact_mut(width).enumerate() {
         let r = 2 * kk;
         for (c, w) in words.iter_mut().enumerate() {
             *w = if c < cols {
                 let hi = if r + 1 < k {
-                    at(b, r + 1, c0 + c)
+                    v.at(r + 1, c0 + c)
                 } else {
                     bf16::ZERO
                 };
-                pair(at(b, r, c0 + c), hi)
-            } else {
-                0
-            };
-        }
-    }
-}
-
-/// Rows `r0..r0 + MR` of `a` (m x k) as k-pairs: word `kk * MR + i` holds columns 2kk and
-/// 2kk + 1 of row r0 + i (zeros past the edges).
-fn pack_a(a: View<'_, bf16>, r0: usize, (m, k): (usize, usize), dst: &mut [u32]) {
-    let rows = MR.min(m - r0);
-    for (kk, words) in dst.chunks_exact_mut(MR).enumerate() {
-        let c = 2 * kk;
-        for (i, w) in words.iter_mut().enumerate() {
-            *w = if i < rows {
-                let hi = if c + 1 < k {
-                    at(a, r0 + i, c + 1)
-                } else {
-                    bf16::ZERO
-                };
-                pair(at(a, r0 + i, c), hi)
+                pair(v.at(r, c0 + c), hi)
             } else {
                 0
             };
@@ -119,17 +94,17 @@ fn run(
     let kp = k.div_ceil(2);
     let panels = n.div_ceil(NR);
     let mut packed_b = vec![0u32; panels * kp * NR];
-    let pack = |(p, dst): (usize, &mut [u32])| pack_b(b, p * NR, (n, k), dst);
+    let panel = |(p, dst): (usize, &mut [u32])| pack(b, p * NR, (n, k), dst, NR);
     if threads {
-        packed_b.par_chunks_mut(kp * NR).enumerate().for_each(pack);
+        packed_b.par_chunks_mut(kp * NR).enumerate().for_each(panel);
     } else {
-        packed_b.chunks_mut(kp * NR).enumerate().for_each(pack);
+        packed_b.chunks_mut(kp * NR).enumerate().for_each(panel);
     }
     let packed_b = &packed_b;
     let rows = |(rp, o): (usize, &mut [f32]), packed_a: &mut Vec<u32>| {
         let r0 = rp * MR;
         packed_a.resize(kp * MR, 0);
-        pack_a(a, r0, (m, k), packed_a);
+        pack(a.t(), r0, (m, k), packed_a, MR);
         let mut sums = [[0f32; NR]; MR];
         for p in 0..panels {
             let c0 = p * NR;
@@ -252,7 +227,7 @@ mod tests {
         for i in 0..m {
             for j in 0..n {
                 out[i * n + j] = (0..k)
-                    .map(|l| at(a, i, l).to_f64() * at(b, l, j).to_f64())
+                    .map(|l| a.at(i, l).to_f64() * b.at(l, j).to_f64())
                     .sum();
             }
         }
@@ -296,31 +271,16 @@ mod tests {
             let av = bf(&values(m * k, 1));
             let bv = bf(&values(k * n, 2));
             for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                // A transposed operand is stored as its transpose's rows.
                 let a = if a_t {
-                    View {
-                        data: &av,
-                        rs: 1,
-                        cs: m,
-                    }
+                    View::transposed(&av, m)
                 } else {
-                    View {
-                        data: &av,
-                        rs: k,
-                        cs: 1,
-                    }
+                    View::rows(&av, 0, k)
                 };
                 let b = if b_t {
-                    View {
-                        data: &bv,
-                        rs: 1,
-                        cs: k,
-                    }
+                    View::transposed(&bv, k)
                 } else {
-                    View {
-                        data: &bv,
-                        rs: n,
-                        cs: 1,
-                    }
+                    View::rows(&bv, 0, n)
                 };
                 let want = reference(a, b, (m, n, k));
                 for &(name, tile) in &tiles {

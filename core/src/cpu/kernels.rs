@@ -976,33 +976,20 @@ pub(super) fn softmax_grad<T: Float>(
 /// the layouts of [`matmul`]. Plain loops: integer products are for indices and counts, not
 /// for the throughput the float kernels serve.
 pub(super) fn matmul_i64(a: &[i64], b: &[i64], d: MatmulDims) -> Vec<i64> {
+    let (batch, m, sa, sb) = operands(d);
     let MatmulDims {
-        batch,
-        m,
-        k,
-        n,
-        b_batched,
-        a_trans,
-        b_trans,
+        k, n, b_batched, ..
     } = d;
     let mut out = vec![0i64; batch * m * n];
-    for (i, oi) in out.chunks_mut((m * n).max(1)).enumerate().take(batch) {
-        let ai = &a[i * m * k..];
-        let bi = if b_batched { &b[i * k * n..] } else { b };
-        for r in 0..m {
-            for c in 0..n {
-                oi[r * n + c] = (0..k).fold(0i64, |s, l| {
-                    let x = if a_trans {
-                        ai[l * m + r]
-                    } else {
-                        ai[r * k + l]
-                    };
-                    let y = if b_trans {
-                        bi[c * k + l]
-                    } else {
-                        bi[l * n + c]
-                    };
-                    s.wrapping_add(x.wrapping_mul(y))
+    if m * n == 0 {
+        return out;
+    }
+    for (i, oi) in out.chunks_mut(m * n).enumerate() {
+        let (ai, bi) = views(a, b, i, (m, n, k), b_batched, (sa, sb));
+        for (r, row) in oi.chunks_mut(n).enumerate() {
+            for (c, o) in row.iter_mut().enumerate() {
+                *o = (0..k).fold(0i64, |s, l| {
+                    s.wrapping_add(ai.at(r, l).wrapping_mul(bi.at(l, c)))
                 });
             }
         }

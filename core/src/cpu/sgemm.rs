@@ -84,9 +84,19 @@ impl<'a, T> View<'a, T> {
     }
 }
 
-impl View<'_, f32> {
-    fn at(&self, r: usize, c: usize) -> f32 {
+impl<T: Copy> View<'_, T> {
+    /// The element in row `r`, column `c`.
+    pub(crate) fn at(&self, r: usize, c: usize) -> T {
         self.data[r * self.rs + c * self.cs]
+    }
+
+    /// The transposed matrix (the same data, strides swapped).
+    pub(crate) fn t(self) -> Self {
+        View {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
     }
 }
 
