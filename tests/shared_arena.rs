@@ -84,6 +84,32 @@ fn all_collectives(n: usize) -> Result<Vec<(Vec<bool>, bool)>> {
         let got = c.all_to_all(&group, &send_refs, &recv)?;
         ok.push((0..n).all(|from| f32s(got[from].clone()) == values(from, count(from, me), me)));
 
+        // all_to_all of column blocks (runs at a stride, sent unpacked): each rank's matrix
+        // of 37 rows x 9000 columns, member q's columns in proportion to q + 1
+        let (rows, cols) = (37, 9_000);
+        let bounds: Vec<usize> = (0..=n)
+            .map(|q| cols * q * (q + 1) / (n * (n + 1)))
+            .collect();
+        let matrix = values(me, rows * cols, 11);
+        let sends: Vec<gflow::comm::Payload<'_>> = (0..n)
+            .map(|q| {
+                let (at, run) = (bounds[q] * 4, (bounds[q + 1] - bounds[q]) * 4);
+                gflow::comm::Payload::strided(bytes(&matrix), at, run, cols * 4, rows).unwrap()
+            })
+            .collect();
+        let mine = bounds[me + 1] - bounds[me];
+        let mut got = vec![0f32; n * rows * mine];
+        let recv = vec![rows * mine * 4; n];
+        c.all_to_all_payloads_into(&group, &sends, &recv, bytemuck::cast_slice_mut(&mut got))?;
+        let want: Vec<f32> = (0..n)
+            .flat_map(|from| {
+                let m = values(from, rows * cols, 11);
+                let mine = bounds[me]..bounds[me + 1];
+                (0..rows).flat_map(move |r| m[r * cols + mine.start..r * cols + mine.end].to_vec())
+            })
+            .collect();
+        ok.push(got == want);
+
         // broadcast from the last rank
         let root = n - 1;
         let x = values(root, 300_001, 4);

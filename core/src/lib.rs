@@ -44,8 +44,8 @@ pub mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, no_sync};
 pub use comm::{
-    Collectives, CommError, CommOp, CommStats, Communicator, Exchange, Inbound, Outbound, Policy,
-    Reduction, Schedule, Tag, comm_stats, reset_comm_stats,
+    Collectives, CommError, CommOp, CommStats, Communicator, Exchange, Inbound, Outbound, Payload,
+    Policy, Reduction, Schedule, Tag, comm_stats, reset_comm_stats,
 };
 pub use device::{DeviceInfo, DeviceKind, devices};
 pub use dtype::{DType, Element, bf16, f16};

@@ -22,8 +22,9 @@ pub struct Header {
     pub by_ref: bool,
 }
 
-/// Bytes of a payload reference: the arena's descriptor (8 bytes), the offset (8 bytes).
-pub const REF_LEN: usize = 16;
+/// Bytes of a payload reference: the arena's descriptor, the offset, the run and the stride
+/// (8 bytes each; a contiguous payload is one run).
+pub const REF_LEN: usize = 32;
 
 /// Why a header was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

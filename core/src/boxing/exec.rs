@@ -4,9 +4,9 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::comm::{Collectives, CommOp, Communicator, Tag};
+use crate::comm::{Collectives, CommOp, Communicator, Payload, Tag};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::placement::Placement;
 use crate::recycle;
 use crate::reduce::ReduceOp;
@@ -217,10 +217,11 @@ impl Group<'_> {
         Ok(out)
     }
 
-    /// From split(i) to split(j): member q gets this member's slice along `j` of q's part. A
-    /// slice that is one contiguous run (the dims before `j` are 1) is sent from `mine` without
-    /// a copy, and where each member's block is one run of the output (the dims before `i` are
-    /// 1), the blocks are received straight into it.
+    /// From split(i) to split(j): member q gets this member's slice along `j` of q's part,
+    /// sent as it lies in `mine` (runs at a stride where the dims before `j` are not 1: the
+    /// transport writes the runs, or the receiver copies them out of this rank's memory), and
+    /// where each member's block is one run of the output (the dims before `i` are 1), the
+    /// blocks are received straight into it.
     fn all_to_all(&self, i: usize, j: usize, mine: &HostData) -> Result<HostData> {
         let my_shape = self.part_shape(i, self.me);
         let runs = |shape: &[usize], d: usize| {
@@ -229,20 +230,24 @@ impl Group<'_> {
                 .all(|&x| x == 1)
                 .then(|| numel(&shape[d + 1..]) * self.elem)
         };
-        let sends: Vec<Cow<'_, [u8]>> = (0..self.n())
+        let inner = numel(&my_shape[j + 1..]) * self.elem;
+        let sends = (0..self.n())
             .map(|q| {
                 let cols = self.part(j, q);
-                match runs(&my_shape, j) {
-                    Some(run) => Cow::Borrowed(&mine.as_bytes()[cols.start * run..cols.end * run]),
-                    None => {
-                        let mut r: Region = my_shape.iter().map(|&x| 0..x).collect();
-                        r[j] = cols;
-                        Cow::Owned(extract(self.elem, mine.as_bytes(), &my_shape, &r))
-                    }
-                }
+                Payload::strided(
+                    mine.as_bytes(),
+                    cols.start * inner,
+                    cols.len() * inner,
+                    my_shape[j] * inner,
+                    numel(&my_shape[..j]),
+                )
+                .ok_or_else(|| {
+                    Error::Internal(format!(
+                        "all_to_all: columns {cols:?} of a part of shape {my_shape:?}"
+                    ))
+                })
             })
-            .collect();
-        let send_refs: Vec<&[u8]> = sends.iter().map(|s| &**s).collect();
+            .collect::<Result<Vec<_>>>()?;
         let block_shape = |q: usize| {
             let mut s = self.shape.clone();
             s[i] = self.part(i, q).len();
@@ -256,12 +261,12 @@ impl Group<'_> {
         let mut out = recycle::for_overwrite(mine.dtype(), numel(&out_shape));
         if runs(&out_shape, i).is_some() {
             self.comm
-                .all_to_all_into(&self.ranks, &send_refs, &counts, out.as_bytes_mut())?;
+                .all_to_all_payloads_into(&self.ranks, &sends, &counts, out.as_bytes_mut())?;
             return Ok(out);
         }
         let mut got = vec![0u8; counts.iter().sum()];
         self.comm
-            .all_to_all_into(&self.ranks, &send_refs, &counts, &mut got)?;
+            .all_to_all_payloads_into(&self.ranks, &sends, &counts, &mut got)?;
         let mut rest = &got[..];
         for (q, &count) in counts.iter().enumerate() {
             let (block, tail) = rest.split_at(count);

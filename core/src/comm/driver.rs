@@ -5,7 +5,8 @@
 
 use super::plan::{Plan, Span, Step, carve};
 use super::{
-    CommError, CommOp, Communicator, Exchange, Inbound, Outbound, Own, Reduction, Tag, schedule,
+    CommError, CommOp, Communicator, Exchange, Inbound, Outbound, Own, Payload, Reduction, Tag,
+    schedule,
 };
 use crate::dtype::DType;
 use crate::reduce::{ReduceOp, combine_bytes};
@@ -70,7 +71,7 @@ pub trait Collectives: Communicator + sealed::Sealed {
         let policy = self.policy();
         let grid = policy.grid(group, out.len(), |r| self.host_of(r));
         let plan = schedule::all_gather(&policy, grid.as_ref(), group, me, counts);
-        run(self, &plan, &[mine], out, None)
+        run(self, &plan, &[mine.into()], out, None)
     }
 
     /// [`Collectives::all_gather_into`] into a new buffer.
@@ -109,7 +110,7 @@ pub trait Collectives: Communicator + sealed::Sealed {
         let policy = self.policy();
         let grid = policy.grid(group, data.len(), |r| self.host_of(r));
         let plan = schedule::reduce_scatter(&policy, grid.as_ref(), group, me, counts);
-        run(self, &plan, &[data], out, Some((dtype, op)))
+        run(self, &plan, &[data.into()], out, Some((dtype, op)))
     }
 
     /// [`Collectives::reduce_scatter_into`] into a new buffer.
@@ -188,7 +189,7 @@ pub trait Collectives: Communicator + sealed::Sealed {
         let grid = policy.grid(group, data.len(), |r| self.host_of(r));
         let sizes = (data.len(), dtype.size());
         let plan = schedule::all_reduce(&policy, grid.as_ref(), group, me, sizes, true);
-        run(self, &plan, &[data], out, Some((dtype, op)))
+        run(self, &plan, &[data.into()], out, Some((dtype, op)))
     }
 
     /// Sends `sends[i]` to member i and returns what each member sent here (`recv_counts[i]`
@@ -219,6 +220,19 @@ pub trait Collectives: Communicator + sealed::Sealed {
         &self,
         group: &[usize],
         sends: &[&[u8]],
+        recv_counts: &[usize],
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        let sends: Vec<Payload<'_>> = sends.iter().map(|&s| s.into()).collect();
+        self.all_to_all_payloads_into(group, &sends, recv_counts, out)
+    }
+
+    /// [`Collectives::all_to_all_into`] of [`Payload`]s: a strided send (a column block) goes
+    /// out without being packed, and this member's own one is copied run by run into `out`.
+    fn all_to_all_payloads_into(
+        &self,
+        group: &[usize],
+        sends: &[Payload<'_>],
         recv_counts: &[usize],
         out: &mut [u8],
     ) -> Result<(), CommError> {
@@ -269,7 +283,7 @@ pub trait Collectives: Communicator + sealed::Sealed {
         self.observe(CommOp::Broadcast);
         let plan = schedule::broadcast(&self.policy(), group, me, root, len);
         let mut out = vec![0; len];
-        run(self, &plan, &[data], &mut out, None)?;
+        run(self, &plan, &[data.into()], &mut out, None)?;
         Ok(out)
     }
 
@@ -286,7 +300,7 @@ impl<C: Communicator + ?Sized> Collectives for C {}
 fn run<C: Communicator + ?Sized>(
     comm: &C,
     plan: &Plan,
-    inputs: &[&[u8]],
+    inputs: &[Payload<'_>],
     output: &mut [u8],
     reduce_with: Option<(DType, ReduceOp)>,
 ) -> Result<(), CommError> {
@@ -295,12 +309,20 @@ fn run<C: Communicator + ?Sized>(
         rank: comm.rank(),
         reason: format!("malformed collective plan: {reason}"),
     };
+    // Combining and an own block read one slice; only sends and copies take runs.
+    fn contiguous<'p>(p: Payload<'p>, rank: usize) -> Result<&'p [u8], CommError> {
+        p.as_slice().ok_or_else(|| CommError::BadGroup {
+            rank,
+            reason: "malformed collective plan: a strided input where one slice is needed".into(),
+        })
+    }
+    let rank = comm.rank();
     for step in &plan.steps {
         match step {
             Step::Copy { from, to } => {
                 let c = carve(inputs, output, &mut scratch, &[*from], &[*to]).map_err(bad)?;
                 for (w, r) in c.writes.into_iter().zip(c.reads) {
-                    w.copy_from_slice(r);
+                    r.copy_to(w);
                 }
             }
             Step::Combine { acc, with } => {
@@ -308,7 +330,7 @@ fn run<C: Communicator + ?Sized>(
                     reduce_with.ok_or_else(|| bad("a combine without a reduction".into()))?;
                 let c = carve(inputs, output, &mut scratch, &[*with], &[*acc]).map_err(bad)?;
                 for (w, r) in c.writes.into_iter().zip(c.reads) {
-                    combine_bytes(dtype, op, w, r);
+                    combine_bytes(dtype, op, w, contiguous(r, rank)?);
                 }
             }
             Step::Exchange {
@@ -340,6 +362,7 @@ fn run<C: Communicator + ?Sized>(
                 let own = match own {
                     Some((_, _, at)) => {
                         let from = r.next().ok_or_else(|| bad("no own block".into()))?;
+                        let from = contiguous(from, rank)?;
                         let last = w.next_back().ok_or_else(|| bad("no own slot".into()))?;
                         Some(Own {
                             from,
@@ -356,7 +379,10 @@ fn run<C: Communicator + ?Sized>(
                         Some(Reduction {
                             acc: w.next().ok_or_else(|| bad("no accumulator".into()))?,
                             base: match c.base {
-                                Some(_) => Some(r.next().ok_or_else(|| bad("no base".into()))?),
+                                Some(_) => Some(contiguous(
+                                    r.next().ok_or_else(|| bad("no base".into()))?,
+                                    rank,
+                                )?),
                                 None => None,
                             },
                             dtype,

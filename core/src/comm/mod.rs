@@ -12,6 +12,7 @@ mod direct;
 mod driver;
 mod hierarchy;
 mod inproc;
+mod payload;
 mod plan;
 mod policy;
 mod ring;
@@ -22,6 +23,7 @@ pub use counted::{CommStats, comm_stats, reset_comm_stats};
 pub use driver::Collectives;
 pub use hierarchy::Grid;
 pub use inproc::InProcComm;
+pub use payload::Payload;
 pub use policy::{
     DOUBLING_MAX_BYTES, HIERARCHY_MIN_BYTES, PIPELINE_PIECE, Policy, RING_MIN_BYTES, Schedule,
     TCP_PIPELINE_PIECE, TREE_MIN_MEMBERS,
@@ -138,8 +140,8 @@ pub struct Outbound<'a> {
     pub peer: usize,
     /// The message's tag.
     pub tag: Tag,
-    /// The bytes.
-    pub data: &'a [u8],
+    /// The bytes (contiguous, or runs at a stride: a transport sends them without packing).
+    pub data: Payload<'a>,
 }
 
 /// One receive of an [`Exchange`], copied into `out` (the message's length).
@@ -345,7 +347,7 @@ pub fn exchange_queued<M: Mailbox + ?Sized>(m: &M, step: Exchange<'_>) -> Result
         own.to.copy_from_slice(own.from);
     }
     for s in &step.sends {
-        m.send(s.peer, s.tag, s.data)?;
+        m.send(s.peer, s.tag, &s.data.to_bytes())?;
     }
     for c in step.copies {
         let out = c.out;

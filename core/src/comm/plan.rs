@@ -4,7 +4,7 @@
 //! they are tested without any transport (the unit tests run every member's plan in memory) and
 //! one driver runs them on every transport.
 
-use super::Tag;
+use super::{Payload, Tag};
 #[cfg(test)]
 use crate::dtype::DType;
 #[cfg(test)]
@@ -167,8 +167,9 @@ impl Plan {
 /// inputs, the output and the scratch area (checked: in bounds, and no written span overlaps
 /// another span of the step).
 pub struct Carved<'a> {
-    /// The read spans, in the order asked.
-    pub reads: Vec<&'a [u8]>,
+    /// The read spans, in the order asked (a span of a strided input only whole, or within
+    /// one of its runs).
+    pub reads: Vec<Payload<'a>>,
     /// The written spans, in the order asked.
     pub writes: Vec<&'a mut [u8]>,
 }
@@ -176,19 +177,17 @@ pub struct Carved<'a> {
 /// Cuts `reads` and `writes` out of the buffers ([`Carved`]); `Err` names a span that is out of
 /// bounds or overlaps a written one (a malformed plan).
 pub fn carve<'a>(
-    inputs: &[&'a [u8]],
+    inputs: &[Payload<'a>],
     output: &'a mut [u8],
     scratch: &'a mut [u8],
     reads: &[Span],
     writes: &[Span],
 ) -> Result<Carved<'a>, String> {
-    let mut out_reads: Vec<Option<&'a [u8]>> = vec![None; reads.len()];
+    let mut out_reads: Vec<Option<Payload<'a>>> = vec![None; reads.len()];
     let mut out_writes: Vec<Option<&'a mut [u8]>> = (0..writes.len()).map(|_| None).collect();
     for (i, r) in reads.iter().enumerate() {
         if let Buf::Input(k) = r.buf {
-            out_reads[i] = inputs
-                .get(k)
-                .and_then(|b| b.get(r.at..r.at.checked_add(r.len)?));
+            out_reads[i] = inputs.get(k).and_then(|b| b.get(r.at, r.len));
         }
     }
     for (buf, mem) in [(Buf::Output, output), (Buf::Scratch, scratch)] {
@@ -217,7 +216,7 @@ pub fn carve<'a>(
             out_reads[i] = gaps
                 .iter()
                 .find(|(start, g)| *start <= r.at && r.at + r.len <= start + g.len())
-                .map(|(start, g)| &g[r.at - start..r.at - start + r.len]);
+                .map(|(start, g)| Payload::from(&g[r.at - start..r.at - start + r.len]));
         }
     }
     for (i, w) in writes.iter().enumerate() {
@@ -273,18 +272,18 @@ pub(crate) fn simulate(
             let Some(step) = plans[me].steps.get(next[me]) else {
                 continue;
             };
-            let ins: Vec<&[u8]> = inputs[me].iter().map(Vec::as_slice).collect();
+            let ins: Vec<Payload<'_>> = inputs[me].iter().map(|v| v[..].into()).collect();
             match step {
                 Step::Copy { from, to } => {
                     let c = carve(&ins, &mut outputs[me], &mut scratch[me], &[*from], &[*to])?;
                     for (w, src) in c.writes.into_iter().zip(c.reads) {
-                        w.copy_from_slice(src);
+                        src.copy_to(w);
                     }
                 }
                 Step::Combine { acc, with } => {
                     let c = carve(&ins, &mut outputs[me], &mut scratch[me], &[*with], &[*acc])?;
                     for w in c.writes {
-                        combine_bytes(dtype, op, w, c.reads[0]);
+                        combine_bytes(dtype, op, w, &c.reads[0].to_bytes());
                     }
                 }
                 Step::Exchange {
@@ -298,7 +297,7 @@ pub(crate) fn simulate(
                         let spans: Vec<Span> = sends.iter().map(|s| s.1).collect();
                         let c = carve(&ins, &mut outputs[me], &mut scratch[me], &spans, &[])?;
                         for ((to, _), data) in sends.iter().zip(c.reads) {
-                            queue[me][*to].push_back((*tag, data.to_vec()));
+                            queue[me][*to].push_back((*tag, data.to_bytes().into_owned()));
                         }
                         sent[me] = true;
                         moved = true;
@@ -334,7 +333,7 @@ pub(crate) fn simulate(
                     if let Some(reduce) = reduce {
                         let acc = w.next().ok_or("no accumulator")?;
                         if reduce.base.is_some() {
-                            acc.copy_from_slice(r.next().ok_or("no base")?);
+                            r.next().ok_or("no base")?.copy_to(acc);
                         }
                         for p in &reduce.from {
                             let (t, data) = queue[*p][me].pop_front().ok_or("no message")?;
@@ -345,7 +344,7 @@ pub(crate) fn simulate(
                         }
                     }
                     if let (Some(dst), Some(src)) = (w.next(), own_from) {
-                        dst.copy_from_slice(src);
+                        src.copy_to(dst);
                     }
                     sent[me] = false;
                 }

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use gflow_core::comm::{Own, Reduction, combine_piece};
+use gflow_core::comm::{Own, Payload, Reduction, combine_piece};
 use gflow_core::{CommError, Tag};
 
 use super::codec::read_by_ref;
@@ -22,7 +22,7 @@ pub(super) struct Out<'a> {
     peer: usize,
     link: &'a mut dyn LinkTx,
     head: [u8; HEADER_LEN],
-    data: &'a [u8],
+    data: Payload<'a>,
     /// Where the data lies in the shared arena, when sent by reference.
     reference: [u8; REF_LEN],
     /// For a send by reference: the peer's count of finished references that includes it.
@@ -38,7 +38,7 @@ impl<'a> Out<'a> {
         peer: usize,
         link: &'a mut dyn LinkTx,
         head: [u8; HEADER_LEN],
-        data: &'a [u8],
+        data: Payload<'a>,
         by_ref: Option<([u8; REF_LEN], u64)>,
     ) -> Out<'a> {
         let (reference, ticket) = match by_ref {
@@ -73,9 +73,10 @@ impl<'a> Out<'a> {
     /// Writes what fits; true if any byte moved.
     /// Header and body go in one call where they fit: a peer that sees a header without its
     /// body would wait for this rank's next turn (after whatever long copy it does first).
+    /// A strided payload goes run by run.
     fn push(&mut self) -> bool {
-        let body: &[u8] = match self.ticket {
-            Some(_) => &self.reference,
+        let body: Payload<'_> = match self.ticket {
+            Some(_) => Payload::from(&self.reference[..]),
             None => self.data,
         };
         let mut moved = false;
@@ -83,7 +84,7 @@ impl<'a> Out<'a> {
             let rest = if self.done < HEADER_LEN {
                 &self.head[self.done..]
             } else {
-                &body[self.done - HEADER_LEN..]
+                body.rest_of_run(self.done - HEADER_LEN)
             };
             let n = self.link.try_write(rest).min(rest.len());
             if n == 0 {

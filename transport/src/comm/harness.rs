@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gflow_core::comm::Reduction;
+use gflow_core::comm::{Payload, Reduction};
 use gflow_core::{CommError, CommOp, DType, ReduceOp, Tag};
 
 use super::exchange::{Clock, Engine, Failure, In, Out, drive};
@@ -170,29 +170,40 @@ fn run_pair(a: &mut Engine<'_>, b: &mut Engine<'_>) {
     panic!("no end");
 }
 
-/// Two members swap 1003 bytes, then all-reduce 251 f32s by combining receives, over pipes of
-/// 16 bytes that take 3 bytes per write and give 5 per read (so elements split between
-/// pieces): every byte arrives, in order, and the sums are exact.
+/// Two members swap 1003 bytes (a's are 17 runs of 59 bytes at a stride of 100, columns of a
+/// matrix, written run by run), then all-reduce 251 f32s by combining receives, over pipes of
+/// 16 bytes that take 3 bytes per write and give 5 per read (so elements and runs split
+/// between pieces): every byte arrives, in order, and the sums are exact.
 #[test]
 fn partial_writes_and_reads_deliver_every_byte() {
     let (ab, ba) = (pipe(16, 3, 5), pipe(16, 3, 5));
     let (mut tx_a, mut rx_a) = (FakeTx(ab.clone()), FakeRx(ba.clone()));
     let (mut tx_b, mut rx_b) = (FakeTx(ba), FakeRx(ab));
     let tag = Tag::new(CommOp::AllGather, &[0, 1]);
-    let from_a: Vec<u8> = (0..1003).map(|i| (i * 7) as u8).collect();
+    let matrix: Vec<u8> = (0..1700).map(|i| (i * 7 + i / 100) as u8).collect();
+    let from_a = Payload::strided(&matrix, 20, 59, 100, 17).unwrap();
     let from_b: Vec<u8> = (0..1003).map(|i| (i * 11) as u8).collect();
     let (mut got_a, mut got_b) = (vec![0; 1003], vec![0; 1003]);
     let (mut seq_a, mut seq_b) = (0, 0);
     {
         let mut a = Engine::new(0, MAX_FRAME, None);
-        a.send(Out::new(1, &mut tx_a, head(tag, 0, 1003), &from_a, None));
+        a.send(Out::new(1, &mut tx_a, head(tag, 0, 1003), from_a, None));
         a.copy(In::new(1, tag, 1003, &mut rx_a, &mut seq_a), &mut got_a);
         let mut b = Engine::new(1, MAX_FRAME, None);
-        b.send(Out::new(0, &mut tx_b, head(tag, 0, 1003), &from_b, None));
+        b.send(Out::new(
+            0,
+            &mut tx_b,
+            head(tag, 0, 1003),
+            from_b[..].into(),
+            None,
+        ));
         b.copy(In::new(0, tag, 1003, &mut rx_b, &mut seq_b), &mut got_b);
         run_pair(&mut a, &mut b);
     }
-    assert_eq!((got_a == from_b, got_b == from_a), (true, true));
+    let packed: Vec<u8> = (0..17)
+        .flat_map(|r| matrix[r * 100 + 20..r * 100 + 79].to_vec())
+        .collect();
+    assert_eq!((got_a == from_b, got_b == packed), (true, true));
     assert_eq!((seq_a, seq_b), (1, 1), "each receive advanced its sequence");
 
     let tag = Tag::new(CommOp::ReduceScatter, &[0, 1]);
@@ -202,7 +213,13 @@ fn partial_writes_and_reads_deliver_every_byte() {
     let (mut acc_a, mut acc_b) = (sa.clone(), sb.clone());
     {
         let mut a = Engine::new(0, MAX_FRAME, None);
-        a.send(Out::new(1, &mut tx_a, head(tag, 1, sa.len()), &sa, None));
+        a.send(Out::new(
+            1,
+            &mut tx_a,
+            head(tag, 1, sa.len()),
+            sa[..].into(),
+            None,
+        ));
         a.combine(In::new(1, tag, sb.len(), &mut rx_a, &mut seq_a));
         a.accumulate(Reduction {
             acc: &mut acc_a,
@@ -212,7 +229,13 @@ fn partial_writes_and_reads_deliver_every_byte() {
             from: vec![(1, tag)],
         });
         let mut b = Engine::new(1, MAX_FRAME, None);
-        b.send(Out::new(0, &mut tx_b, head(tag, 1, sb.len()), &sb, None));
+        b.send(Out::new(
+            0,
+            &mut tx_b,
+            head(tag, 1, sb.len()),
+            sb[..].into(),
+            None,
+        ));
         b.combine(In::new(0, tag, sa.len(), &mut rx_b, &mut seq_b));
         b.accumulate(Reduction {
             acc: &mut acc_b,
@@ -236,7 +259,13 @@ fn a_stalled_reader_times_out_naming_it() {
     let data = vec![1u8; 1000];
     let tag = Tag::new(CommOp::AllGather, &[0, 1]);
     let mut a = Engine::new(0, MAX_FRAME, None);
-    a.send(Out::new(1, &mut tx, head(tag, 0, 1000), &data, None));
+    a.send(Out::new(
+        1,
+        &mut tx,
+        head(tag, 0, 1000),
+        data[..].into(),
+        None,
+    ));
     let mut clock = Virtual::new();
     let deadline = clock.now + Duration::from_millis(100);
     let started = Instant::now();

@@ -301,7 +301,7 @@ impl NetComm {
             let mut seq = side.seq.lock().map_err(|_| self.gone(s.peer))?;
             let shared =
                 (self.by_ref && s.data.len() >= REF_MIN_BYTES && link.caps().shares_memory)
-                    .then(|| arena::locate(s.data))
+                    .then(|| arena::locate(s.data.span()))
                     .flatten();
             let head = Header {
                 tag: s.tag,
@@ -312,8 +312,15 @@ impl NetComm {
             .encode();
             *seq += 1;
             let by_ref = shared.map(|(fd, offset)| {
+                let (run, stride) = s.data.layout();
+                let reference = codec::Reference {
+                    fd,
+                    offset,
+                    run: run as u64,
+                    stride: stride as u64,
+                };
                 (
-                    codec::encode_ref(fd, offset),
+                    reference.encode(),
                     side.refs_sent
                         .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
                         + 1,
