@@ -61,6 +61,7 @@ from ._gflow import (
     EnvironmentError,
     CheckpointError,
     IndexOutOfRangeError,
+    DimOutOfRangeError,
     InvalidArgumentError,
 )
 from ._pyapi import Size, device

@@ -71,31 +71,58 @@ create_exception!(
     "An argument an operation cannot use."
 );
 
-/// `flow.IndexOutOfRangeError`, "an index outside the indexed dimension": a `flow.Error` that
-/// is also an `IndexError`, so `except IndexError` and iteration by `x[i]` work as in PyTorch.
-/// Python builds it (a class with two bases), once.
-fn index_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
-    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-    TYPE.get_or_try_init(py, || {
-        let bases = PyTuple::new(py, [py.get_type::<Error>(), py.get_type::<PyIndexError>()])?;
+/// A gflow exception class that is also an `IndexError` (bases `base` and `IndexError`), so
+/// `except IndexError` works as in PyTorch; Python builds it (a class with two bases), once.
+fn with_index_error<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    (name, doc): (&str, &str),
+    base: Bound<'py, PyType>,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.get_or_try_init(py, || {
+        let bases = PyTuple::new(py, [base, py.get_type::<PyIndexError>()])?;
         let attrs = PyDict::new(py);
-        attrs.set_item("__doc__", "An index outside the indexed dimension.")?;
+        attrs.set_item("__doc__", doc)?;
         attrs.set_item("__module__", "gflow")?;
-        let t = py
-            .get_type::<PyType>()
-            .call1(("IndexOutOfRangeError", bases, attrs))?;
+        let t = py.get_type::<PyType>().call1((name, bases, attrs))?;
         Ok::<_, PyErr>(t.cast_into::<PyType>()?.unbind())
     })
     .map(|t| t.bind(py))
 }
 
-/// A `flow.IndexOutOfRangeError` with `msg`.
-pub fn index_error(msg: impl Into<String>) -> PyErr {
-    let msg = msg.into();
-    Python::attach(|py| match index_error_type(py) {
+/// `flow.IndexOutOfRangeError`: an index outside the indexed dimension (a `flow.Error`; also
+/// an `IndexError`, so iteration by `x[i]` works as in PyTorch).
+fn index_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let what = (
+        "IndexOutOfRangeError",
+        "An index outside the indexed dimension.",
+    );
+    with_index_error(py, &TYPE, what, py.get_type::<Error>())
+}
+
+/// `flow.DimOutOfRangeError`: a dimension outside the tensor's (a `flow.ShapeError`; also an
+/// `IndexError`, which PyTorch raises for it).
+fn dim_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let what = (
+        "DimOutOfRangeError",
+        "A dimension outside the tensor's dimensions.",
+    );
+    with_index_error(py, &TYPE, what, py.get_type::<ShapeError>())
+}
+
+/// An exception of a class built by [`with_index_error`] with `msg`.
+fn raise(t: PyResult<&Bound<'_, PyType>>, msg: String) -> PyErr {
+    match t {
         Ok(t) => PyErr::from_type(t.clone(), msg),
         Err(e) => e,
-    })
+    }
+}
+
+/// A `flow.IndexOutOfRangeError` with `msg`.
+pub fn index_error(msg: impl Into<String>) -> PyErr {
+    Python::attach(|py| raise(index_error_type(py), msg.into()))
 }
 
 /// The Python exception of a gflow error: its family's class, the error's own message.
@@ -115,8 +142,8 @@ pub fn to_py(e: gflow::Error) -> PyErr {
         E::DataShapeMismatch { .. }
         | E::ShapeOverflow { .. }
         | E::ShapeMismatch { .. }
-        | E::DimOutOfRange { .. }
         | E::LocalShapeMismatch { .. } => ShapeError::new_err(msg),
+        E::DimOutOfRange { .. } => Python::attach(|py| raise(dim_error_type(py), msg)),
         E::DTypeMismatch { .. } | E::UnsupportedDType { .. } => DTypeError::new_err(msg),
         E::BackendUnavailable { .. } | E::Device { .. } | E::DeviceMismatch { .. } => {
             DeviceError::new_err(msg)
@@ -155,6 +182,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EnvironmentError", py.get_type::<EnvironmentError>())?;
     m.add("CheckpointError", py.get_type::<CheckpointError>())?;
     m.add("IndexOutOfRangeError", index_error_type(py)?)?;
+    m.add("DimOutOfRangeError", dim_error_type(py)?)?;
     m.add(
         "InvalidArgumentError",
         py.get_type::<InvalidArgumentError>(),

@@ -210,3 +210,24 @@ def test_cumsum_as_torch():
     np.testing.assert_allclose(g.cumsum(1).numpy(), np.cumsum(v, axis=1), rtol=1e-12)
     with pytest.raises(flow.ShapeError, match="out of range"):
         x.cumsum(2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x.sum(2),
+        lambda x: x.softmax(-3),
+        lambda x: x.cumsum(5),
+        lambda x: x.unsqueeze(4),
+        lambda x: x.transpose(0, 2),
+        lambda x: x.argmax(2),
+        lambda x: flow.cat([x, x], dim=3),
+    ],
+)
+def test_a_dim_out_of_range_is_an_index_error_as_in_pytorch(call):
+    # PyTorch raises IndexError("Dimension out of range ..."); gflow's error is both that and
+    # a flow.ShapeError.
+    x = flow.randn(2, 3)
+    with pytest.raises(IndexError, match="out of range") as e:
+        call(x)
+    assert isinstance(e.value, flow.ShapeError) and isinstance(e.value, flow.DimOutOfRangeError)
