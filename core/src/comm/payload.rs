@@ -50,7 +50,9 @@ impl<'a> Payload<'a> {
             return Some(Payload::from(&[][..]));
         }
         if count == 1 || run == stride {
-            return buf.get(at..at.checked_add(run.checked_mul(count)?)?).map(Payload::from);
+            return buf
+                .get(at..at.checked_add(run.checked_mul(count)?)?)
+                .map(Payload::from);
         }
         if run > stride {
             return None;
