@@ -65,19 +65,55 @@ fn pair(lo: bf16, hi: bf16) -> u32 {
 /// column panels of its transpose.
 fn pack(v: View<'_, bf16>, c0: usize, (n, k): (usize, usize), dst: &mut [u32], width: usize) {
     let cols = width.min(n - c0);
-    for (kk, words) in dst.chunks_exact_mut(width).enumerate() {
-        let r = 2 * kk;
-        for (c, w) in words.iter_mut().enumerate() {
-            *w = if c < cols {
-                let hi = if r + 1 < k {
-                    v.at(r + 1, c0 + c)
-                } else {
-                    bf16::ZERO
-                };
-                pair(v.at(r, c0 + c), hi)
+    if v.cs == 1 {
+        // rows of contiguous columns (`b`): two row slices interleaved per word
+        let row = |r: usize| &v.data[r * v.rs + c0..][..cols];
+        for (kk, words) in dst.chunks_exact_mut(width).enumerate() {
+            let (words, pad) = words.split_at_mut(cols);
+            let lo = row(2 * kk);
+            if 2 * kk + 1 < k {
+                for ((w, &l), &h) in words.iter_mut().zip(lo).zip(row(2 * kk + 1)) {
+                    *w = pair(l, h);
+                }
             } else {
-                0
-            };
+                for (w, &l) in words.iter_mut().zip(lo) {
+                    *w = pair(l, bf16::ZERO);
+                }
+            }
+            pad.fill(0);
+        }
+    } else if v.rs == 1 {
+        // columns of contiguous rows (`a`'s rows, as its transpose's columns): each column's
+        // consecutive pairs are its words
+        let kp = k.div_ceil(2);
+        for c in 0..width {
+            if c >= cols {
+                (0..kp).for_each(|kk| dst[kk * width + c] = 0);
+                continue;
+            }
+            let mut pairs = v.data[(c0 + c) * v.cs..][..k].chunks_exact(2);
+            for (kk, p) in pairs.by_ref().enumerate() {
+                dst[kk * width + c] = pair(p[0], p[1]);
+            }
+            if let [last] = pairs.remainder() {
+                dst[(kp - 1) * width + c] = pair(*last, bf16::ZERO);
+            }
+        }
+    } else {
+        for (kk, words) in dst.chunks_exact_mut(width).enumerate() {
+            let r = 2 * kk;
+            for (c, w) in words.iter_mut().enumerate() {
+                *w = if c < cols {
+                    let hi = if r + 1 < k {
+                        v.at(r + 1, c0 + c)
+                    } else {
+                        bf16::ZERO
+                    };
+                    pair(v.at(r, c0 + c), hi)
+                } else {
+                    0
+                };
+            }
         }
     }
 }
@@ -246,7 +282,8 @@ mod tests {
             .collect()
     }
 
-    /// Edges (m, n, k not multiples of the tile, k odd), transposed operands, both tile
+    /// Edges (m, n, k not multiples of the tile, k odd), transposed and gapped operands (each
+    /// of the packing's three paths), both tile
     /// kernels where the CPU has the instructions, threads or not: within f32 summation error
     /// of the f64 product.
     #[test]
@@ -282,6 +319,14 @@ mod tests {
                 } else {
                     View::rows(&bv, 0, n)
                 };
+                // and every other element of a matrix twice as wide (neither stride 1)
+                let wide_a = bf(&values(2 * m * k, 3));
+                let gapped = View {
+                    data: &wide_a,
+                    rs: 2 * k,
+                    cs: 2,
+                };
+                let a = if a_t && b_t { gapped } else { a };
                 let want = reference(a, b, (m, n, k));
                 for &(name, tile) in &tiles {
                     for threads in [false, true] {
