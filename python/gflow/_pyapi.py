@@ -10,6 +10,8 @@ max_result = namedtuple("max", ("values", "indices"))
 max_result.__doc__ = "``x.max(dim)``: the largest values along ``dim`` and their indices."
 min_result = namedtuple("min", ("values", "indices"))
 min_result.__doc__ = "``x.min(dim)``: the smallest values along ``dim`` and their indices."
+topk_result = namedtuple("topk", ("values", "indices"))
+topk_result.__doc__ = "``x.topk(k)``: the ``k`` largest values along ``dim`` and their indices."
 
 
 class GradFn:

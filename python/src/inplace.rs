@@ -17,7 +17,7 @@
 //! the Python object now naming the recorded result. A handle read from `w.grad` gives `w` a
 //! new gradient instead of writing into storage that backward may share between gradients.
 
-use gflow::Tensor;
+use gflow::{Target, Tensor};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -58,6 +58,30 @@ fn fit(dst: &Tensor, value: Tensor, name: &'static str) -> gflow::Result<Tensor>
             v.to_global(p, s.clone())
         }
         _ => Ok(v),
+    }
+}
+
+/// Where `t` lies: its placement and SBP (a partial one as broadcast), or its device; a random
+/// value drawn there is drawn part by part.
+fn own_target(t: &Tensor) -> Target {
+    match (t.placement(), t.sbp()) {
+        (Some(p), Some(s)) if !s.has_partial() => Target::Global(p.clone(), s.clone()),
+        (Some(p), _) => Target::Global(p.clone(), gflow::NdSbp::broadcast(p.ndim())),
+        _ => Target::Local(t.device()),
+    }
+}
+
+/// The dtype random values for `t` are drawn in: its own, which must be a float (PyTorch
+/// refuses `normal_` of an integer tensor too).
+fn random_dtype(t: &Tensor, op: &'static str) -> gflow::Result<gflow::DType> {
+    if t.dtype().is_float() {
+        Ok(t.dtype())
+    } else {
+        Err(gflow::Error::UnsupportedDType {
+            op,
+            dtype: t.dtype(),
+            device: t.device().to_string(),
+        })
     }
 }
 
@@ -169,6 +193,28 @@ impl PyTensor {
     fn fill_<'py>(slf: &Bound<'py, Self>, value: f64) -> PyResult<Bound<'py, Self>> {
         Self::update(slf, "fill_", false, move |t| {
             Tensor::full_dtype(&[], value, t.dtype(), target_like(t))
+        })
+    }
+
+    /// `x.normal_(mean=0, std=1)`: every element drawn from N(mean, std^2) (placement-invariant,
+    /// as `flow.randn`: each rank draws only its own part); returns `x`.
+    #[pyo3(signature = (mean = 0.0, std = 1.0))]
+    fn normal_<'py>(slf: &Bound<'py, Self>, mean: f64, std: f64) -> PyResult<Bound<'py, Self>> {
+        Self::update(slf, "normal_", false, move |t| {
+            Tensor::randn_dtype(t.shape(), random_dtype(t, "normal_")?, own_target(t))?
+                .mul_scalar(std)?
+                .add_scalar(mean)
+        })
+    }
+
+    /// `x.uniform_(a=0, b=1)`: every element drawn uniformly from [a, b) (placement-invariant);
+    /// returns `x`.
+    #[pyo3(signature = (a = 0.0, b = 1.0))]
+    fn uniform_<'py>(slf: &Bound<'py, Self>, a: f64, b: f64) -> PyResult<Bound<'py, Self>> {
+        Self::update(slf, "uniform_", false, move |t| {
+            Tensor::rand_dtype(t.shape(), random_dtype(t, "uniform_")?, own_target(t))?
+                .mul_scalar(b - a)?
+                .add_scalar(a)
         })
     }
 

@@ -438,6 +438,56 @@ impl PyTensor {
             None => t.cumsum(d),
         })
     }
+
+    /// `x.topk(k, dim=-1, largest=True, sorted=True)`: the named tuple `(values, indices)` of
+    /// the `k` largest (smallest) elements along `dim`, in order (ties: the lower index first);
+    /// gradients flow to the chosen elements. O(k n) for a dim of n: meant for small `k`.
+    #[pyo3(signature = (k, dim = -1, largest = true, sorted = true))]
+    fn topk<'py>(
+        slf: &Bound<'py, Self>,
+        k: usize,
+        dim: isize,
+        largest: bool,
+        sorted: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // unsorted results may come in any order: the sorted one is one of them
+        let _ = sorted;
+        let py = slf.py();
+        let t = slf.get().get();
+        let d = self::dim(dim, t.ndim().max(1))?;
+        let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
+            if t.ndim() == 0 {
+                return t.reshape(&[1])?.topk(k, 0, largest).and_then(|(v, i)| {
+                    let s: &[usize] = if k == 1 { &[] } else { &[0] };
+                    Ok((v.reshape(s)?, i.reshape(s)?))
+                });
+            }
+            t.topk(k, d, largest)
+        })?;
+        crate::tensor::python_class(py, &TOPK, "topk_result")?
+            .call1((PyTensor::new(values), PyTensor::new(indices)))
+    }
+
+    /// `x.multinomial(num_samples, replacement=False)`: category indices (int64) drawn per row
+    /// of the non-negative weights along the last dim, as `torch.multinomial`.
+    #[pyo3(signature = (num_samples, replacement = false, *, generator = None))]
+    fn multinomial(
+        &self,
+        py: Python<'_>,
+        num_samples: usize,
+        replacement: bool,
+        generator: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        if generator.is_some_and(|g| !g.is_none()) {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "multinomial: generator= is not supported; seed with flow.manual_seed",
+            ));
+        }
+        let t = self.get();
+        op(py, t.is_global(), move || {
+            t.multinomial(num_samples, replacement)
+        })
+    }
 }
 
 impl PyTensor {
@@ -1202,6 +1252,9 @@ fn extreme<'py>(
     crate::tensor::python_class(py, cell, name)?
         .call1((PyTensor::new(values), PyTensor::new(indices)))
 }
+
+/// The named tuple class of `x.topk(...)`.
+static TOPK: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `flow.stack(tensors, dim)`: the tensors (of one shape) joined along a new dim `dim`.
 #[pyfunction]

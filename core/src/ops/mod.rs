@@ -16,6 +16,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod reduce;
+mod sampling;
 mod scan;
 mod select;
 mod shape_ops;

@@ -9,12 +9,12 @@ from collections import OrderedDict
 
 from .. import _gflow
 from .._gflow import Tensor
-from . import functional, utils
+from . import functional, init, utils
 
 __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
-    "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "Embedding", "MSELoss", "CrossEntropyLoss",
-    "LayerNorm", "RMSNorm", "functional", "utils",
+    "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "ModuleDict", "Embedding", "MSELoss", "CrossEntropyLoss",
+    "LayerNorm", "RMSNorm", "functional", "init", "utils",
 ]
 
 
@@ -54,29 +54,60 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def named_parameters(self, prefix=""):
-        """``(dotted name, parameter)`` pairs: ``"0.weight"`` in a Sequential."""
-        for name, p in self._parameters.items():
-            if p is not None:
-                yield prefix + name, p
-        for name, m in self._modules.items():
-            yield from m.named_parameters(prefix + name + ".")
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """``(dotted name, parameter)`` pairs: ``"0.weight"`` in a Sequential. A parameter
+        shared by two modules (tied weights) comes once, under its first name, unless
+        ``remove_duplicate=False`` (as PyTorch's)."""
+        seen = set()
+        modules = self.named_modules(prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]
+        for mod_name, m in modules:
+            for name, p in m._parameters.items():
+                if p is None or (remove_duplicate and id(p) in seen):
+                    continue
+                seen.add(id(p))
+                yield (mod_name + "." if mod_name else "") + name, p
 
-    def parameters(self):
-        """The parameters of this module and its sub-modules, in order."""
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse=True):
+        """The parameters of this module and its sub-modules, in order (each once)."""
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_modules(self, prefix=""):
+    def named_modules(self, prefix="", memo=None):
+        """``(dotted name, module)`` for this module (name ``prefix``) and every sub-module,
+        depth first, each once."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
-            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+            if m is not None:
+                yield from m.named_modules(prefix + ("." if prefix else "") + name, memo)
+
+    def modules(self):
+        """This module and every sub-module, depth first, each once."""
+        return [m for _, m in self.named_modules()]
+
+    def named_children(self):
+        """``(name, module)`` of the direct sub-modules."""
+        return list(self._modules.items())
 
     def children(self):
+        """The direct sub-modules."""
         return list(self._modules.values())
 
+    def apply(self, fn):
+        """Calls ``fn`` on every sub-module (children first), then on this module, as PyTorch's
+        ``Module.apply`` (weight initialisation: ``model.apply(init_weights)``); returns it."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
     def state_dict(self):
-        """Parameter name to tensor (detached handles on the parameters' storage)."""
-        return OrderedDict((n, p.detach()) for n, p in self.named_parameters())
+        """Parameter name to tensor (detached handles on the parameters' storage); a tied
+        parameter under each of its names, as PyTorch's."""
+        params = self.named_parameters(remove_duplicate=False)
+        return OrderedDict((n, p.detach()) for n, p in params)
 
     def load_state_dict(self, state_dict, strict=True):
         """Writes ``state_dict``'s tensors (any layout: ``flow.load``'s local ones, another
@@ -84,7 +115,7 @@ class Module:
         placement and SBP. ``strict``: the names must match exactly."""
         from ..serialization import assign
 
-        own = OrderedDict(self.named_parameters())
+        own = OrderedDict(self.named_parameters(remove_duplicate=False))
         if strict:
             missing = [n for n in own if n not in state_dict]
             unexpected = [n for n in state_dict if n not in own]
@@ -276,6 +307,51 @@ class ModuleList(Module):
 
     def __iter__(self):
         return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """An ordered dict of sub-modules (registered, so their parameters are the dict's):
+    ``nn.ModuleDict(dict(wte=..., h=nn.ModuleList(...)))``, attribute or key access."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for name, m in items:
+            self[name] = m
+
+    def __setitem__(self, name, m):
+        if not isinstance(m, Module):
+            raise TypeError(f"ModuleDict values are modules, got {type(m).__name__} for {name!r}")
+        setattr(self, name, m)
+
+    def __getitem__(self, name):
+        return self._modules[name]
+
+    def __delitem__(self, name):
+        del self._modules[name]
+        object.__delattr__(self, name)
+
+    def __contains__(self, name):
+        return name in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
 
 
 class Embedding(Module):
