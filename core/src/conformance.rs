@@ -352,6 +352,10 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
             let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
             0.5 * (1.0 + libm::erf(x / 2f64.sqrt())) + x * pdf
         }
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
     }
 }
 

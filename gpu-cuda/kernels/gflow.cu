@@ -36,6 +36,15 @@ __device__ __forceinline__ float g_sin(float x) { return sinf(x); }
 __device__ __forceinline__ double g_sin(double x) { return sin(x); }
 __device__ __forceinline__ float g_cos(float x) { return cosf(x); }
 __device__ __forceinline__ double g_cos(double x) { return cos(x); }
+__device__ __forceinline__ float g_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double g_floor(double x) { return floor(x); }
+__device__ __forceinline__ float g_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double g_ceil(double x) { return ceil(x); }
+// rint rounds to the nearest integer, ties to even (the default rounding mode)
+__device__ __forceinline__ float g_round(float x) { return rintf(x); }
+__device__ __forceinline__ double g_round(double x) { return rint(x); }
+__device__ __forceinline__ float g_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double g_trunc(double x) { return trunc(x); }
 __device__ __forceinline__ float g_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double g_rsqrt(double x) { return rsqrt(x); }
 __device__ __forceinline__ float pos_inf(float) { return __int_as_float(0x7f800000); }
@@ -84,6 +93,10 @@ template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     }
     case UNARY_GELU_ERF_GRAD:
         return T(0.5) * (T(1) + g_erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * g_exp(T(-0.5) * x * x);
+    case UNARY_FLOOR: return g_floor(x);
+    case UNARY_CEIL: return g_ceil(x);
+    case UNARY_ROUND: return g_round(x);
+    case UNARY_TRUNC: return g_trunc(x);
     default: return a * x + b;
     }
 }

@@ -69,6 +69,10 @@ fn unary_value(op: u32, v: f32, a: f32, b: f32) -> f32 {
         case UNARY_GELU_ERF_GRAD: {
             r = 0.5 * (1.0 + erf_f(v * INV_SQRT_2)) + v * INV_SQRT_2PI * exp(-0.5 * v * v);
         }
+        case UNARY_FLOOR: { r = floor(v); }
+        case UNARY_CEIL: { r = ceil(v); }
+        case UNARY_ROUND: { r = round(v); }
+        case UNARY_TRUNC: { r = trunc(v); }
         default: { r = a * v + b; }
     }
     return r;

@@ -185,7 +185,7 @@ for _name in (
     "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
     "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select "
     "view expand mm bmm t clone any all scatter_add logical_not logical_and logical_or "
-    "logical_xor remainder var std flip cumsum topk multinomial"
+    "logical_xor remainder var std flip cumsum topk multinomial floor ceil round trunc"
 ).split():
     globals()[_name] = _method(_name)
 del _name

@@ -339,6 +339,35 @@ unary_ops! {
     silu => silu;
     /// The error function.
     erf => erf;
+    /// The largest integer not above each element (integers as they are).
+    floor => floor;
+    /// The smallest integer not below each element (integers as they are).
+    ceil => ceil;
+    /// Each element without its fraction (integers as they are).
+    trunc => trunc;
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `x.round(decimals=0)`: the nearest integer, halves to the even one (PyTorch's); with
+    /// `decimals`, `round(x * 10^decimals) / 10^decimals`, as PyTorch computes it.
+    #[pyo3(signature = (*, decimals = 0))]
+    fn round(&self, py: Python<'_>, decimals: i32) -> PyResult<PyTensor> {
+        let t = self.get();
+        op(py, t.is_global(), move || {
+            if decimals == 0 || !t.dtype().is_float() {
+                return t.round();
+            }
+            // as PyTorch's kernel: x * 10^d rounded, / 10^d (for d < 0: x / 10^-d, * 10^-d)
+            let scale =
+                Tensor::full_dtype(&[], 10f64.powi(decimals.abs()), t.dtype(), target_like(&t))?;
+            if decimals > 0 {
+                t.mul(&scale)?.round()?.div(&scale)
+            } else {
+                t.div(&scale)?.round()?.mul(&scale)
+            }
+        })
+    }
 }
 
 /// The dims of a reduction: `None` is every dim, an int one, a sequence several.

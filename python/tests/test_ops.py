@@ -231,3 +231,32 @@ def test_a_dim_out_of_range_is_an_index_error_as_in_pytorch(call):
     with pytest.raises(IndexError, match="out of range") as e:
         call(x)
     assert isinstance(e.value, flow.ShapeError) and isinstance(e.value, flow.DimOutOfRangeError)
+
+
+def test_rounding_as_torch():
+    v = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 1.234567, -7.77, 0.125]
+    x = flow.tensor(v, requires_grad=True)
+    # torch 2.15's values for the same input
+    want = {
+        "floor": [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 1.0, -8.0, 0.0],
+        "ceil": [-2.0, -1.0, -0.0, 1.0, 2.0, 3.0, 2.0, -7.0, 1.0],
+        "trunc": [-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, 1.0, -7.0, 0.0],
+        "round": [-2.0, -2.0, -0.0, 0.0, 2.0, 2.0, 1.0, -8.0, 0.0],
+    }
+    for name, w in want.items():
+        np.testing.assert_array_equal(getattr(x, name)().numpy(), w)
+        np.testing.assert_array_equal(getattr(flow, name)(x).numpy(), w)
+    # torch: x.round(decimals=2) and (decimals=-1)
+    np.testing.assert_array_equal(
+        x.round(decimals=2).numpy(),
+        np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 1.23, -7.77, 0.12], dtype=np.float32))
+    np.testing.assert_array_equal(x.round(decimals=-1).numpy(), [-0.0, -0.0, -0.0, 0.0, 0.0, 0.0,
+                                                                0.0, -10.0, 0.0])
+    # piecewise constant: zero gradient, as torch (not None)
+    (x.floor() * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros(9))
+    i = flow.tensor([3, -4])
+    assert i.floor().dtype == flow.int64 and i.round().numpy().tolist() == [3, -4]
+    g = flow.tensor(np.array([[0.5, 1.5], [2.5, -0.7]])).to_global(
+        placement=flow.placement("cpu", [0]), sbp=flow.sbp.split(1))
+    np.testing.assert_array_equal(g.round().numpy(), [[0.0, 2.0], [2.0, -1.0]])

@@ -75,6 +75,14 @@ kernel_ops! {
         SiluGrad,
         /// The derivative of [`UnaryOp::GeluErf`].
         GeluErfGrad,
+        /// The largest integer not above `x`.
+        Floor,
+        /// The smallest integer not below `x`.
+        Ceil,
+        /// The nearest integer, ties to even (PyTorch's `round`).
+        Round,
+        /// `x` without its fraction (toward zero).
+        Trunc,
     }
 }
 

@@ -507,6 +507,22 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
         UnaryOp::SiluGrad => map(x, silu_grad),
         UnaryOp::GeluErfGrad => map(x, gelu_erf_grad),
         UnaryOp::GeluGrad => map(x, gelu_grad),
+        UnaryOp::Floor => map(
+            x,
+            #[inline(always)]
+            |v| v.floor(),
+        ),
+        UnaryOp::Ceil => map(
+            x,
+            #[inline(always)]
+            |v| v.ceil(),
+        ),
+        UnaryOp::Round => map(x, round_even),
+        UnaryOp::Trunc => map(
+            x,
+            #[inline(always)]
+            |v| v.trunc(),
+        ),
     }
 }
 
@@ -533,6 +549,18 @@ fn gelu_grad<T: Float>(v: T) -> T {
     let (c, k) = (T::from_f64(0.797_884_560_802_865_4), T::from_f64(0.044_715));
     let s = one / (one + (-two * c * (v + k * v * v * v)).exp_v());
     s + two * v * s * (one - s) * c * (one + three * k * v * v)
+}
+
+/// The nearest integer, ties to the even one (PyTorch's `round`; `Float::round` takes ties away
+/// from zero): a tie `k + 1/2` is twice the rounded half of itself, which is exact.
+#[inline(always)]
+fn round_even<T: Float>(v: T) -> T {
+    let r = v.round();
+    if (r - v).abs() == T::from_f64(0.5) {
+        (v / T::from_f64(2.0)).round() * T::from_f64(2.0)
+    } else {
+        r
+    }
 }
 
 /// `g * op(x)` elementwise in one pass, for `op` a derivative (`GeluGrad`, `GeluErfGrad`,

@@ -198,7 +198,8 @@ fn gather_and_scatter_rows() {
 fn unary_ops() {
     use UnaryOp::*;
     for op in [
-        Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad,
+        Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad, Floor, Ceil, Round,
+        Trunc,
     ] {
         check(&unary::Unary(op), &[vec![5, 4]], matches!(op, Log | Sqrt));
     }

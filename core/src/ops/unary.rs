@@ -51,6 +51,10 @@ impl Op for Unary {
             UnaryOp::Sign => "sign",
             UnaryOp::SiluGrad => "silu_grad",
             UnaryOp::GeluErfGrad => "gelu_erf_grad",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Trunc => "trunc",
         }
     }
     fn any_dtype(&self) -> bool {
@@ -173,6 +177,8 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
             .mul(&x.square()?.neg()?.exp()?)?
             .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
         UnaryOp::GeluErf => activation_grad(UnaryOp::GeluErfGrad, x, g)?,
+        // Piecewise constant: PyTorch's gradient is zeros (not none).
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => g.mul_scalar(0.0)?,
         // A step and a sign are flat almost everywhere. The derivatives' own derivatives are
         // only used inside backward passes, which record nothing, so they are never asked for.
         UnaryOp::Step
@@ -263,6 +269,49 @@ unary_methods! {
     erf => Erf;
     /// GELU in its exact form `x * Phi(x)` (PyTorch's default `gelu`), elementwise.
     gelu_erf => GeluErf;
+}
+
+macro_rules! rounding_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                /// Integer and Bool tensors are returned as they are (already whole), as
+                /// PyTorch's; the gradient is zero.
+                ///
+                /// # Errors
+                /// Communication failures of boxing.
+                pub fn $name(&self) -> Result<Tensor> {
+                    if self.dtype().is_float() {
+                        self.unary(UnaryOp::$op)
+                    } else {
+                        Ok(self.clone())
+                    }
+                }
+            )*
+        }
+    };
+}
+
+rounding_methods! {
+    /// The largest integer not above each element (PyTorch's `floor`).
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![-1.5f32, 0.5, 2.5, 3.7], &[4], Device::Cpu)?;
+    /// assert_eq!(x.floor()?.to_vec::<f32>()?, [-2.0, 0.0, 2.0, 3.0]);
+    /// assert_eq!(x.ceil()?.to_vec::<f32>()?, [-1.0, 1.0, 3.0, 4.0]);
+    /// assert_eq!(x.round()?.to_vec::<f32>()?, [-2.0, 0.0, 2.0, 4.0]);
+    /// assert_eq!(x.trunc()?.to_vec::<f32>()?, [-1.0, 0.0, 2.0, 3.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    floor => Floor;
+    /// The smallest integer not below each element (PyTorch's `ceil`).
+    ceil => Ceil;
+    /// The nearest integer to each element, halves to the even one (PyTorch's `round`).
+    round => Round;
+    /// Each element without its fraction, toward zero (PyTorch's `trunc`).
+    trunc => Trunc;
 }
 
 /// `x^e` for a scalar exponent.

@@ -129,12 +129,12 @@ int main() {
     std::vector<double> xd{1.0}, od(1); launch(1, [&] { unary_f64(xd.data(), od.data(), 1, UNARY_GELU, 0, 0); });
     CHECK(std::fabs(od[0] - 0.84119199060777) < 1e-9, "gelu %f", od[0]); }
   // every unary op against its definition, in f64 (derivatives by central differences)
-  { std::vector<double> x{-2.5, -0.5, 0.0, 0.25, 1.0, 3.0}, o(6);
+  { std::vector<double> x{-2.5, -0.5, 0.0, 0.25, 1.5, 3.0}, o(6);
     auto gelu = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
     auto silu = [](double v) { return v / (1 + std::exp(-v)); };
     auto gelu_erf = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
     auto diff = [](auto f, double v) { return (f(v + 1e-6) - f(v - 1e-6)) / 2e-6; };
-    for (int op = 0; op <= UNARY_GELU_ERF_GRAD; ++op) {
+    for (int op = 0; op <= UNARY_TRUNC; ++op) {
       launch(1, [&] { unary_f64(x.data(), o.data(), 6, op, 0, 0); });
       for (int i = 0; i < 6; ++i) {
         double v = x[i], w;
@@ -150,6 +150,10 @@ int main() {
         case UNARY_SILU: w = silu(v); break; case UNARY_ERF: w = std::erf(v); break;
         case UNARY_GELU_ERF: w = gelu_erf(v); break; case UNARY_SIGN: w = (v > 0) - (v < 0); break;
         case UNARY_SILU_GRAD: w = diff(silu, v); fd = true; break;
+        case UNARY_FLOOR: w = std::floor(v); break; case UNARY_CEIL: w = std::ceil(v); break;
+        // ties to even: -2.5 -> -2, -0.5 -> -0, 1.5 -> 2
+        case UNARY_ROUND: w = v == -2.5 ? -2.0 : v == -0.5 ? 0.0 : v == 1.5 ? 2.0 : std::round(v); break;
+        case UNARY_TRUNC: w = std::trunc(v); break;
         default: w = diff(gelu_erf, v); fd = true;
         }
         CHECK(o[i] == w || close(o[i], w, fd ? 1e-6 : 1e-12) || (std::isnan(o[i]) && std::isnan(w)), "unary op %d at %f: %f vs %f", op, v, o[i], w);

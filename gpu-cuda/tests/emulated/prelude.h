@@ -26,6 +26,7 @@ inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
 inline double __longlong_as_double(unsigned long long v) { double f; memcpy(&f, &v, 8); return f; }
 template <typename T> T atomicAdd(T *p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::erf; using std::sin; using std::cos;
+using std::floor; using std::ceil; using std::rint; using std::trunc;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline void launch_threads(unsigned grid, unsigned threads, std::function<void()> body) {
