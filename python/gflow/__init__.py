@@ -65,6 +65,7 @@ from ._gflow import (
     InvalidArgumentError,
 )
 from ._pyapi import Size, device
+from ._methods import eye, outer, norm, equal, isclose
 from .serialization import save, load
 
 

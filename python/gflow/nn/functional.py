@@ -1,6 +1,7 @@
 """Functional forms: ``flow.nn.functional.relu(x)``, ``linear``, ``mse_loss``, ``cross_entropy``,
-``softmax``, ``scaled_dot_product_attention``, ... (gflow's own operators, so results match
-the Rust API's)."""
+``nll_loss``, ``binary_cross_entropy_with_logits``, ``softmax``, ``one_hot``, ``normalize``,
+``pad``, ``scaled_dot_product_attention``, ... (gflow's own operators, so results match the
+Rust API's)."""
 
 from .. import _gflow
 
@@ -49,6 +50,86 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean"):
     if reduction == "sum":
         return losses.sum()
     return losses.sum() / keep.sum()
+
+
+def _reduce(losses, reduction, count=None):
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.sum() / count if count is not None else losses.mean()
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def nll_loss(input, target, ignore_index=-100, reduction="mean"):
+    """PyTorch's ``nll_loss``: ``-input[n, target[n]]`` of log-probabilities (N, C) (or (C,)),
+    averaged over the targets not equal to ``ignore_index``."""
+    if input.dim() == 1:
+        input, target = input.unsqueeze(0), target.reshape(1)
+    keep = target != ignore_index
+    safe = _gflow.where(keep, target, 0)
+    picked = input.gather(1, safe.unsqueeze(1)).squeeze(1)
+    losses = _gflow.where(keep, -picked, 0.0)
+    return _reduce(losses, reduction, keep.sum())
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
+                                     pos_weight=None):
+    """PyTorch's: ``-(y log sigmoid(x) + (1 - y) log(1 - sigmoid(x)))`` computed stably as
+    ``max(x, 0) - x y + log(1 + e^-|x|)``; ``pos_weight`` scales the positive term, ``weight``
+    each element."""
+    x, y = input, target
+    log_sig_neg = (-x.abs()).exp().add(1.0).log() + x.clamp(min=0)  # -log sigmoid(-x)
+    if pos_weight is None:
+        losses = log_sig_neg - x * y
+    else:
+        # (1 - y) x + (1 + (pw - 1) y) (-log sigmoid(x)), with -log sigmoid(x) = log_sig_neg - x
+        losses = (1 - y) * x + (1 + (pos_weight - 1) * y) * (log_sig_neg - x)
+    if weight is not None:
+        losses = losses * weight
+    return _reduce(losses, reduction)
+
+
+def one_hot(tensor, num_classes=-1):
+    """Int64 class indices as one-hot rows of ``num_classes`` (from the largest index + 1 when
+    -1), one more dim at the end."""
+    if num_classes < 0:
+        num_classes = int(tensor.max().item()) + 1
+    kw = ({"placement": tensor.placement, "sbp": [_gflow.broadcast] * len(tensor.sbp)}
+          if tensor.is_global else {"device": tensor.device})
+    classes = _gflow.arange(num_classes, **kw)
+    return (tensor.unsqueeze(-1) == classes).to(_gflow.int64)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    return input / input.norm(p, dim=dim, keepdim=True).clamp(min=eps)
+
+
+def pad(input, pad, mode="constant", value=0.0):
+    """Constant padding, PyTorch's order: ``(left, right)`` of the last dim, then of the one
+    before, ...; negative amounts cut."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+    if len(pad) % 2 or len(pad) // 2 > input.dim():
+        raise ValueError(f"pad: {len(pad)} amounts for a tensor of {input.dim()} dims")
+    x = input
+    for k in range(len(pad) // 2):
+        dim = x.dim() - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        if before < 0:
+            x = x.narrow(dim, -before, x.shape[dim] + before)
+        if after < 0:
+            x = x.narrow(dim, 0, x.shape[dim] + after)
+        parts = []
+        for amount in (max(before, 0), max(after, 0)):
+            shape = list(x.shape)
+            shape[dim] = amount
+            parts.append(x.new_full(shape, value) if amount else None)
+        pieces = [t for t in (parts[0], x, parts[1]) if t is not None]
+        x = _gflow.cat(pieces, dim) if len(pieces) > 1 else x
+    return x
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
