@@ -123,23 +123,7 @@ fn topk_refuses_bad_arguments() {
 fn topk_on_global_layouts_and_its_gradient() {
     let shape = [5usize, 12];
     let v = values(shape.iter().product(), 9);
-    let layouts: Vec<(usize, Placement, NdSbp)> = vec![
-        (
-            3,
-            Placement::new("cpu", [0, 1, 2]).unwrap(),
-            Sbp::split(1).into(),
-        ),
-        (
-            3,
-            Placement::new("cpu", [0, 1, 2]).unwrap(),
-            Sbp::split(0).into(),
-        ),
-        (
-            4,
-            Placement::new("cpu", [[0, 1], [2, 3]]).unwrap(),
-            [Sbp::split(0), Sbp::split(1)].into(),
-        ),
-    ];
+    let layouts = reference::split_layouts();
     for (dim, k) in [(1, 4), (0, 2)] {
         let (want_v, want_i) = reference(&v, &shape, dim, k, true);
         let mut out_shape = shape.to_vec();

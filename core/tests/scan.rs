@@ -3,7 +3,7 @@
 //! blocks, gradients against finite differences, dtypes as PyTorch's, a bad dim refused.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use gflow_core::{DType, Device, Error, NdSbp, Placement, Result, Sbp, Tensor, bf16, simulate};
+use gflow_core::{DType, Device, Error, Result, Tensor, bf16, simulate};
 
 mod reference;
 
@@ -98,28 +98,7 @@ fn cumsum_on_global_layouts_and_its_gradient() {
     let shape = [6usize, 130];
     let v = values(shape.iter().product(), 11);
     let w = values(shape.iter().product(), 12);
-    let layouts: Vec<(usize, Placement, NdSbp)> = vec![
-        (
-            3,
-            Placement::new("cpu", [0, 1, 2]).unwrap(),
-            Sbp::split(1).into(),
-        ),
-        (
-            3,
-            Placement::new("cpu", [0, 1, 2]).unwrap(),
-            Sbp::split(0).into(),
-        ),
-        (
-            4,
-            Placement::new("cpu", [[0, 1], [2, 3]]).unwrap(),
-            [Sbp::split(0), Sbp::split(1)].into(),
-        ),
-        (
-            4,
-            Placement::new("cpu", [[0, 1], [2, 3]]).unwrap(),
-            [Sbp::broadcast(), Sbp::split(1)].into(),
-        ),
-    ];
+    let layouts = reference::split_layouts();
     for dim in [0, 1] {
         let want = reference(&v, &shape, dim);
         // d/dx_j sum_i w_i * y_i where y = cumsum(x): the sum of w over the elements at or

@@ -3,7 +3,22 @@
 //! the placement shapes the property tests draw. Each test binary uses some of them.
 #![allow(dead_code)]
 
+use gflow_core::{NdSbp, Placement, Sbp};
 use proptest::prelude::*;
+
+/// (ranks, placement, SBP) layouts that split a 2-D tensor every way the operator tests need:
+/// 3 uneven ranks split on each dim, and a 2x2 placement split on both, then broadcast on its
+/// first axis.
+pub fn split_layouts() -> Vec<(usize, Placement, NdSbp)> {
+    let line = || Placement::new("cpu", [0, 1, 2]).expect("a placement of 3 ranks");
+    let square = || Placement::new("cpu", [[0, 1], [2, 3]]).expect("a 2x2 placement");
+    vec![
+        (3, line(), Sbp::split(1).into()),
+        (3, line(), Sbp::split(0).into()),
+        (4, square(), [Sbp::split(0), Sbp::split(1)].into()),
+        (4, square(), [Sbp::broadcast(), Sbp::split(1)].into()),
+    ]
+}
 
 /// A tiny deterministic generator so every rank derives the same reference.
 pub struct Lcg(pub u64);
