@@ -113,7 +113,10 @@ pub(super) fn all_reduce(
     gather(p, &piece(n - 1));
 }
 
-/// All-to-all: `sends[i]` to member i, member i's message into `slots[i]`.
+/// All-to-all: `sends[i]` to member i, member i's message into `slots[i]`, and this member's
+/// own block copied in its place among the receives (as the all-gather's): where receivers read
+/// straight out of the senders' memory, every member then reads member k's buffer at about the
+/// same time, and the lines one fetches (a strided block's neighbours too) serve the others.
 pub(super) fn all_to_all(
     p: &mut Plan,
     tag: Tag,
@@ -122,15 +125,13 @@ pub(super) fn all_to_all(
     sends: &[Span],
     slots: &[Span],
 ) {
-    p.push(Step::Copy {
-        from: sends[me],
-        to: slots[me],
-    });
-    p.exchange(
+    p.push(Step::Exchange {
         tag,
-        others(group, me).map(|(i, r)| (r, sends[i])).collect(),
-        others(group, me).map(|(i, r)| (r, slots[i])).collect(),
-    );
+        sends: others(group, me).map(|(i, r)| (r, sends[i])).collect(),
+        copies: others(group, me).map(|(i, r)| (r, slots[i])).collect(),
+        reduce: None,
+        own: Some((sends[me], slots[me], me)),
+    });
 }
 
 /// Broadcast from position `root`: the root sends `data` to every member and copies it into

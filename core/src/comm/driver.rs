@@ -362,7 +362,6 @@ fn run<C: Communicator + ?Sized>(
                 let own = match own {
                     Some((_, _, at)) => {
                         let from = r.next().ok_or_else(|| bad("no own block".into()))?;
-                        let from = contiguous(from, rank)?;
                         let last = w.next_back().ok_or_else(|| bad("no own slot".into()))?;
                         Some(Own {
                             from,

@@ -316,8 +316,8 @@ pub struct Exchange<'a> {
 /// of the senders' memory, every member then copies block k at about the same time as the
 /// others, and they share its trip from memory; a transport may also copy it first.
 pub struct Own<'a> {
-    /// The block.
-    pub from: &'a [u8],
+    /// The block (an all-to-all's own block may be runs at a stride).
+    pub from: Payload<'a>,
     /// Where it goes.
     pub to: &'a mut [u8],
     /// How many copies precede it.
@@ -344,7 +344,7 @@ pub trait Mailbox: Communicator {
 /// The first failing send or receive.
 pub fn exchange_queued<M: Mailbox + ?Sized>(m: &M, step: Exchange<'_>) -> Result<(), CommError> {
     if let Some(own) = step.own {
-        own.to.copy_from_slice(own.from);
+        own.from.copy_to(own.to);
     }
     for s in &step.sends {
         m.send(s.peer, s.tag, &s.data.to_bytes())?;

@@ -314,7 +314,7 @@ impl<'a> Engine<'a> {
                     self.own = Some(own);
                     break;
                 }
-                own.to.copy_from_slice(own.from);
+                own.from.copy_to(own.to);
                 moved = true;
             }
             let (inc, out) = &mut self.ins[i];
@@ -337,7 +337,7 @@ impl<'a> Engine<'a> {
             .own
             .take_if(|_| self.ins.iter().all(|(i, _)| i.finished()))
         {
-            own.to.copy_from_slice(own.from);
+            own.from.copy_to(own.to);
             moved = true;
         }
         Ok(moved)
