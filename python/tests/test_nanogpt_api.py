@@ -194,3 +194,47 @@ def test_adamw_param_groups_as_nanogpt_builds_them():
     assert again.param_groups[1]["lr"] == 2e-3
     with pytest.raises(TypeError, match="unknown param group options"):
         flow.optim.AdamW([{"params": [w], "momentum": 0.9}])
+
+
+class MaskedAttention(nn.Module):
+    """nanoGPT's attention without flash: a causal mask as a buffer."""
+
+    def __init__(self, n=4):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.register_buffer("bias", flow.tril(flow.ones(n, n)).view(1, 1, n, n))
+        self.register_buffer("scratch", flow.zeros(2), persistent=False)
+
+    def forward(self, att):
+        t = att.size(-1)
+        return att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf")).softmax(-1)
+
+
+def test_buffers_as_torch():
+    m = MaskedAttention()
+    outer = nn.ModuleDict({"attn": m})
+    assert [n for n, _ in outer.named_buffers()] == ["attn.bias", "attn.scratch"]
+    assert len(outer.buffers()) == 2 and [n for n, _ in outer.named_parameters()] == [
+        "attn.lin.weight", "attn.lin.bias"]
+    sd = outer.state_dict()
+    assert "attn.bias" in sd and "attn.scratch" not in sd
+    np.testing.assert_array_equal(sd["attn.bias"].numpy(), np.tril(np.ones((4, 4)))[None, None])
+    # loading writes the buffer in place; assigning a registered name replaces the buffer
+    sd["attn.bias"] = flow.ones(1, 1, 4, 4)
+    outer.load_state_dict(sd)
+    assert m.bias.numpy().all()
+    m.bias = flow.tril(flow.ones(4, 4)).view(1, 1, 4, 4)
+    assert "bias" in m._buffers and m._buffers["bias"] is m.bias
+    out = m(flow.zeros(1, 1, 3, 3))
+    np.testing.assert_allclose(out.numpy()[0, 0, 1], [0.5, 0.5, 0.0])
+    # to_global converts buffers too
+    m.to_global(placement=P2, sbp=flow.sbp.broadcast)
+    assert m.bias.is_global and m.scratch.is_global and m.lin.weight.is_global
+    g = flow.zeros(1, 1, 3, 3).to_global(placement=P2, sbp=flow.sbp.broadcast)
+    np.testing.assert_allclose(m(g).numpy()[0, 0, 2], [1 / 3] * 3)
+    m.to_local()
+    assert not m.bias.is_global
+    with pytest.raises(KeyError):
+        m.register_buffer("lin", flow.zeros(1))
+    with pytest.raises(TypeError):
+        m.register_buffer("other", [1, 2])

@@ -35,18 +35,67 @@ class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError("call super().__init__() before assigning attributes of a Module")
+        if name in self._buffers and (value is None or isinstance(value, Tensor)) \
+                and not isinstance(value, Parameter):
+            # assigning a registered buffer replaces it, as PyTorch
+            self._buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
         object.__setattr__(self, name, value)
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor that is part of the module's state but not a parameter (a causal mask,
+        running statistics): ``self.name``, in ``buffers()``, converted by ``to_global``, and in
+        ``state_dict`` unless ``persistent=False``."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("call super().__init__() before register_buffer")
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"register_buffer: a buffer name is a non-empty str without '.', got "
+                           f"{name!r}")
+        if hasattr(self, name) and name not in self._buffers:
+            raise KeyError(f"register_buffer: attribute {name!r} already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a tensor or None, got "
+                            f"{type(tensor).__name__}")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
+
+    def named_buffers(self, prefix="", recurse=True):
+        """``(dotted name, buffer)`` pairs of this module and (``recurse``) its sub-modules."""
+        modules = self.named_modules(prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]
+        for mod_name, m in modules:
+            for name, b in m._buffers.items():
+                if b is not None:
+                    yield (mod_name + "." if mod_name else "") + name, b
+
+    def buffers(self, recurse=True):
+        """The buffers of this module and (``recurse``) its sub-modules."""
+        return [b for _, b in self.named_buffers(recurse=recurse)]
+
+    def _state_buffers(self):
+        """``(dotted name, module, buffer name)`` of every persistent buffer."""
+        for mod_name, m in self.named_modules():
+            for name, b in m._buffers.items():
+                if b is not None and name not in m._non_persistent:
+                    yield (mod_name + "." if mod_name else "") + name, m, name
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward")
@@ -107,7 +156,10 @@ class Module:
         """Parameter name to tensor (detached handles on the parameters' storage); a tied
         parameter under each of its names, as PyTorch's."""
         params = self.named_parameters(remove_duplicate=False)
-        return OrderedDict((n, p.detach()) for n, p in params)
+        out = OrderedDict((n, p.detach()) for n, p in params)
+        for name, m, key in self._state_buffers():
+            out[name] = m._buffers[key].detach()
+        return out
 
     def load_state_dict(self, state_dict, strict=True):
         """Writes ``state_dict``'s tensors (any layout: ``flow.load``'s local ones, another
@@ -116,6 +168,7 @@ class Module:
         from ..serialization import assign
 
         own = OrderedDict(self.named_parameters(remove_duplicate=False))
+        own.update((name, m._buffers[key]) for name, m, key in self._state_buffers())
         if strict:
             missing = [n for n in own if n not in state_dict]
             unexpected = [n for n in state_dict if n not in own]
@@ -128,10 +181,15 @@ class Module:
         return self
 
     def to_global(self, placement=None, sbp=None):
-        """Converts every parameter to ``placement`` and ``sbp`` in place; returns the module."""
+        """Converts every parameter (in place) and buffer to ``placement`` and ``sbp``; returns
+        the module."""
         with _gflow.no_grad():
             for p in self.parameters():
                 p.data = p.to_global(placement=placement, sbp=sbp)
+            for m in self.modules():
+                for name, b in list(m._buffers.items()):
+                    if b is not None:
+                        setattr(m, name, b.to_global(placement=placement, sbp=sbp))
         return self
 
     def to_local(self):
@@ -139,6 +197,10 @@ class Module:
         with _gflow.no_grad():
             for p in self.parameters():
                 p.data = p.to_local()
+            for m in self.modules():
+                for name, b in list(m._buffers.items()):
+                    if b is not None and b.is_global:
+                        setattr(m, name, b.to_local())
         return self
 
     def train(self, mode=True):
