@@ -29,6 +29,10 @@ class Optimizer:
         self._make = make
         self._groups = groups
         self.params = [p for g in groups for p in g["params"]]
+        if len({id(p) for p in self.params}) != len(self.params):
+            # a parameter stepped twice per step would train wrongly (PyTorch refuses it too)
+            raise ValueError("some parameters appear more than once (in one parameter group or "
+                             "in several); a tied parameter belongs in the list once")
         self._build()
 
     def _build(self):

@@ -192,6 +192,8 @@ def test_adamw_param_groups_as_nanogpt_builds_them():
     np.testing.assert_array_equal(again.state_dict()["state"]["1.exp_avg"].numpy(),
                                   sd["state"]["1.exp_avg"].numpy())
     assert again.param_groups[1]["lr"] == 2e-3
+    with pytest.raises(ValueError, match="more than once"):
+        flow.optim.AdamW([{"params": [w]}, {"params": [w, b]}])
     with pytest.raises(TypeError, match="unknown param group options"):
         flow.optim.AdamW([{"params": [w], "momentum": 0.9}])
 
