@@ -88,7 +88,7 @@ def _run_as_launcher():
 if not _run_as_launcher():
     _gflow.init()
 
-from . import sbp, env, nn, optim, distributed  # noqa: E402  (after joining the job)
+from . import sbp, env, nn, optim, distributed, comm  # noqa: E402  (after joining the job)
 
 
 class no_grad:

@@ -37,3 +37,19 @@ def test_two_ranks(tmp_path):
         assert field(job, r, "inplace_sgd_ok") == (
             "True True (flow.sbp.split(dim=0),) (flow.sbp.broadcast,) True")
     assert field(job, 0, "saved_w0") == field(job, 1, "saved_w0")
+
+
+def test_comm_collectives_on_local_tensors():
+    n = 3
+    job = launch(Path(__file__).with_name("dist_comm.py"), n)
+    assert job.rc == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    values = lambda r, k: eval(field(job, r, k))  # noqa: E731  (lists of numbers)
+    for r in range(n):
+        assert values(r, "all_reduce") == [6.0, 30.0]
+        assert values(r, "all_gather") == [0, 0, 1, -1, 2, -2]
+        assert values(r, "broadcast") == [1.5, 7.0]
+        assert values(r, "reduce") == ([3.0] if r == 0 else [float(r)])
+        assert values(r, "scatter") == [10.0 * r, r + 0.5]
+        assert values(r, "reduce_scatter") == [300.0 + 3 * r, 3.0]
+        assert values(r, "all_to_all") == [10.0 * j + r for j in range(n)]
+        assert field(job, r, "barrier") == "ok"
