@@ -53,3 +53,13 @@ def test_comm_collectives_on_local_tensors():
         assert values(r, "reduce_scatter") == [300.0 + 3 * r, 3.0]
         assert values(r, "all_to_all") == [10.0 * j + r for j in range(n)]
         assert field(job, r, "barrier") == "ok"
+
+
+def test_distributed_data_parallel_equals_full_batch_training():
+    job = launch(Path(__file__).with_name("dist_ddp.py"), 2)
+    assert job.rc == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    for r in range(2):
+        assert field(job, r, "ddp_equal") == "True"
+        assert field(job, r, "ddp_keys") == "['module.0.weight', 'module.0.bias']"
+    # every rank started from rank 0's parameters, though each made its own
+    assert field(job, 0, "ddp_start") == field(job, 1, "ddp_start")

@@ -14,7 +14,7 @@ from . import functional, init, utils
 __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
     "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "ModuleDict", "Embedding", "MSELoss", "CrossEntropyLoss",
-    "LayerNorm", "RMSNorm", "functional", "init", "utils",
+    "LayerNorm", "RMSNorm", "functional", "init", "parallel", "utils",
 ]
 
 
@@ -524,3 +524,6 @@ class RMSNorm(_Norm):
                 f"got {shape}")
         self._setup(_gflow._Norm.rms_norm(shape[0], float(1e-6 if eps is None else eps)),
                     shape, eps, elementwise_affine, ("weight",))
+
+
+from . import parallel  # noqa: E402  (it subclasses Module)
