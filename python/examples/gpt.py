@@ -201,16 +201,19 @@ def main():
               f"batch {a.batch_size} x {a.block_size}")
 
     t0 = time.time()
+    step_times = []
     for it in range(a.steps):
         lr = get_lr(it, max(1, a.steps // 20), a.steps, a.lr, a.lr / 10)
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(train, it, a.batch_size, a.block_size, a.seed)
+        t_step = time.perf_counter()
         _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         flow.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        step_times.append(time.perf_counter() - t_step)
         if it % a.log_every == 0 or it == a.steps - 1:
             # a global tensor's value is a collective: every rank asks, rank 0 prints
             lossf = loss.item()
@@ -220,6 +223,11 @@ def main():
                 print(f"step {it}: loss {lossf:.4f}, lr {lr:.2e}, {tokens / dt:.0f} tokens/s",
                       flush=True)
 
+    if rank0:
+        # the median step (forward, backward, clipping, update) past the first quarter: the
+        # figure benches/peers/nanogpt_torch.py gives for PyTorch
+        step = float(np.median(step_times[len(step_times) // 4:]))
+        print(f"median step {step * 1e3:.1f} ms, {a.batch_size * a.block_size / step:.0f} tokens/s")
     with flow.no_grad():
         losses = [model(*get_batch(val, k, a.batch_size, a.block_size, a.seed + 1))[1].item()
                   for k in range(4)]
