@@ -10,14 +10,17 @@ from . import _gflow
 from ._gflow import Tensor
 
 
-def _like(t, dtype):
-    """Creation keywords for a new tensor where ``t`` is: its placement (broadcast) or device."""
-    kw = {"dtype": t.dtype if dtype is None else dtype}
+def where(t):
+    """Creation keywords for a new tensor where ``t`` is: its placement (broadcast) or its
+    device."""
     if t.is_global:
-        kw.update(placement=t.placement, sbp=[_gflow.broadcast] * len(t.sbp))
-    else:
-        kw["device"] = t.device
-    return kw
+        return {"placement": t.placement, "sbp": [_gflow.broadcast] * len(t.sbp)}
+    return {"device": t.device}
+
+
+def _like(t, dtype):
+    """[`where`]'s keywords and ``t``'s dtype unless ``dtype``."""
+    return dict(where(t), dtype=t.dtype if dtype is None else dtype)
 
 
 def _size(size):

@@ -96,9 +96,9 @@ def one_hot(tensor, num_classes=-1):
     -1), one more dim at the end."""
     if num_classes < 0:
         num_classes = int(tensor.max().item()) + 1
-    kw = ({"placement": tensor.placement, "sbp": [_gflow.broadcast] * len(tensor.sbp)}
-          if tensor.is_global else {"device": tensor.device})
-    classes = _gflow.arange(num_classes, **kw)
+    from .._methods import where
+
+    classes = _gflow.arange(num_classes, **where(tensor))
     return (tensor.unsqueeze(-1) == classes).to(_gflow.int64)
 
 

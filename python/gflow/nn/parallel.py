@@ -13,6 +13,7 @@ import contextlib
 
 from .. import _gflow
 from .._gflow import Tensor
+from ..comm import _world
 from . import Module
 
 __all__ = ["DistributedDataParallel"]
@@ -35,11 +36,8 @@ class DistributedDataParallel(Module):
         if any(p.is_global for p in params):
             raise ValueError("DistributedDataParallel wraps a module of local parameters; a "
                              "module already on global tensors needs no wrapper")
-        first = params[0] if params else None
-        kind = str(first.device).split(":")[0] if first is not None else "cpu"
-        n = _gflow.get_world_size()
-        self._placement = _gflow.placement("cpu" if kind == "cpu" else "gpu", list(range(n)))
-        self._world = n
+        self._placement = _world(params[0] if params else _gflow.zeros(1))
+        self._world = _gflow.get_world_size()
         with _gflow.no_grad():
             for p in params:
                 p.data = self._from_rank0(p)
