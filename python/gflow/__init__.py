@@ -112,6 +112,68 @@ class no_grad:
         return wrapped
 
 
+class _GradMode:
+    """Sets the recording mode for its ``with`` block (or, as a decorator, for each call) and
+    restores the one before."""
+
+    def _depth(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._before = _gflow._swap_grad_depth(self._depth())
+        return self
+
+    def __exit__(self, *exc):
+        _gflow._swap_grad_depth(self._before)
+        return False
+
+    def __call__(self, f):
+        @_functools.wraps(f)
+        def wrapped(*args, **kwargs):
+            with type(self)(*self._args):
+                return f(*args, **kwargs)
+
+        return wrapped
+
+
+class enable_grad(_GradMode):
+    """``with flow.enable_grad():`` records operations again inside ``no_grad``, as
+    PyTorch's."""
+
+    _args = ()
+
+    def _depth(self):
+        return 0
+
+
+class inference_mode(_GradMode):
+    """``with flow.inference_mode():`` (or ``@flow.inference_mode()``): no recording, as
+    ``no_grad`` (``mode=False`` records)."""
+
+    def __init__(self, mode=True):
+        self._args = (mode,)
+
+    def _depth(self):
+        return 1 if self._args[0] else 0
+
+
+class set_grad_enabled(_GradMode):
+    """``flow.set_grad_enabled(False)`` stops recording at once (a call), or for a ``with``
+    block, after which the mode before comes back, as PyTorch's."""
+
+    def __init__(self, mode):
+        self._args = (True if mode else False,)
+        self._before = _gflow._swap_grad_depth(0 if mode else 1)
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, f):
+        # as a decorator, the mode is set per call, not from now on
+        _gflow._swap_grad_depth(self._before)
+        return super().__call__(f)
+
+
 def matmul(input, other):
     """The matrix product ``input @ other`` as PyTorch's (2-D, batched with broadcasting, 1-D
     operands), local or global."""

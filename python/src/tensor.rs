@@ -99,6 +99,13 @@ impl NoGrad {
     }
 }
 
+/// Sets this thread's depth of `no_grad` scopes (0: operations are recorded) and returns the
+/// depth before: what `flow.set_grad_enabled` and `flow.enable_grad` set and restore.
+#[pyfunction]
+pub fn _swap_grad_depth(depth: usize) -> usize {
+    NO_GRAD.with(|d| d.replace(depth))
+}
+
 /// Whether operations on this thread are recorded for autograd.
 #[pyfunction]
 pub fn is_grad_enabled() -> bool {

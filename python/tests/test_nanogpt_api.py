@@ -240,3 +240,51 @@ def test_buffers_as_torch():
         m.register_buffer("lin", flow.zeros(1))
     with pytest.raises(TypeError):
         m.register_buffer("other", [1, 2])
+
+
+def test_module_conveniences_and_grad_modes_as_torch():
+    m = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    m.register_buffer("steps", flow.zeros(1, dtype=flow.int64))
+    assert m.to("cpu") is m and m.cpu() is m
+    assert m.to(flow.float64)[0].weight.dtype == flow.float64
+    assert m.steps.dtype == flow.int64  # only floating tensors are cast
+    assert m.float()[0].bias.dtype == flow.float32 and m.half()[0].weight.dtype == flow.float16
+    assert m.bfloat16()[0].weight.dtype == flow.bfloat16 and m.double()[0].weight.dtype == flow.float64
+    assert m.to(device="cpu", dtype=flow.float32)[0].weight.dtype == flow.float32
+    assert not m.requires_grad_(False)[0].weight.requires_grad
+    assert m.requires_grad_()[0].weight.requires_grad
+    opt = flow.optim.SGD(m.parameters(), lr=0.1)
+    m.double()  # an optimizer built before follows the converted parameters
+    m(flow.randn(4, 2, dtype=flow.float64)).sum().backward()
+    opt.step()
+    m.zero_grad(set_to_none=False)
+    assert m[0].weight.grad is not None and not m[0].weight.grad.numpy().any()
+    m.zero_grad()
+    assert m[0].weight.grad is None
+    with pytest.raises(TypeError):
+        m.to(memory_format=None)
+
+    x = flow.randn(2, requires_grad=True)
+    with flow.no_grad():
+        with flow.enable_grad():
+            assert (x * 2).requires_grad
+        assert not (x * 2).requires_grad
+    flow.set_grad_enabled(False)
+    assert not flow.is_grad_enabled() and not (x * 2).requires_grad
+    flow.set_grad_enabled(True)
+    assert (x * 2).requires_grad
+    with flow.set_grad_enabled(False):
+        assert not (x * 2).requires_grad
+    assert (x * 2).requires_grad
+    with flow.inference_mode():
+        assert not (x * 2).requires_grad
+
+    @flow.inference_mode()
+    def infer():
+        return (x * 2).requires_grad
+
+    @flow.set_grad_enabled(False)
+    def frozen():
+        return (x * 2).requires_grad
+
+    assert not infer() and not frozen() and (x * 2).requires_grad

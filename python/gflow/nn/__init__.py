@@ -211,9 +211,73 @@ class Module:
     def eval(self):
         return self.train(False)
 
-    def zero_grad(self):
+    def zero_grad(self, set_to_none=True):
+        """Clears every parameter's gradient (zeros it in place when ``set_to_none=False``)."""
         for p in self.parameters():
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    def requires_grad_(self, requires_grad=True):
+        """Sets ``requires_grad`` of every parameter (freezing a model); returns it."""
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def to(self, *args, **kwargs):
+        """``model.to(device)``, ``model.to(dtype)`` or both, as PyTorch's: every parameter
+        (in place) and buffer moved to the device, and the floating ones cast to the dtype;
+        returns the module. Global parameters stay on their placement (a device names where
+        local tensors live)."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"Module.to: unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, _gflow.dtype):
+                dtype = a
+            elif isinstance(a, Tensor):
+                dtype = a.dtype if a.is_floating_point() else dtype
+            else:
+                device = a
+        if device is None and dtype is None:
+            return self
+
+        def moved(t):
+            if device is not None and not t.is_global:
+                t = t.to(device)
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t
+
+        with _gflow.no_grad():
+            for p in self.parameters():
+                p.data = moved(p)
+            for m in self.modules():
+                for name, b in list(m._buffers.items()):
+                    if b is not None:
+                        setattr(m, name, moved(b))
+        return self
+
+    def cpu(self):
+        """``self.to("cpu")``."""
+        return self.to("cpu")
+
+    def float(self):
+        """Floating parameters and buffers as float32."""
+        return self.to(_gflow.float32)
+
+    def double(self):
+        """Floating parameters and buffers as float64."""
+        return self.to(_gflow.float64)
+
+    def half(self):
+        """Floating parameters and buffers as float16."""
+        return self.to(_gflow.float16)
+
+    def bfloat16(self):
+        """Floating parameters and buffers as bfloat16."""
+        return self.to(_gflow.bfloat16)
 
     def extra_repr(self):
         return ""
