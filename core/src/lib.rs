@@ -53,6 +53,7 @@ pub use env::{Env, manual_seed, simulate};
 pub use error::{Error, Result};
 pub use ops::Dims;
 pub use placement::{DeviceType, IntoRanks, Placement, Ranks};
+pub use recycle::empty_cache;
 pub use reduce::ReduceOp;
 pub use sbp::{NdSbp, Sbp};
 pub use state_dict::StateDict;

@@ -60,6 +60,23 @@ pub(crate) fn for_overwrite(dtype: DType, n: usize) -> HostData {
     HostData::filled(dtype, n, 0.0)
 }
 
+/// Frees every buffer kept for reuse and forgets the lengths asked for (PyTorch's
+/// `empty_cache`: memory back to the system between phases of a job); returns the bytes
+/// freed. Boxing keeps buffers again as it asks for outputs.
+///
+/// ```
+/// let freed = gflow_core::empty_cache();
+/// assert_eq!(gflow_core::empty_cache(), 0, "nothing kept after {freed} bytes were freed");
+/// ```
+pub fn empty_cache() -> usize {
+    let mut pool = pool();
+    let freed = pool.bytes;
+    pool.held.clear();
+    pool.wanted.clear();
+    pool.bytes = 0;
+    freed
+}
+
 /// Keeps `data` for [`for_overwrite`] when an output of its dtype and length was asked for
 /// recently (freeing the oldest kept buffers to make room); else it is freed.
 pub(crate) fn give(data: HostData) {

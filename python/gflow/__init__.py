@@ -50,6 +50,7 @@ from ._gflow import (
     stack,
     where,
     manual_seed,
+    empty_cache,
     is_grad_enabled,
     Error,
     PlacementError,

@@ -49,6 +49,13 @@ fn manual_seed(seed: u64) {
     gflow::manual_seed(seed);
 }
 
+/// Frees the host buffers gflow keeps for reuse by boxing outputs (as PyTorch's
+/// `empty_cache`); returns the bytes freed.
+#[pyfunction]
+fn empty_cache() -> usize {
+    gflow::empty_cache()
+}
+
 #[pymodule]
 fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(m)?;
@@ -98,5 +105,6 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_world_size, m)?)?;
     m.add_function(wrap_pyfunction!(get_local_rank, m)?)?;
     m.add_function(wrap_pyfunction!(manual_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     Ok(())
 }

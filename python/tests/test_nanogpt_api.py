@@ -288,3 +288,5 @@ def test_module_conveniences_and_grad_modes_as_torch():
         return (x * 2).requires_grad
 
     assert not infer() and not frozen() and (x * 2).requires_grad
+    # the boxing buffer pool empties on request (its filling is tests/empty_cache.rs's)
+    assert isinstance(flow.empty_cache(), int) and flow.empty_cache() == 0
