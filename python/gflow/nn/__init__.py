@@ -180,28 +180,27 @@ class Module:
                 assign(p, state_dict[name])
         return self
 
+    def _convert(self, f, buffers=True):
+        """Every parameter's value replaced by ``f(parameter)`` in place (handles held
+        elsewhere, optimizers', follow) and, with ``buffers``, every buffer by ``f(buffer)``;
+        returns the module."""
+        with _gflow.no_grad():
+            for p in self.parameters():
+                p.data = f(p)
+            for m in self.modules() if buffers else ():
+                for name, b in list(m._buffers.items()):
+                    if b is not None:
+                        setattr(m, name, f(b))
+        return self
+
     def to_global(self, placement=None, sbp=None):
         """Converts every parameter (in place) and buffer to ``placement`` and ``sbp``; returns
         the module."""
-        with _gflow.no_grad():
-            for p in self.parameters():
-                p.data = p.to_global(placement=placement, sbp=sbp)
-            for m in self.modules():
-                for name, b in list(m._buffers.items()):
-                    if b is not None:
-                        setattr(m, name, b.to_global(placement=placement, sbp=sbp))
-        return self
+        return self._convert(lambda t: t.to_global(placement=placement, sbp=sbp))
 
     def to_local(self):
-        """Every parameter back to this rank's component; returns the module."""
-        with _gflow.no_grad():
-            for p in self.parameters():
-                p.data = p.to_local()
-            for m in self.modules():
-                for name, b in list(m._buffers.items()):
-                    if b is not None and b.is_global:
-                        setattr(m, name, b.to_local())
-        return self
+        """Every parameter and buffer back to this rank's component; returns the module."""
+        return self._convert(lambda t: t.to_local() if t.is_global else t)
 
     def train(self, mode=True):
         for _, m in self.named_modules():
@@ -250,14 +249,7 @@ class Module:
                 t = t.to(dtype)
             return t
 
-        with _gflow.no_grad():
-            for p in self.parameters():
-                p.data = moved(p)
-            for m in self.modules():
-                for name, b in list(m._buffers.items()):
-                    if b is not None:
-                        setattr(m, name, moved(b))
-        return self
+        return self._convert(moved)
 
     def cpu(self):
         """``self.to("cpu")``."""

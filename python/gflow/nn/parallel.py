@@ -38,17 +38,12 @@ class DistributedDataParallel(Module):
                              "module already on global tensors needs no wrapper")
         self._placement = _world(params[0] if params else _gflow.zeros(1))
         self._world = _gflow.get_world_size()
-        with _gflow.no_grad():
-            for p in params:
-                p.data = self._from_rank0(p)
-            if broadcast_buffers:
-                for m in module.modules():
-                    for name, b in list(m._buffers.items()):
-                        if b is not None and not b.is_global:
-                            setattr(m, name, self._from_rank0(b))
+        module._convert(self._from_rank0, buffers=broadcast_buffers)
 
     def _from_rank0(self, t):
-        """Rank 0's value of the local ``t`` as a global tensor broadcast over every rank."""
+        """Rank 0's value of ``t`` (local) as a global tensor broadcast over every rank."""
+        if t.is_global:
+            return t
         mine = t.detach()
         if _gflow.get_rank() != 0:
             mine = _gflow.zeros(*t.shape, dtype=t.dtype, device=t.device)
