@@ -62,16 +62,12 @@ impl Tensor {
             Tensor::arange_dtype(shape[dim], DType::I64, target_like(self))?.reshape(&shape)?;
         let mut open =
             Tensor::full_dtype(&[], 1.0, DType::F32, target_like(self))?.expand(self.shape())?;
+        let neg_inf = Tensor::full_dtype(&[], f64::NEG_INFINITY, work.dtype(), target_like(self))?;
         let mut picks = Vec::with_capacity(k);
         for _ in 0..k {
             let best = work.argmax(dim, true)?;
             let first_open = open.argmax(dim, true)?;
-            let exhausted = work.max(dim, true)?.eq(&Tensor::full_dtype(
-                &[],
-                f64::NEG_INFINITY,
-                work.dtype(),
-                target_like(self),
-            )?)?;
+            let exhausted = work.max(dim, true)?.eq(&neg_inf)?;
             let pick = exhausted.where_cond(&first_open, &best)?;
             let hit = positions.eq(&pick)?;
             work = work.masked_fill(&hit, f64::NEG_INFINITY)?;
