@@ -224,6 +224,22 @@ fn apply(
         "erf" => one(x.erf()?),
         "gelu" => one(x.gelu()?),
         "gelu_erf" => one(x.gelu_erf()?),
+        "sign" => one(x.sign()?),
+        "log1p" => one(x.log1p()?),
+        "expm1" => one(x.expm1()?),
+        "sort" => {
+            let (v, i) = x.sort(arg_usize(a, "dim"), arg_bool(a, "descending"))?;
+            Ok((vec![v, i], xs.to_vec()))
+        }
+        "argsort" => one(x.argsort(arg_usize(a, "dim"), arg_bool(a, "descending"))?),
+        "topk" => {
+            let (v, i) = x.topk(
+                arg_usize(a, "k"),
+                arg_usize(a, "dim"),
+                arg_bool(a, "largest"),
+            )?;
+            Ok((vec![v, i], xs.to_vec()))
+        }
         "pow" => one(x.pow(arg_f64(a, "exponent"))?),
         "clamp" => one(x.clamp(a["min"].as_f64(), a["max"].as_f64())?),
         "maximum" => one(x.maximum(&xs[1])?),

@@ -293,6 +293,30 @@ def clip(max_norm, scale):
 clip(1.0, 1.0)  # norm about 5: clipped
 clip(100.0, 1.0)  # not clipped: the grads come back unchanged
 
+# ---- session 25: sign, log1p, expm1; sort, argsort and topk (stable; ties from small integers) ----
+case("sign", "sign", {}, [torch.cat([ints(-2, 3, 6), randn(6)]).reshape(3, 4)], torch.sign)
+case("sign_i64", "sign", {}, [ints(-3, 4, 2, 5, dtype=torch.int64)], torch.sign, grad=False)
+tiny = torch.tensor([1e-12, -3e-9, 2.5e-6, -1e-4, 0.01, -0.3, 0.9, 5.0], dtype=torch.float64)
+case("log1p", "log1p", {}, [torch.cat([tiny, pos(4)])], torch.log1p)
+case("log1p_f32", "log1p", {}, [torch.cat([tiny, pos(4)]).float()], torch.log1p)
+case("expm1", "expm1", {}, [torch.cat([tiny, -pos(4)])], torch.expm1)
+case("expm1_f32", "expm1", {}, [torch.cat([tiny, randn(4)]).float()], torch.expm1)
+for dim in (0, 1):
+    for desc in (False, True):
+        tag = f"d{dim}_{'desc' if desc else 'asc'}"
+        case(f"sort_{tag}", "sort", {"dim": dim, "descending": desc}, [ints(-3, 4, 5, 6) / 2],
+             lambda x, dim=dim, desc=desc: tuple(torch.sort(x, dim=dim, descending=desc, stable=True)))
+        case(f"argsort_{tag}_i64", "argsort", {"dim": dim, "descending": desc},
+             [ints(-3, 4, 4, 7, dtype=torch.int64)],
+             lambda x, dim=dim, desc=desc: torch.argsort(x, dim=dim, descending=desc, stable=True),
+             grad=False)
+case("sort_f32_3d", "sort", {"dim": 2, "descending": False}, [randn(2, 3, 9, dtype=torch.float32)],
+     lambda x: tuple(torch.sort(x, dim=2)))
+for largest in (True, False):
+    case(f"topk_{'largest' if largest else 'smallest'}", "topk", {"k": 3, "dim": 1, "largest": largest},
+         [randn(4, 8)],  # distinct values: PyTorch's topk does not order ties by index
+         lambda x, largest=largest: tuple(torch.topk(x, 3, dim=1, largest=largest)))
+
 with open(a.out, "w") as f:
     json.dump(CASES, f, separators=(",", ":"))
     f.write("\n")

@@ -786,6 +786,17 @@ macro_rules! kernel_table {
             host {
                 Ok(select::arg_reduce(x, shape, dim, max))
             };
+            /// The (I64) positions that sort each line of `x` along `dim`, ascending or
+            /// `descending`: stable, NaN above every number (PyTorch's `sort(stable=True)`).
+            fn argsort(
+                &self,
+                x: compute,
+                shape: val<&[usize]>,
+                dim: val<usize>,
+                descending: val<bool>
+            ) host {
+                Ok(select::argsort(x, shape, dim, descending))
+            };
             /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
             fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
                 let copy = $crate::shape::StridedCopy::permute(shape, perm);

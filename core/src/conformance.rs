@@ -61,7 +61,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, comparisons, where_select, casts, index_gathers,
+            triangle_masks, arg_reductions, argsorts, comparisons, where_select, casts, index_gathers,
             half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
             squared_sums, attentions, packed_attentions, nan_max_min);
     };
@@ -356,6 +356,8 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Ceil => x.ceil(),
         UnaryOp::Round => x.round_ties_even(),
         UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
     }
 }
 
@@ -365,10 +367,28 @@ pub fn unary_ops<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     use UnaryOp::*;
     for dtype in computed(b) {
         for &op in UnaryOp::ALL {
-            let x = rounded(dtype, &vals(37, 1, matches!(op, Log | Sqrt | Rsqrt)));
+            let x = rounded(
+                dtype,
+                &vals(37, 1, matches!(op, Log | Sqrt | Rsqrt | Log1p)),
+            );
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &buf(dtype, &x))?;
             expect(b, &format!("{op:?}"), &got, &want, dtype)?;
+        }
+        // log1p and expm1 exist for their relative precision near 0, which the check above
+        // (an absolute tolerance there) does not see.
+        let small = rounded(dtype, &[1e-7, -3e-6, 2.5e-4, -0.01, 0.3, -0.45, 0.9, 1.7]);
+        for op in [Log1p, Expm1] {
+            let want: Vec<f64> = small.iter().map(|&v| unary_ref(op, v)).collect();
+            let got: Vec<f64> = b.unary(op, &buf(dtype, &small))?.host()?.to_vec();
+            for ((g, w), v) in got.iter().zip(&want).zip(&small) {
+                if (g - w).abs() > 4.0 * tol(dtype) * w.abs() {
+                    return Err(Error::InvalidArgument {
+                        op: "conformance",
+                        reason: format!("{} {op:?}({v}) ({dtype}): {g}, want {w}", b.name()),
+                    });
+                }
+            }
         }
         for op in [GeluGrad, GeluErfGrad, SiluGrad] {
             let x = rounded(dtype, &vals(1037, 2, false));
@@ -1310,6 +1330,65 @@ pub fn arg_reductions<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         let empty = buf(dtype, &[]);
         let got = b.arg_reduce(&empty, &[3, 0], 1, true)?;
         expect(b, "arg_reduce of an empty dim", &got, &[0.0; 3], DType::I64)?;
+    }
+    Ok(())
+}
+
+/// argsort along each dim in both orders, stable, with ties (-0 and 0 among them) and NaNs
+/// (above every number), against a stable sort; a line longer than a GPU pass; an empty tensor.
+pub fn argsorts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let sort_ref = |x: &[f64], shape: &[usize], dim: usize, descending: bool| -> Vec<f64> {
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let mut out = vec![0.0; x.len()];
+        for line in 0..x.len() / len.max(1) {
+            let base = line / inner * len * inner + line % inner;
+            let at = |j: usize| x[base + j * inner];
+            let mut order: Vec<usize> = (0..len).collect();
+            order.sort_by(|&p, &q| {
+                let c = (at(p).is_nan(), at(p))
+                    .partial_cmp(&(at(q).is_nan(), at(q)))
+                    .unwrap_or(std::cmp::Ordering::Equal);
+                if descending { c.reverse() } else { c }
+            });
+            for (r, &p) in order.iter().enumerate() {
+                out[base + r * inner] = p as f64;
+            }
+        }
+        out
+    };
+    for dtype in computed(b) {
+        let shape = [4, 6, 5];
+        let mut x: Vec<f64> = vals(120, 41, false).iter().map(|v| v.round()).collect();
+        x[3] = -0.0;
+        for i in [33, 98, 99, 118] {
+            x[i] = f64::NAN;
+        }
+        x[50] = f64::INFINITY;
+        x[51] = f64::NEG_INFINITY;
+        let x = rounded(dtype, &x);
+        let xb = buf(dtype, &x);
+        for dim in 0..3 {
+            for descending in [false, true] {
+                let got = b.argsort(&xb, &shape, dim, descending)?;
+                let what = format!("argsort dim={dim} descending={descending}");
+                expect(
+                    b,
+                    &what,
+                    &got,
+                    &sort_ref(&x, &shape, dim, descending),
+                    DType::I64,
+                )?;
+            }
+        }
+        // lines of 20000 (two GPU passes), values with many ties
+        let long = 20_000;
+        let x: Vec<f64> = (0..2 * long).map(|i| ((i * 7919) % 1000) as f64).collect();
+        let xb = buf(dtype, &x);
+        let got = b.argsort(&xb, &[2, long], 1, true)?;
+        let want = sort_ref(&x, &[2, long], 1, true);
+        expect(b, "argsort long lines", &got, &want, DType::I64)?;
+        let got = b.argsort(&buf(dtype, &[]), &[3, 0], 1, false)?;
+        expect(b, "argsort of an empty dim", &got, &[], DType::I64)?;
     }
     Ok(())
 }

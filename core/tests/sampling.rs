@@ -1,11 +1,13 @@
-//! `topk` against a stable sort in f64 (ties to the lower index, NaN first, `-inf` rows), on
-//! 3 uneven ranks and a 2x2 placement with the dim split or not, its gradient (ones at the
-//! picks); `multinomial`'s frequencies against its weights, draws without replacement
+//! `sort`, `argsort` and `topk` against a stable sort in f64 (ties to the lower index, NaN above
+//! every number, `-inf` rows) in every dtype, on 3 uneven ranks and a 2x2 placement with the
+//! dim split or not (a split elsewhere moves nothing), their gradients (the output gradient at
+//! the picks); `multinomial`'s frequencies against its weights, draws without replacement
 //! distinct, the same draws on any placement for one seed, and every bad argument refused.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use gflow_core::{
-    DType, Device, Error, NdSbp, Placement, Result, Sbp, Tensor, manual_seed, simulate,
+    DType, Device, Error, NdSbp, Placement, Result, Sbp, Tensor, comm_stats, manual_seed,
+    reset_comm_stats, simulate,
 };
 
 mod reference;
@@ -17,7 +19,7 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
 }
 
 /// Per lane along `dim` of a row-major `shape`: the `k` (value, index) pairs a stable sort
-/// puts first (descending when `largest`; NaN before everything, as PyTorch).
+/// puts first (descending when `largest`; NaN above every number, as PyTorch).
 fn reference(
     v: &[f64],
     shape: &[usize],
@@ -35,20 +37,12 @@ fn reference(
         for i in 0..inner {
             let mut lane: Vec<(usize, f64)> =
                 (0..n).map(|j| (j, v[(o * n + j) * inner + i])).collect();
-            let rank = |x: f64| {
-                if x.is_nan() {
-                    f64::INFINITY
-                } else if largest {
-                    x
-                } else {
-                    -x
-                }
-            };
-            // NaN ranks as +inf but ahead of a real +inf: sort by (is NaN, rank) descending
+            // NaN above +inf, NaNs alike: sort by (is NaN, value), a stable sort
             lane.sort_by(|a, b| {
-                (b.1.is_nan(), rank(b.1))
-                    .partial_cmp(&(a.1.is_nan(), rank(a.1)))
-                    .unwrap()
+                let c = (a.1.is_nan(), a.1)
+                    .partial_cmp(&(b.1.is_nan(), b.1))
+                    .unwrap_or(std::cmp::Ordering::Equal);
+                if largest { c.reverse() } else { c }
             });
             for (r, &(j, x)) in lane.iter().take(k).enumerate() {
                 vals[(o * k + r) * inner + i] = x;
@@ -110,11 +104,137 @@ fn topk_refuses_bad_arguments() {
         x.topk(1, 1, true),
         Err(Error::DimOutOfRange { .. })
     ));
-    let i = x.to_dtype(DType::I64).unwrap();
+    let b = x.to_dtype(DType::Bool).unwrap();
     assert!(matches!(
-        i.topk(1, 0, true),
+        b.topk(1, 0, true),
         Err(Error::UnsupportedDType { .. })
     ));
+    assert!(matches!(x.sort(1, false), Err(Error::DimOutOfRange { .. })));
+    assert!(matches!(
+        x.argsort(2, true),
+        Err(Error::DimOutOfRange { .. })
+    ));
+}
+
+/// A full sort is the reference with `k` the whole dim, in f64, f32, bf16 (the values are
+/// exact in each), I64, I32 and Bool; `argsort` gives the same positions; the smallest `k`
+/// leave NaN last.
+#[test]
+fn sort_equals_a_stable_sort_in_every_dtype() -> Result<()> {
+    for (shape, dim) in [
+        (vec![9], 0),
+        (vec![3, 10], 1),
+        (vec![10, 3], 0),
+        (vec![2, 7, 3], 1),
+    ] {
+        let n = shape[dim];
+        let mut v = values(shape.iter().product(), 11);
+        v[1] = f64::NAN;
+        v[2] = f64::NEG_INFINITY;
+        v[4] = -0.0;
+        let finite: Vec<f64> = v
+            .iter()
+            .map(|x| if x.is_finite() { *x } else { 0.0 })
+            .collect();
+        for descending in [false, true] {
+            let what = format!("{shape:?} dim {dim} descending {descending}");
+            let (want_v, want_i) = reference(&v, &shape, dim, n, descending);
+            for dtype in [DType::F64, DType::F32, DType::BF16] {
+                let x = Tensor::from_vec(v.clone(), &shape, Device::Cpu)?.to_dtype(dtype)?;
+                let (values, indices) = x.sort(dim, descending)?;
+                assert_eq!(indices.to_vec::<i64>()?, want_i, "{dtype} {what}");
+                assert_eq!(
+                    x.argsort(dim, descending)?.to_vec::<i64>()?,
+                    want_i,
+                    "{what}"
+                );
+                let got = values.to_dtype(DType::F64)?.to_vec::<f64>()?;
+                same(&got, &want_v, &format!("{dtype} {what}"));
+            }
+            // integers: the values times 8 (whole), with their own ties
+            let (want_v, want_i) = reference(&finite, &shape, dim, n, descending);
+            for dtype in [DType::I64, DType::I32] {
+                let x = Tensor::from_vec(finite.clone(), &shape, Device::Cpu)?
+                    .mul_scalar(8.0)?
+                    .to_dtype(dtype)?;
+                let (values, indices) = x.sort(dim, descending)?;
+                assert_eq!(
+                    (values.dtype(), indices.to_vec::<i64>()?),
+                    (dtype, want_i.clone())
+                );
+                let got = values.to_dtype(DType::F64)?.to_vec::<f64>()?;
+                let want: Vec<f64> = want_v.iter().map(|w| w * 8.0).collect();
+                same(&got, &want, &format!("{dtype} {what}"));
+            }
+            let bits: Vec<f64> = finite.iter().map(|&x| f64::from(x > 0.0)).collect();
+            let (want_v, want_i) = reference(&bits, &shape, dim, n, descending);
+            let b = Tensor::from_vec(bits.clone(), &shape, Device::Cpu)?.to_dtype(DType::Bool)?;
+            let (values, indices) = b.sort(dim, descending)?;
+            assert_eq!(indices.to_vec::<i64>()?, want_i, "bool {what}");
+            let want: Vec<bool> = want_v.iter().map(|&w| w > 0.5).collect();
+            assert_eq!(values.to_vec::<bool>()?, want, "bool {what}");
+        }
+    }
+    // topk of the smallest: NaN is the largest, so it comes last (PyTorch's)
+    let x = Tensor::from_vec(vec![1.0f32, f32::NAN, 0.0, 2.0], &[4], Device::Cpu)?;
+    let (values, indices) = x.topk(2, 0, false)?;
+    assert_eq!(
+        (values.to_vec::<f32>()?, indices.to_vec::<i64>()?),
+        (vec![0.0, 1.0], vec![2, 0])
+    );
+    Ok(())
+}
+
+/// `sort` on 3 uneven ranks and a 2x2 placement, along a split dim (gathered) or a whole one
+/// (a split on the other dim stays, and the sort moves no byte); the gradient of
+/// `sum(values * w)` puts each `w` where its value came from.
+#[test]
+fn sort_on_global_layouts_and_its_gradient() {
+    let shape = [5usize, 12];
+    let v = values(shape.iter().product(), 13);
+    for dim in [0, 1] {
+        let n = shape[dim];
+        let inner: usize = shape[dim + 1..].iter().product();
+        for descending in [false, true] {
+            let (want_v, want_i) = reference(&v, &shape, dim, n, descending);
+            let w: Vec<f64> = (0..v.len()).map(|i| i as f64 + 1.0).collect();
+            let mut want_g = vec![0.0; v.len()];
+            for (pos, &j) in want_i.iter().enumerate() {
+                let (o, i) = (pos / (n * inner), pos % inner);
+                want_g[(o * n + j as usize) * inner + i] = w[pos];
+            }
+            for (ranks, p, sbp) in reference::split_layouts() {
+                let other = sbp.as_slice().iter().all(|s| *s != Sbp::split(dim));
+                let out = simulate(ranks, |_| {
+                    let x = Tensor::from_vec(v.clone(), &shape, (&p, sbp.clone()))?
+                        .set_requires_grad(true);
+                    reset_comm_stats();
+                    let (values, indices) = x.sort(dim, descending)?;
+                    let moved = comm_stats().bytes_sent;
+                    let wt = Tensor::from_vec(w.clone(), &shape, (&p, sbp.clone()))?;
+                    (&values * &wt)?.sum(vec![], false)?.backward()?;
+                    Ok((
+                        values.to_vec::<f64>()?,
+                        indices.to_vec::<i64>()?,
+                        x.grad().unwrap().to_vec::<f64>()?,
+                        moved,
+                        values.sbp().cloned(),
+                    ))
+                })
+                .unwrap();
+                for (got_v, got_i, got_g, moved, out_sbp) in out {
+                    let what = format!("{p} {sbp} dim {dim} descending {descending}");
+                    same(&got_v, &want_v, &what);
+                    assert_eq!(got_i, want_i, "{what}");
+                    same(&got_g, &want_g, &format!("grad {what}"));
+                    if other {
+                        assert_eq!(moved, 0, "{what}: a sort along a whole dim moved bytes");
+                        assert_eq!(out_sbp, Some(sbp.clone()), "{what}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// On 3 uneven ranks and a 2x2 placement, the dim split or not, the picks equal the local ones

@@ -45,6 +45,10 @@ __device__ __forceinline__ float g_round(float x) { return rintf(x); }
 __device__ __forceinline__ double g_round(double x) { return rint(x); }
 __device__ __forceinline__ float g_trunc(float x) { return truncf(x); }
 __device__ __forceinline__ double g_trunc(double x) { return trunc(x); }
+__device__ __forceinline__ float g_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double g_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float g_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double g_expm1(double x) { return expm1(x); }
 __device__ __forceinline__ float g_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double g_rsqrt(double x) { return rsqrt(x); }
 __device__ __forceinline__ float pos_inf(float) { return __int_as_float(0x7f800000); }
@@ -97,6 +101,8 @@ template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     case UNARY_CEIL: return g_ceil(x);
     case UNARY_ROUND: return g_round(x);
     case UNARY_TRUNC: return g_trunc(x);
+    case UNARY_LOG1P: return g_log1p(x);
+    case UNARY_EXPM1: return g_expm1(x);
     default: return a * x + b;
     }
 }
@@ -357,6 +363,26 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
             }
         }
         out[o] = (i64)best;
+    }
+}
+
+// The positions that sort each line along the middle dim of x viewed as (outer, len, inner),
+// stably, NaN above every number (PyTorch's sort(stable=True)): one thread per element counts
+// the elements that go before it and writes its own position at that rank.
+template <typename T>
+__device__ void argsort_k(const T *x, i64 *out, u64 n, u64 len, u64 inner, int desc) {
+    FOR_EACH(t, n) {
+        u64 l = t / inner % len, line = t / (inner * len) * len * inner + t % inner, r = 0;
+        T v = x[line + l * inner];
+        bool vn = v != v;
+        for (u64 m = 0; m < len; ++m) {
+            T w = x[line + m * inner];
+            bool wn = w != w;
+            bool lt = !wn && (vn || w < v), gt = wn ? !vn : (!vn && w > v);
+            bool eq = wn ? vn : (!vn && w == v);
+            r += (desc ? gt : lt) || (eq && m < l);
+        }
+        out[line + r * inner] = (i64)l;
     }
 }
 
@@ -819,6 +845,10 @@ __device__ void attention_dkv_k(const T *q, const T *k, const T *v, const T *g, 
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void argsort_##S(const T *x, i64 *out, u64 n, u64 len, u64 inner,      \
+                                           int desc) {                                           \
+        argsort_k<T>(x, out, n, len, inner, desc);                                               \
     }                                                                                            \
     extern "C" __global__ void adam_##S(T *p, const T *g, T *m, T *v, u64 n, T lr, T b1, T b2,   \
                                         T c1, T c2, T k1, T k2, T eps, T wd, T shrink,           \

@@ -24,6 +24,33 @@ fn erf_f(v: f32) -> f32 {
     return select(e - 1.0, 1.0 - e, v >= 0.0);
 }
 
+// ln(1 + v) to f32 precision. Near 0 (where `log`'s error is absolute, 2^-21 in [0.5, 2], and
+// 1 + v rounds) it is 2 atanh(s) with s = v / (2 + v), |s| <= 1/3, summed as its odd series.
+fn log1p_f(v: f32) -> f32 {
+    if v < -0.5 || v > 1.0 {
+        return log(1.0 + v);
+    }
+    let s = v / (2.0 + v);
+    let s2 = s * s;
+    var p = 1.0 / 19.0;
+    for (var k = 17.0; k > 0.0; k -= 2.0) {
+        p = 1.0 / k + s2 * p;
+    }
+    return 2.0 * s * p;
+}
+
+// e^v - 1 to f32 precision: its Taylor series for |v| < 0.5 (no cancellation), else exp - 1.
+fn expm1_f(v: f32) -> f32 {
+    if abs(v) >= 0.5 {
+        return exp(v) - 1.0;
+    }
+    var p = 1.0;
+    for (var k = 11.0; k > 1.0; k -= 1.0) {
+        p = 1.0 + v * p / k;
+    }
+    return v * p;
+}
+
 fn sigmoid_f(v: f32) -> f32 {
     return 1.0 / (1.0 + exp(-v));
 }
@@ -73,6 +100,8 @@ fn unary_value(op: u32, v: f32, a: f32, b: f32) -> f32 {
         case UNARY_CEIL: { r = ceil(v); }
         case UNARY_ROUND: { r = round(v); }
         case UNARY_TRUNC: { r = trunc(v); }
+        case UNARY_LOG1P: { r = log1p_f(v); }
+        case UNARY_EXPM1: { r = expm1_f(v); }
         default: { r = a * v + b; }
     }
     return r;

@@ -12,6 +12,8 @@ min_result = namedtuple("min", ("values", "indices"))
 min_result.__doc__ = "``x.min(dim)``: the smallest values along ``dim`` and their indices."
 topk_result = namedtuple("topk", ("values", "indices"))
 topk_result.__doc__ = "``x.topk(k)``: the ``k`` largest values along ``dim`` and their indices."
+sort_result = namedtuple("sort", ("values", "indices"))
+sort_result.__doc__ = "``x.sort(dim)``: the values sorted along ``dim`` and where they came from."
 
 
 class GradFn:

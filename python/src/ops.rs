@@ -345,6 +345,12 @@ unary_ops! {
     ceil => ceil;
     /// Each element without its fraction (integers as they are).
     trunc => trunc;
+    /// `-1`, `0` or `1` by each element's sign (`0` for NaN), in its dtype.
+    sign => sign;
+    /// `ln(1 + x)`, exact where `x` is tiny.
+    log1p => log1p;
+    /// `e^x - 1`, exact where `x` is tiny.
+    expm1 => expm1;
 }
 
 #[pymethods]
@@ -469,8 +475,8 @@ impl PyTensor {
     }
 
     /// `x.topk(k, dim=-1, largest=True, sorted=True)`: the named tuple `(values, indices)` of
-    /// the `k` largest (smallest) elements along `dim`, in order (ties: the lower index first);
-    /// gradients flow to the chosen elements. O(k n) for a dim of n: meant for small `k`.
+    /// the `k` largest (smallest) elements along `dim`, in order (ties: the lower index first;
+    /// NaN above every number); gradients flow to the chosen elements.
     #[pyo3(signature = (k, dim = -1, largest = true, sorted = true))]
     fn topk<'py>(
         slf: &Bound<'py, Self>,
@@ -495,6 +501,53 @@ impl PyTensor {
         })?;
         crate::tensor::python_class(py, &TOPK, "topk_result")?
             .call1((PyTensor::new(values), PyTensor::new(indices)))
+    }
+
+    /// `x.sort(dim=-1, descending=False, stable=False)`: the named tuple `(values, indices)` of
+    /// `x` sorted along `dim` (always stably: equal elements keep their order; NaN above every
+    /// number), as `torch.sort`; gradients flow to where each value came from.
+    #[pyo3(signature = (dim = -1, descending = false, stable = false))]
+    fn sort<'py>(
+        slf: &Bound<'py, Self>,
+        dim: isize,
+        descending: bool,
+        stable: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // the sort is stable either way; an unstable one may return any order of ties
+        let _ = stable;
+        let py = slf.py();
+        let t = slf.get().get();
+        let d = self::dim(dim, t.ndim().max(1))?;
+        let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
+            if t.ndim() == 0 {
+                let (v, i) = t.reshape(&[1])?.sort(0, descending)?;
+                return Ok((v.reshape(&[])?, i.reshape(&[])?));
+            }
+            t.sort(d, descending)
+        })?;
+        crate::tensor::python_class(py, &SORT, "sort_result")?
+            .call1((PyTensor::new(values), PyTensor::new(indices)))
+    }
+
+    /// `x.argsort(dim=-1, descending=False, stable=False)`: the int64 positions that sort `x`
+    /// along `dim` (stably), as `torch.argsort`.
+    #[pyo3(signature = (dim = -1, descending = false, stable = false))]
+    fn argsort(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        descending: bool,
+        stable: bool,
+    ) -> PyResult<PyTensor> {
+        let _ = stable;
+        let t = self.get();
+        let d = self::dim(dim, t.ndim().max(1))?;
+        op(py, t.is_global(), move || {
+            if t.ndim() == 0 {
+                return t.reshape(&[1])?.argsort(0, descending)?.reshape(&[]);
+            }
+            t.argsort(d, descending)
+        })
     }
 
     /// `x.multinomial(num_samples, replacement=False)`: category indices (int64) drawn per row
@@ -1284,6 +1337,7 @@ fn extreme<'py>(
 
 /// The named tuple class of `x.topk(...)`.
 static TOPK: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static SORT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `flow.stack(tensors, dim)`: the tensors (of one shape) joined along a new dim `dim`.
 #[pyfunction]

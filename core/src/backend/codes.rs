@@ -83,6 +83,10 @@ kernel_ops! {
         Round,
         /// `x` without its fraction (toward zero).
         Trunc,
+        /// `ln(1 + x)`, exact for small `x`.
+        Log1p,
+        /// `e^x - 1`, exact for small `x`.
+        Expm1,
     }
 }
 

@@ -523,6 +523,16 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
             #[inline(always)]
             |v| v.trunc(),
         ),
+        UnaryOp::Log1p => map(
+            x,
+            #[inline(always)]
+            |v| v.ln_1p(),
+        ),
+        UnaryOp::Expm1 => map(
+            x,
+            #[inline(always)]
+            |v| v.exp_m1(),
+        ),
     }
 }
 

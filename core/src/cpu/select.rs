@@ -242,6 +242,46 @@ pub(crate) fn arg_reduce(x: &HostData, shape: &[usize], dim: usize, max: bool) -
     HostData::I64(with_vec!(x, v => go(v, shape, dim, max)))
 }
 
+/// The (I64) positions that sort each line of `x` along `dim`: ascending, or descending when
+/// `descending`; stable (equal elements keep their order), NaN counted above every number (last
+/// ascending, first descending) and NaNs equal to each other, as PyTorch's `sort(stable=True)`.
+/// Elements compare in their own type.
+pub(crate) fn argsort(x: &HostData, shape: &[usize], dim: usize, descending: bool) -> HostData {
+    fn go<T: PartialOrd + Copy>(
+        vals: &[T],
+        shape: &[usize],
+        dim: usize,
+        descending: bool,
+    ) -> Vec<i64> {
+        let len = shape[dim];
+        let inner: usize = shape[dim + 1..].iter().product();
+        let lines = vals.len() / len.max(1);
+        // NaN is the only value not comparable with itself; it orders above every number.
+        let key = |a: T, b: T| match a.partial_cmp(&b) {
+            Some(o) => o,
+            None => (a.partial_cmp(&a).is_none()).cmp(&b.partial_cmp(&b).is_none()),
+        };
+        let mut out = vec![0i64; vals.len()];
+        let mut order: Vec<usize> = Vec::with_capacity(len);
+        for line in 0..lines {
+            let (o, i) = (line / inner, line % inner);
+            let at = |l: usize| vals[(o * len + l) * inner + i];
+            order.clear();
+            order.extend(0..len);
+            // a stable sort: equal keys keep their index order
+            order.sort_by(|&p, &q| {
+                let c = key(at(p), at(q));
+                if descending { c.reverse() } else { c }
+            });
+            for (r, &p) in order.iter().enumerate() {
+                out[(o * len + r) * inner + i] = p as i64;
+            }
+        }
+        out
+    }
+    HostData::I64(with_vec!(x, v => go(v, shape, dim, descending)))
+}
+
 /// Integer indices as i64 (I64 or I32 data).
 pub(crate) fn indices(idx: &HostData) -> Result<Vec<i64>> {
     match idx {

@@ -22,6 +22,7 @@ mod select;
 mod shape_ops;
 mod side;
 mod softmax;
+mod sort;
 mod unary;
 
 use crate::backend::Kernels;

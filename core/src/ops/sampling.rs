@@ -1,11 +1,9 @@
 //! `topk` and `multinomial`, as PyTorch's, built from operators that already have every SBP
-//! signature, backward and backend: `topk` takes `k` argmaxes in turn (each masking the one
-//! before; O(k * n) for a dim of n, meant for the small `k` of top-k sampling and top-k
-//! accuracy, not for sorting), its values gathered from the input so that gradients flow to
-//! them; `multinomial` compares uniform draws with the running sums of the weights (with
-//! replacement) or takes the top `num_samples` of Gumbel-perturbed log weights (without:
-//! sequential sampling without replacement, in one pass). Random draws are placement-invariant,
-//! as `Tensor::rand`'s.
+//! signature, backward and backend: `topk` is the first `k` positions of a stable `argsort`,
+//! its values gathered from the input so that gradients flow to them; `multinomial` compares
+//! uniform draws with the running sums of the weights (with replacement) or takes the top
+//! `num_samples` of Gumbel-perturbed log weights (without: sequential sampling without
+//! replacement, in one pass). Random draws are placement-invariant, as `Tensor::rand`'s.
 
 use super::check_dim;
 use crate::autograd::{no_grad, target_like};
@@ -16,7 +14,8 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// The `k` largest elements along `dim` (the smallest when `!largest`), in order, and their
     /// I64 indices: PyTorch's `topk` with `sorted=True`. Ties take the lower index first; NaN
-    /// counts as the largest, as PyTorch. Gradients flow to the chosen elements. Float dtypes.
+    /// counts as larger than every number (first when `largest`, last otherwise), as PyTorch.
+    /// Gradients flow to the chosen elements. Float and integer dtypes.
     ///
     /// ```
     /// use gflow_core::{Device, Tensor};
@@ -29,7 +28,7 @@ impl Tensor {
     ///
     /// # Errors
     /// `DimOutOfRange`; `InvalidArgument` for `k` larger than the dim; `UnsupportedDType` for
-    /// an integer or Bool tensor; communication failures of boxing.
+    /// a Bool tensor (as PyTorch); communication failures of boxing.
     pub fn topk(&self, k: usize, dim: usize, largest: bool) -> Result<(Tensor, Tensor)> {
         check_dim("topk", dim, self.ndim())?;
         let n = self.shape()[dim];
@@ -39,47 +38,15 @@ impl Tensor {
                 reason: format!("k = {k} is larger than dim {dim} of size {n}"),
             });
         }
-        if !self.dtype().is_float() {
+        if self.dtype() == DType::Bool {
             return Err(Error::UnsupportedDType {
                 op: "topk",
                 dtype: self.dtype(),
                 device: self.device().to_string(),
             });
         }
-        let indices = no_grad(|| self.topk_indices(k, dim, largest))?;
+        let indices = no_grad(|| self.argsort(dim, largest)?.narrow(dim, 0, k))?;
         Ok((self.gather(dim, &indices)?, indices))
-    }
-
-    /// [`Tensor::topk`]'s indices: `k` rounds of argmax, each masking its pick. A pick among
-    /// elements that are all `-inf` (or already taken) takes the lowest index not yet taken.
-    fn topk_indices(&self, k: usize, dim: usize, largest: bool) -> Result<Tensor> {
-        let key = if largest { self.clone() } else { self.neg()? };
-        // NaN is the largest (PyTorch's order): +inf stands for it, ahead of every number.
-        let mut work = key.masked_fill(&key.ne(&key)?, f64::INFINITY)?;
-        let mut shape = vec![1; self.ndim()];
-        shape[dim] = self.shape()[dim];
-        let positions =
-            Tensor::arange_dtype(shape[dim], DType::I64, target_like(self))?.reshape(&shape)?;
-        let mut open =
-            Tensor::full_dtype(&[], 1.0, DType::F32, target_like(self))?.expand(self.shape())?;
-        let neg_inf = Tensor::full_dtype(&[], f64::NEG_INFINITY, work.dtype(), target_like(self))?;
-        let mut picks = Vec::with_capacity(k);
-        for _ in 0..k {
-            let best = work.argmax(dim, true)?;
-            let first_open = open.argmax(dim, true)?;
-            let exhausted = work.max(dim, true)?.eq(&neg_inf)?;
-            let pick = exhausted.where_cond(&first_open, &best)?;
-            let hit = positions.eq(&pick)?;
-            work = work.masked_fill(&hit, f64::NEG_INFINITY)?;
-            open = open.masked_fill(&hit, 0.0)?;
-            picks.push(pick);
-        }
-        if picks.is_empty() {
-            let mut empty = self.shape().to_vec();
-            empty[dim] = 0;
-            return Tensor::full_dtype(&empty, 0.0, DType::I64, target_like(self));
-        }
-        Tensor::cat(&picks, dim)
     }
 
     /// `num_samples` category indices per row of the non-negative weights along the last dim

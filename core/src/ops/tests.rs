@@ -199,9 +199,13 @@ fn unary_ops() {
     use UnaryOp::*;
     for op in [
         Neg, Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh, Step, GeluGrad, Floor, Ceil, Round,
-        Trunc,
+        Trunc, Log1p, Expm1,
     ] {
-        check(&unary::Unary(op), &[vec![5, 4]], matches!(op, Log | Sqrt));
+        check(
+            &unary::Unary(op),
+            &[vec![5, 4]],
+            matches!(op, Log | Sqrt | Log1p),
+        );
     }
     check(&unary::Scale(-2.5), &[vec![5, 3]], false);
     check(&unary::AddScalar(1.5), &[vec![5, 3]], false);

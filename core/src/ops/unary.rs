@@ -55,6 +55,8 @@ impl Op for Unary {
             UnaryOp::Ceil => "ceil",
             UnaryOp::Round => "round",
             UnaryOp::Trunc => "trunc",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Expm1 => "expm1",
         }
     }
     fn any_dtype(&self) -> bool {
@@ -160,6 +162,9 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
         UnaryOp::Neg => g.neg()?,
         UnaryOp::Exp => g.mul(y)?,
         UnaryOp::Log => g.div(x)?,
+        UnaryOp::Log1p => g.div(&x.add_scalar(1.0)?)?,
+        // d(e^x - 1) = e^x = y + 1.
+        UnaryOp::Expm1 => g.mul(&y.add_scalar(1.0)?)?,
         UnaryOp::Sqrt => g.div(y)?.mul_scalar(0.5)?,
         UnaryOp::Square => g.mul(x)?.mul_scalar(2.0)?,
         UnaryOp::Relu => g.mul(&x.unary(UnaryOp::Step)?)?,
@@ -178,14 +183,14 @@ fn unary_backward(op: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Opt
             .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
         UnaryOp::GeluErf => activation_grad(UnaryOp::GeluErfGrad, x, g)?,
         // Piecewise constant: PyTorch's gradient is zeros (not none).
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => g.mul_scalar(0.0)?,
-        // A step and a sign are flat almost everywhere. The derivatives' own derivatives are
-        // only used inside backward passes, which record nothing, so they are never asked for.
-        UnaryOp::Step
-        | UnaryOp::GeluGrad
-        | UnaryOp::Sign
-        | UnaryOp::SiluGrad
-        | UnaryOp::GeluErfGrad => return Ok(None),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Sign => {
+            g.mul_scalar(0.0)?
+        }
+        // A step is flat almost everywhere. The derivatives' own derivatives are only used
+        // inside backward passes, which record nothing, so they are never asked for.
+        UnaryOp::Step | UnaryOp::GeluGrad | UnaryOp::SiluGrad | UnaryOp::GeluErfGrad => {
+            return Ok(None);
+        }
     }))
 }
 
@@ -269,6 +274,20 @@ unary_methods! {
     erf => Erf;
     /// GELU in its exact form `x * Phi(x)` (PyTorch's default `gelu`), elementwise.
     gelu_erf => GeluErf;
+    /// `ln(1 + x)`, elementwise, without the rounding of `1 + x` (exact where `x` is tiny).
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1e-10f64, -0.5], &[2], Device::Cpu)?;
+    /// let y = x.log1p()?.to_vec::<f64>()?;
+    /// assert!((y[0] - 1e-10).abs() < 1e-24 && (y[1] - 0.5f64.ln()).abs() < 1e-15);
+    /// let z = x.expm1()?.to_vec::<f64>()?;
+    /// assert!((z[0] - 1e-10).abs() < 1e-24);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    log1p => Log1p;
+    /// `e^x - 1`, elementwise, without the cancellation of `exp(x) - 1` where `x` is tiny.
+    expm1 => Expm1;
 }
 
 macro_rules! rounding_methods {
@@ -312,6 +331,29 @@ rounding_methods! {
     round => Round;
     /// Each element without its fraction, toward zero (PyTorch's `trunc`).
     trunc => Trunc;
+}
+
+impl Tensor {
+    /// `-1`, `0` or `1` by the sign of each element (`0` for zeros and NaN), in the input's
+    /// dtype, as PyTorch's `sign`; a Bool tensor is its own sign. The gradient is zero.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![-2.5f32, 0.0, 3.0, f32::NAN], &[4], Device::Cpu)?;
+    /// assert_eq!(x.sign()?.to_vec::<f32>()?, [-1.0, 0.0, 1.0, 0.0]);
+    /// let i = Tensor::from_vec(vec![-7i64, 0, 9], &[3], Device::Cpu)?;
+    /// assert_eq!(i.sign()?.to_vec::<i64>()?, [-1, 0, 1]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Communication failures of boxing.
+    pub fn sign(&self) -> Result<Tensor> {
+        if self.dtype() == crate::DType::Bool {
+            return Ok(self.clone());
+        }
+        self.unary(UnaryOp::Sign)
+    }
 }
 
 /// `x^e` for a scalar exponent.

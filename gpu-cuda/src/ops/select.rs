@@ -83,7 +83,49 @@ pub(crate) fn arg_reduce(
     by_float!(x, "arg_reduce", T => c.arg_reduce_t::<T>(x, shape, dim, max))
 }
 
+/// [`Backend::argsort`](gflow_core::backend::Backend::argsort) on this device: one thread per
+/// element counts the elements before it in the order (O(len) each).
+pub(crate) fn argsort(
+    c: &CudaBackend,
+    x: &CudaStorage,
+    shape: &[usize],
+    dim: usize,
+    descending: bool,
+) -> Result<CudaStorage> {
+    by_float!(x, "argsort", T => c.argsort_t::<T>(x, shape, dim, descending))
+}
+
 impl CudaBackend {
+    fn argsort_t<T: Float>(
+        &self,
+        x: &CudaStorage,
+        shape: &[usize],
+        dim: usize,
+        descending: bool,
+    ) -> Result<CudaStorage> {
+        let n = x.len;
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let out = self
+            .stream
+            .alloc_zeros::<i64>(n.max(1))
+            .map_err(device_error)?;
+        if n > 0 {
+            let xs = self.float::<T>(x)?;
+            let desc = i32::from(descending);
+            // SAFETY: argsort_* takes (x of n, out of n, n, len, inner, desc), n a multiple of
+            // len * inner.
+            unsafe {
+                self.launch(&format!("argsort_{}", T::SUFFIX), threads(n), |l| {
+                    l.arg(xs).arg(&out).arg(&n).arg(&len).arg(&inner).arg(&desc);
+                })
+            }?;
+        }
+        Ok(CudaStorage {
+            buf: Buf::I64(out),
+            len: n,
+        })
+    }
+
     fn arg_reduce_t<T: Float>(
         &self,
         x: &CudaStorage,

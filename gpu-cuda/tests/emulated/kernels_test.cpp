@@ -2,6 +2,7 @@
 // a block as real threads meeting at a barrier for __syncthreads (prelude.h), each kernel
 // checked against a plain loop. The Rust test emulated_kernels.rs builds and runs this, with
 // the kernel constants gflow writes from its enums (UNARY_*, REDUCE_*) included first.
+#include <algorithm>
 #include "prelude.h"
 #include "../../kernels/gflow.cu"
 int fails = 0;
@@ -134,7 +135,7 @@ int main() {
     auto silu = [](double v) { return v / (1 + std::exp(-v)); };
     auto gelu_erf = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
     auto diff = [](auto f, double v) { return (f(v + 1e-6) - f(v - 1e-6)) / 2e-6; };
-    for (int op = 0; op <= UNARY_TRUNC; ++op) {
+    for (int op = 0; op <= UNARY_EXPM1; ++op) {
       launch(1, [&] { unary_f64(x.data(), o.data(), 6, op, 0, 0); });
       for (int i = 0; i < 6; ++i) {
         double v = x[i], w;
@@ -154,6 +155,7 @@ int main() {
         // ties to even: -2.5 -> -2, -0.5 -> -0, 1.5 -> 2
         case UNARY_ROUND: w = v == -2.5 ? -2.0 : v == -0.5 ? 0.0 : v == 1.5 ? 2.0 : std::round(v); break;
         case UNARY_TRUNC: w = std::trunc(v); break;
+        case UNARY_LOG1P: w = std::log1p(v); break; case UNARY_EXPM1: w = std::expm1(v); break;
         default: w = diff(gelu_erf, v); fd = true;
         }
         CHECK(o[i] == w || close(o[i], w, fd ? 1e-6 : 1e-12) || (std::isnan(o[i]) && std::isnan(w)), "unary op %d at %f: %f vs %f", op, v, o[i], w);
@@ -298,6 +300,27 @@ int main() {
     std::vector<float> xf{3, 1, 3, 0, 1, 0}; std::vector<long long> of(2);
     launch(1, [&] { arg_reduce_f32(xf.data(), of.data(), 2, 3, 1, 1); });
     CHECK(of[0] == 0 && of[1] == 1, "arg_reduce f32 ties %lld %lld", of[0], of[1]); }
+  // argsort over each dim of (3, 4, 5), both orders, against std::stable_sort (NaN largest)
+  { std::vector<double> x(60); std::vector<long long> o(60);
+    for (int i = 0; i < 60; ++i) x[i] = (i * 37) % 3 - 1;  // ties in every line
+    x[17] = NAN; x[42] = NAN; x[3] = -0.0;
+    int shape[3] = {3, 4, 5};
+    for (int dim = 0; dim < 3; ++dim) for (int desc = 0; desc < 2; ++desc) {
+      long long len = shape[dim], inner = 1;
+      for (int d = dim + 1; d < 3; ++d) inner *= shape[d];
+      launch(2, [&] { argsort_f64(x.data(), o.data(), 60, len, inner, desc); });
+      for (long long line = 0; line < 60 / len; ++line) {
+        long long base = line / inner * len * inner + line % inner;
+        std::vector<long long> want(len);
+        for (long long j = 0; j < len; ++j) want[j] = j;
+        auto key = [&](long long j) { double v = x[base + j * inner]; return std::isnan(v) ? INFINITY : v; };
+        auto nan = [&](long long j) { return std::isnan(x[base + j * inner]); };
+        std::stable_sort(want.begin(), want.end(), [&](long long p, long long q) {
+          if (nan(p) != nan(q)) return desc ? nan(p) : nan(q);
+          return desc ? key(p) > key(q) : key(p) < key(q); });
+        for (long long j = 0; j < len; ++j)
+          CHECK(o[base + j * inner] == want[j], "argsort dim %d desc %d line %lld at %lld: %lld vs %lld", dim, desc, line, j, o[base + j * inner], want[j]);
+      } } }
   // compare: a (3, 1, 4) against b (5, 1) -> (3, 5, 4), every op, ties and a NaN
   { std::vector<float> a(12), b(5); std::vector<unsigned> o(60);
     for (int i = 0; i < 12; ++i) a[i] = (i % 5) - 2; for (int i = 0; i < 5; ++i) b[i] = i - 2;

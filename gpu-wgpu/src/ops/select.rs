@@ -1,4 +1,5 @@
-//! Selection kernels: `where`, triangle masks (tril/triu) and arg-reductions (argmax/argmin).
+//! Selection kernels: `where`, triangle masks (tril/triu), arg-reductions (argmax/argmin) and
+//! sorting positions (argsort).
 
 use gflow_core::backend::Backend;
 use gflow_core::{DType, HostData, Result};
@@ -132,6 +133,64 @@ pub(crate) fn arg_reduce(
                 v_base,
             ];
             w.dispatch("arg_reduce", nb * inner, &p, &[xb, ob, vb])?;
+            lo = hi;
+        }
+        o0 += nb;
+    }
+    Ok(out)
+}
+
+/// [`Backend::argsort`](gflow_core::backend::Backend::argsort) on this device: one thread per
+/// element counts the elements before it in the order (O(len) each, in passes of at most
+/// [`LOOP_MAX`]), over blocks of whole lines under the binding limit.
+pub(crate) fn argsort(
+    w: &WgpuBackend,
+    x: &WgpuStorage,
+    shape: &[usize],
+    dim: usize,
+    descending: bool,
+) -> Result<WgpuStorage> {
+    w.need_f32(x, "argsort")?;
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let out = w.new_storage(x.len, DType::I64)?;
+    if x.len == 0 {
+        return Ok(out);
+    }
+    // i64 elements a binding holds past its alignment: every block is whole outer rows
+    let room = ((w.max_binding - w.align) / 8) as usize;
+    let row = len * inner;
+    if row > room {
+        return Err(device_error(
+            "argsort: one row of the sorted dim exceeds this adapter's binding limit",
+        ));
+    }
+    let block = room / row;
+    let outer = x.len / row;
+    let cnt = w.new_storage(block.min(outer) * row, DType::I32)?;
+    let mut o0 = 0;
+    while o0 < outer {
+        let nb = block.min(outer - o0);
+        let n = nb * row;
+        let (xb, x_base) = w.window(&x.buf, o0 * row, n, 4)?;
+        let (ob, out_base) = w.window(&out.buf, o0 * row, n, 8)?;
+        let (cb, c_base) = w.window(&cnt.buf, 0, n, 4)?;
+        let mut lo = 0;
+        while lo < len {
+            let hi = (lo + LOOP_MAX).min(len);
+            let p = [
+                n as u32,
+                len as u32,
+                inner as u32,
+                u32::from(descending),
+                lo as u32,
+                hi as u32,
+                x_base,
+                out_base,
+                c_base,
+                u32::from(hi == len),
+            ];
+            w.dispatch("argsort", n, &p, &[xb.clone(), ob.clone(), cb.clone()])?;
             lo = hi;
         }
         o0 += nb;
