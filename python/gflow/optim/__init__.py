@@ -2,32 +2,38 @@
 (``step`` updates each parameter in place, on its placement and SBP)."""
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
-from . import _gflow
+from .. import _gflow
 
 
 class Optimizer:
-    """Base class: ``step()``, ``zero_grad()``, ``param_groups[i]["lr"]``. ``params`` is an
-    iterable of parameters, or of dicts ``{"params": [...], "weight_decay": 0.0, ...}`` (param
-    groups, as PyTorch's: each group's options override the defaults)."""
+    """Base class: ``step()``, ``zero_grad()``, ``param_groups``, ``defaults``, ``state``.
+    ``params`` is an iterable of parameters, or of dicts ``{"params": [...], "weight_decay":
+    0.0, ...}`` (param groups, as PyTorch's: each group's options override the defaults).
+
+    ``param_groups`` are plain dicts, as PyTorch's: any key written into one stays (a
+    scheduler's ``initial_lr``, ``max_lr``, ...), and ``step()`` takes each group's current
+    ``lr`` and options (a new ``momentum`` or ``betas`` remakes that group's inner optimizer
+    with its state carried over, as gflow's optimizers fix them when made)."""
 
     def __init__(self, params, make, lr, **options):
-        defaults = dict(options, lr=lr)
+        self.defaults = dict(options, lr=lr)
         params = list(params)
         if params and isinstance(params[0], dict):
             groups = []
             for g in params:
-                unknown = set(g) - set(defaults) - {"params"}
+                unknown = set(g) - set(self.defaults) - {"params"}
                 if unknown:
                     raise TypeError(f"{type(self).__name__}: unknown param group options "
-                                    f"{sorted(unknown)} (known: {sorted(defaults)})")
-                groups.append(dict(defaults, **g))
+                                    f"{sorted(unknown)} (known: {sorted(self.defaults)})")
+                groups.append(dict(self.defaults, **g))
         else:
-            groups = [dict(defaults, params=params)]
+            groups = [dict(self.defaults, params=params)]
         for g in groups:
             g["params"] = list(g["params"])
         self._make = make
-        self._groups = groups
+        self.param_groups = groups
         self.params = [p for g in groups for p in g["params"]]
         if len({id(p) for p in self.params}) != len(self.params):
             # a parameter stepped twice per step would train wrongly (PyTorch refuses it too)
@@ -35,12 +41,17 @@ class Optimizer:
                              "in several); a tied parameter belongs in the list once")
         self._build()
 
+    def _options(self, group):
+        # the keys the inner optimizer is made from (a scheduler's own keys stay out); a
+        # sequence option (betas) as a tuple, whichever sequence the group holds
+        return {k: tuple(v) if isinstance(v, list) else v
+                for k, v in group.items() if k in self.defaults and k != "lr"}
+
     def _build(self):
         self._handles = [p._handle() for p in self.params]
-        self._inners = [
-            self._make(g["params"], **{k: v for k, v in g.items() if k != "params"})
-            for g in self._groups
-        ]
+        self._built = [self._options(g) for g in self.param_groups]
+        self._inners = [self._make(g["params"], lr=g["lr"], **options)
+                        for g, options in zip(self.param_groups, self._built)]
 
     def _stale(self):
         # Module.to_global points parameters at new storage; gflow's optimizer is rebuilt on
@@ -51,11 +62,27 @@ class Optimizer:
         if self._stale():
             self._build()
 
+    def _sync(self):
+        """Gives each inner optimizer its group's current ``lr`` and options: an option changed
+        since it was made (a scheduler cycling ``momentum`` or ``betas``) makes it anew, with the
+        state copied over, so the next step continues as PyTorch's would."""
+        for i, g in enumerate(self.param_groups):
+            options = self._options(g)
+            if options != self._built[i]:
+                new = self._make(g["params"], lr=g["lr"], **options)
+                for (_, old), (_, t) in zip(self._inners[i].state_tensors(), new.state_tensors()):
+                    _gflow.assign(t, old)
+                self._inners[i], self._built[i] = new, options
+            else:
+                self._inners[i].lr = g["lr"]
+
     def step(self):
-        """Updates every parameter that has a gradient."""
+        """Updates every parameter that has a gradient, with each group's current options."""
         self._fresh()
+        self._sync()
         for inner in self._inners:
             inner.step()
+        self._opt_called = True
 
     def zero_grad(self, set_to_none=True):
         """Clears every parameter's gradient."""
@@ -66,16 +93,27 @@ class Optimizer:
         """``(name, tensor)`` of every group's state, named by the parameter's index over all
         groups (``"3.exp_avg"``), as PyTorch numbers them."""
         offset = 0
-        for g, inner in zip(self._groups, self._inners):
+        for g, inner in zip(self.param_groups, self._inners):
             for name, t in inner.state_tensors():
                 index, rest = name[len("state."):].split(".", 1)
                 yield f"{int(index) + offset}.{rest}", t
             offset += len(g["params"])
 
+    @property
+    def state(self):
+        """``{parameter: {"step": ..., "exp_avg": ...}}``, as PyTorch's ``optimizer.state``:
+        handles to the state tensors (zeros for parameters not stepped yet)."""
+        self._fresh()
+        out = {}
+        for key, t in self._state():
+            index, name = key.split(".", 1)
+            out.setdefault(self.params[int(index)], {})[name] = t
+        return out
+
     def state_dict(self):
         """``{"state": {"0.exp_avg": ..., "0.step": ...}, "param_groups": [{"lr": ...}]}``: the
         state tensors are handles (zeros for parameters not stepped yet), which ``flow.save``
-        writes sharded as their parameters are."""
+        writes sharded as their parameters are; each group's keys but ``params``."""
         self._fresh()
         state = OrderedDict(self._state())
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
@@ -83,9 +121,9 @@ class Optimizer:
 
     def load_state_dict(self, state_dict):
         """Writes the state of ``state_dict`` (``flow.load``'s, or another optimizer's) into this
-        optimizer's state in place, in its parameters' layouts, and takes its groups' learning
-        rates."""
-        from .serialization import assign
+        optimizer's state in place, in its parameters' layouts, and takes its groups' keys
+        (``lr``, options, a scheduler's ``initial_lr``), as PyTorch's."""
+        from ..serialization import assign
 
         self._fresh()
         state = state_dict["state"]
@@ -93,32 +131,15 @@ class Optimizer:
             if key not in state:
                 raise KeyError(f"load_state_dict: the state dict has no optimizer state {key!r}")
             assign(t, state[key])
-        saved = state_dict.get("param_groups") or []
-        if hasattr(saved, "values"):
-            # flow.load gives lists back as mappings with int keys
-            saved = [saved[k] for k in sorted(saved)]
+        saved = _as_list(state_dict.get("param_groups") or [])
         for group, one in zip(self.param_groups, saved):
-            group["lr"] = float(one["lr"])
-
-    @property
-    def param_groups(self):
-        """One dict per group (its options, ``"params"`` its parameters); setting ``"lr"`` in
-        it changes that group's learning rate (a schedule)."""
-        return [_Group(self, i) for i in range(len(self._groups))]
+            group.update({k: tuple(_as_list(v)) if isinstance(v, Mapping) else v
+                          for k, v in one.items() if k != "params"})
 
 
-class _Group(dict):
-    def __init__(self, opt, index):
-        group = opt._groups[index]
-        super().__init__({k: v for k, v in group.items() if k != "params"},
-                         params=group["params"], lr=opt._inners[index].lr)
-        self._opt, self._index = opt, index
-
-    def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        if key == "lr":
-            self._opt._groups[self._index]["lr"] = value
-            self._opt._inners[self._index].lr = value
+def _as_list(seq):
+    # flow.load gives lists back as mappings with int keys
+    return [seq[k] for k in sorted(seq)] if isinstance(seq, Mapping) else seq
 
 
 def _same(handle, param):
@@ -146,4 +167,6 @@ class AdamW(Optimizer):
         super().__init__(params, _gflow.Optimizer.adamw, lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+from . import lr_scheduler  # noqa: E402  (its schedulers take the optimizers above)
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
