@@ -4,7 +4,8 @@ rank of the job calls each one with tensors of one shape and dtype (a rank that 
 desync error on the others, never a hang). Each is a conversion of a global tensor over all
 ranks, so gflow's boxing moves the bytes: a local tensor as one rank's summand of a
 ``partial_sum`` tensor, or as its ``split(0)`` slice, converted to what the call returns.
-Results are written into the given tensors in place, as OneFlow's."""
+Results are written into the given tensors in place, as OneFlow's. ``send`` and ``recv`` are
+point to point: only the two ranks call them (a move between two one-rank placements)."""
 
 from . import _gflow
 from ._gflow import Tensor
@@ -125,10 +126,79 @@ def all_to_all(output_tensor_list, input_tensor_list):
         _write(dst, cols[i, 0])
 
 
+# dtype codes of a message's meta (shape and dtype), sent ahead of the data by ``send``
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+
+
+def _peer(rank, what, name):
+    n, me = _gflow.get_world_size(), _gflow.get_rank()
+    if not isinstance(rank, int) or not 0 <= rank < n or rank == me:
+        raise ValueError(f"{what}: {name} must be another rank of the job of {n} (this is rank "
+                         f"{me}), got {rank!r}")
+    return rank
+
+
+def _moved(t, src, dst):
+    """``t`` (global on ``[src]``, rank ``dst`` holding no part) as a local tensor on ``dst``:
+    a transfer between the two ranks only."""
+    kind = str(t.device).split(":")[0] if t.is_local else t.placement.type
+    to = _gflow.placement("cpu" if kind == "cpu" else "gpu", [dst])
+    return t.to_global(placement=to, sbp=_gflow.broadcast)
+
+
+def send(tensor, dst, send_meta=True):
+    """Sends the local ``tensor`` to rank ``dst``, which calls ``recv(src=this rank)``; with
+    ``send_meta`` its shape and dtype go first, so the receiver needs neither (OneFlow's)."""
+    _local(tensor, "send")
+    _peer(dst, "send", "dst")
+    me = _gflow.get_rank()
+
+    def ship(data, dtype, kind="cpu"):
+        # made global on [me] from the data itself: no other rank's shape is asked for (a
+        # local tensor's to_global would exchange shapes with the whole job)
+        here = _gflow.placement(kind, [me])
+        _moved(_gflow.tensor(data, dtype=dtype, placement=here, sbp=_gflow.broadcast), me, dst)
+
+    if send_meta:
+        dtype = str(tensor.dtype).replace("flow.", "")
+        meta = [len(tensor.shape), *tensor.shape, _DTYPES.index(dtype)]
+        ship([meta[0]], _gflow.int64)
+        ship(meta[1:], _gflow.int64)
+    kind = str(tensor.device).split(":")[0]
+    ship(tensor.detach().numpy(), tensor.dtype, "cpu" if kind == "cpu" else "gpu")
+
+
+def recv(src, shape=None, dtype=None, device=None, *, out=None):
+    """The tensor rank ``src`` sends with ``send``: of ``out``'s shape and dtype (written into
+    it), or of ``shape`` and ``dtype``, or of those sent ahead (``send_meta=True``)."""
+    _peer(src, "recv", "src")
+    me = _gflow.get_rank()
+    if out is not None:
+        shape, dtype = tuple(_local(out, "recv").shape), out.dtype
+    if shape is None or dtype is None:
+        there = _gflow.placement("cpu", [src])
+
+        def meta(n):
+            far = _gflow.empty(n, dtype=_gflow.int64, placement=there, sbp=_gflow.broadcast)
+            return [int(v) for v in _moved(far, src, me).to_local().numpy().reshape(-1)]
+
+        ndim = meta(1)[0]
+        *dims, code = meta(ndim + 1)
+        shape, dtype = tuple(dims), getattr(_gflow, _DTYPES[code])
+    kind = "cpu" if device is None or str(device).split(":")[0] == "cpu" else "gpu"
+    far = _gflow.empty(*shape, dtype=dtype, placement=_gflow.placement(kind, [src]),
+                       sbp=_gflow.broadcast)
+    got = _moved(far, src, me).to_local()
+    if out is None:
+        return got
+    _write(out, got)
+    return out
+
+
 def barrier():
     """Returns once every rank has called it."""
     _summed(_gflow.zeros(1))
 
 
 __all__ = ["all_reduce", "all_gather", "broadcast", "reduce", "scatter", "reduce_scatter",
-           "all_to_all", "barrier"]
+           "all_to_all", "barrier", "send", "recv"]

@@ -88,6 +88,16 @@ impl PyPlacement {
         })
     }
 
+    /// Every rank of the job on one axis, `flow.placement.all("cpu")` (OneFlow's): the placement
+    /// of a tensor spread over the whole world.
+    #[staticmethod]
+    fn all(device_type: &str) -> PyResult<Self> {
+        let world = gflow::init().py()?.world_size();
+        Ok(PyPlacement {
+            inner: Placement::new(device_type, (0..world).collect::<Vec<_>>()).py()?,
+        })
+    }
+
     /// The device type: `"cpu"`, `"cuda"`, `"wgpu"` or `"gpu"`.
     #[getter]
     fn r#type(&self) -> &'static str {

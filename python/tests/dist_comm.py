@@ -39,5 +39,22 @@ outs = [flow.zeros(1) for _ in range(n)]
 flow.comm.all_to_all(outs, [flow.tensor([10.0 * r + j]) for j in range(n)])
 show("all_to_all", flow.cat(outs))
 
+# point to point: rank 0 -> 2 with meta, 2 -> 0 into `out`, rank 1 takes no part
+if r == 0:
+    flow.comm.send(flow.tensor([[1, 2, 3], [4, 5, 6]], dtype=flow.int32), 2)
+    got = flow.comm.recv(2, out=flow.zeros(3, dtype=flow.float64))
+    show("recv", got)
+elif r == 2:
+    got = flow.comm.recv(0)
+    print(f"recv meta: {tuple(got.shape)} {got.dtype}", flush=True)
+    show("recv", got)
+    flow.comm.send(flow.tensor([0.5, -1.0, 2.25], dtype=flow.float64), 0, send_meta=False)
+else:
+    show("recv", flow.zeros(0))
+
 flow.comm.barrier()
 print("barrier: ok", flush=True)
+every = flow.placement.all("cpu")
+assert every == flow.env.all_device_placement("cpu")
+show("placement.all", flow.tensor(every.ranks))
+print(f"node size: {flow.env.get_node_size()}", flush=True)

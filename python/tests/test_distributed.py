@@ -53,6 +53,13 @@ def test_comm_collectives_on_local_tensors():
         assert values(r, "reduce_scatter") == [300.0 + 3 * r, 3.0]
         assert values(r, "all_to_all") == [10.0 * j + r for j in range(n)]
         assert field(job, r, "barrier") == "ok"
+    assert values(0, "recv") == [0.5, -1.0, 2.25]
+    assert values(2, "recv") == [1, 2, 3, 4, 5, 6]
+    assert field(job, 2, "recv meta") == "(2, 3) flow.int32"
+    assert values(1, "recv") == []
+    for r in range(n):
+        assert values(r, "placement.all") == [0, 1, 2]
+        assert field(job, r, "node size") == "1"
 
 
 def test_distributed_data_parallel_equals_full_batch_training():
