@@ -411,6 +411,42 @@ impl PyTensor {
         op(py, true, move || t.to_global(&placement, sbp))
     }
 
+    /// OneFlow's `local_to_global(placement, sbp)`: [`to_global`](Self::to_global) of a local
+    /// tensor (a global one is a `TypeError`).
+    #[pyo3(signature = (placement = None, sbp = None, **kwargs))]
+    fn local_to_global(
+        &self,
+        py: Python<'_>,
+        placement: Option<PyPlacement>,
+        sbp: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        if self.get().is_global() {
+            return Err(PyTypeError::new_err(
+                "local_to_global: the tensor is global already (use global_to_global)",
+            ));
+        }
+        self.to_global(py, placement, sbp, kwargs)
+    }
+
+    /// OneFlow's `global_to_global(placement, sbp)`: [`to_global`](Self::to_global) of a global
+    /// tensor (a local one is a `TypeError`); either argument left out keeps the tensor's own.
+    #[pyo3(signature = (placement = None, sbp = None, **kwargs))]
+    fn global_to_global(
+        &self,
+        py: Python<'_>,
+        placement: Option<PyPlacement>,
+        sbp: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyTensor> {
+        if !self.get().is_global() {
+            return Err(PyTypeError::new_err(
+                "global_to_global: the tensor is local (use local_to_global)",
+            ));
+        }
+        self.to_global(py, placement, sbp, kwargs)
+    }
+
     /// This rank's component of a global tensor (a local tensor is returned as is; on a rank
     /// outside the placement an empty tensor, as OneFlow).
     fn to_local(&self, py: Python<'_>) -> PyResult<PyTensor> {
