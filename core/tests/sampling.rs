@@ -380,3 +380,37 @@ fn multinomial_refuses_bad_weights() {
         Err(Error::UnsupportedDType { .. })
     ));
 }
+
+/// `randperm` is a permutation, and one seed gives the same one on 1 rank, 3 ranks split or
+/// broadcast and a 2x2 placement.
+#[test]
+fn randperm_is_a_placement_invariant_permutation() {
+    let n = 37;
+    let draw = |ranks: usize, p: Placement, sbp: NdSbp| {
+        simulate(ranks, move |_| {
+            manual_seed(11);
+            Tensor::randperm(n, (&p, sbp.clone()))?.to_vec::<i64>()
+        })
+        .unwrap()
+    };
+    let one = draw(
+        1,
+        Placement::new("cpu", [0]).unwrap(),
+        Sbp::broadcast().into(),
+    )[0]
+    .clone();
+    let mut sorted = one.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..n as i64).collect::<Vec<_>>());
+    assert_ne!(one, sorted, "37 draws left in order");
+    for (ranks, p, sbp) in reference::split_layouts() {
+        let sbp = if sbp.as_slice().contains(&Sbp::split(1)) {
+            NdSbp::broadcast(p.ndim()).with(0, Sbp::split(0))
+        } else {
+            sbp
+        };
+        for got in draw(ranks, p.clone(), sbp.clone()) {
+            assert_eq!(got, one, "{p} {sbp}");
+        }
+    }
+}

@@ -400,6 +400,33 @@ pub fn randint(
     })
 }
 
+/// `flow.randperm(n)`: a random permutation of `0..n`, int64 unless `dtype` says otherwise;
+/// global ones are placement-invariant, as `randn`.
+#[pyfunction]
+#[pyo3(signature = (n, *, dtype = None, placement = None, sbp = None, device = None, requires_grad = false, generator = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn randperm(
+    py: Python<'_>,
+    n: usize,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+    generator: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    if generator.is_some_and(|g| !g.is_none()) {
+        return Err(PyTypeError::new_err(
+            "randperm: generator= is not supported; seed with flow.manual_seed",
+        ));
+    }
+    let dtype = dtype.map_or(DType::I64, |d| d.inner);
+    let target = target(placement.as_ref(), sbp, device)?;
+    create(py, target, requires_grad, move |t| {
+        gflow::no_grad(|| Tensor::randperm(n, t)?.to_dtype(dtype))
+    })
+}
+
 /// `flow.tensor(data)`: a tensor holding a copy of `data` (NumPy array, lists, scalar, tensor).
 #[pyfunction]
 #[pyo3(signature = (data, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]

@@ -85,6 +85,7 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(creation::arange, m)?)?;
     m.add_function(wrap_pyfunction!(creation::linspace, m)?)?;
     m.add_function(wrap_pyfunction!(creation::randint, m)?)?;
+    m.add_function(wrap_pyfunction!(creation::randperm, m)?)?;
     m.add_function(wrap_pyfunction!(creation::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(ops::cat, m)?)?;
     m.add_function(wrap_pyfunction!(ops::stack, m)?)?;

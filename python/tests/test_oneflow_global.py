@@ -32,3 +32,16 @@ def test_local_to_global_keeps_the_autograd_graph():
 
 def test_node_size_of_a_single_process_job():
     assert flow.env.get_node_size() == 1
+
+
+def test_randperm_is_a_permutation_alike_on_any_layout():
+    flow.manual_seed(5)
+    a = flow.randperm(20, placement=flow.placement.all("cpu"), sbp=flow.sbp.broadcast)
+    flow.manual_seed(5)
+    b = flow.randperm(20, placement=flow.placement.all("cpu"), sbp=flow.sbp.split(0))
+    assert a.dtype == flow.int64 and b.sbp == (flow.sbp.split(0),)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(np.sort(a.numpy()), np.arange(20))
+    assert flow.randperm(4, dtype=flow.int32).dtype == flow.int32
+    with pytest.raises(TypeError, match="generator"):
+        flow.randperm(3, generator=object())

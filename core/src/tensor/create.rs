@@ -337,6 +337,32 @@ impl Tensor {
         })
     }
 
+    /// A random permutation of `0..n` (I64), PyTorch's `randperm`: the order that sorts `n`
+    /// uniform f64 draws, so a global one is placement-invariant like [`Tensor::randn`] (the
+    /// same permutation on any placement and SBP for one seed).
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let mut p = Tensor::randperm(10, Device::Cpu)?.to_vec::<i64>()?;
+    /// p.sort_unstable();
+    /// assert_eq!(p, (0..10).collect::<Vec<i64>>());
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Placement and SBP errors for a global target.
+    pub fn randperm(n: usize, target: impl IntoTarget) -> Result<Tensor> {
+        let target = target.into_target();
+        crate::autograd::no_grad(|| {
+            let order = Tensor::rand_dtype(&[n], DType::F64, target.clone())?.argsort(0, false)?;
+            match target {
+                // argsort needs the dim whole: its result is brought to the layout asked for
+                Target::Global(p, sbp) => order.to_global(&p, sbp),
+                Target::Local(_) => Ok(order),
+            }
+        })
+    }
+
     /// Standard normal values (f32).
     ///
     /// A global `randn` is placement-invariant: the k-th random tensor made after
