@@ -1,13 +1,14 @@
 //! Optimizer steps on a GPU placement run with the device's kernels: parameters and their state
-//! stay in device memory (no host copy after a step), and SGD (momentum, weight decay), Adam
-//! and AdamW reach the parameters the CPU reaches, with the gradients clipped on the device to
+//! stay in device memory (no host copy after a step), and SGD (momentum, weight decay,
+//! dampening, Nesterov, maximize), Adam, AdamW, RMSprop (plain, centred with momentum) and
+//! Adagrad (decay, initial sum) reach the parameters the CPU reaches, with the gradients clipped on the device to
 //! the CPU's norm. Skips loudly without a wgpu adapter, unless
 //! `GFLOW_REQUIRE_BACKEND` names wgpu.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod common;
 
-use gflow::optim::{Adam, AdamW, Sgd};
+use gflow::optim::{Adagrad, Adam, AdamW, RmsProp, Sgd};
 use gflow::prelude::*;
 
 /// Three steps of each optimizer on `device`; the parameters after each optimizer's steps, then
@@ -18,7 +19,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
         gflow::manual_seed(5);
         let x = Tensor::randn(&[6, 4], (&p, Sbp::broadcast()))?;
         let (mut finals, mut norms) = (vec![], vec![]);
-        for which in 0..3 {
+        for which in 0..8 {
             let w = Tensor::randn(&[4, 3], (&p, Sbp::broadcast()))?.set_requires_grad(true);
             let mut opt: Box<dyn Optimizer> = match which {
                 0 => Box::new(
@@ -27,7 +28,27 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                         .weight_decay(0.01),
                 ),
                 1 => Box::new(Adam::new(vec![w.clone()], 0.05).weight_decay(0.01)),
-                _ => Box::new(AdamW::new(vec![w.clone()], 0.05)),
+                2 => Box::new(AdamW::new(vec![w.clone()], 0.05)),
+                3 => Box::new(
+                    Sgd::new(vec![w.clone()], 0.1)
+                        .momentum(0.5)
+                        .dampening(0.2)
+                        .maximize(true),
+                ),
+                4 => Box::new(Sgd::new(vec![w.clone()], 0.05).momentum(0.8).nesterov(true)),
+                5 => Box::new(RmsProp::new(vec![w.clone()], 0.01).weight_decay(0.01)),
+                6 => Box::new(
+                    RmsProp::new(vec![w.clone()], 0.01)
+                        .alpha(0.9)
+                        .momentum(0.5)
+                        .centered(true),
+                ),
+                _ => Box::new(
+                    Adagrad::new(vec![w.clone()], 0.1)
+                        .lr_decay(0.1)
+                        .initial_accumulator_value(0.2)
+                        .maximize(true),
+                ),
             };
             for _ in 0..3 {
                 opt.zero_grad();

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use gflow::Tensor;
-use gflow::optim::{Adam, AdamW, Optimizer, Sgd};
+use gflow::optim::{Adagrad, Adam, AdamW, Optimizer, RmsProp, Sgd};
 use pyo3::prelude::*;
 
 use crate::tensor::{PyTensor, op, run};
@@ -150,22 +150,84 @@ fn handles(params: &[PyRef<'_, PyTensor>]) -> Vec<Tensor> {
     params.iter().map(|p| p.get()).collect()
 }
 
+impl PyOptimizer {
+    /// `opt` over `params`, stepping collectively when any of them is global.
+    fn of(params: &[PyRef<'_, PyTensor>], opt: impl Optimizer + Send + 'static) -> Self {
+        PyOptimizer {
+            inner: Mutex::new(Box::new(opt)),
+            global: params.iter().any(|p| p.get().is_global()),
+        }
+    }
+}
+
 #[pymethods]
 impl PyOptimizer {
-    /// SGD (`momentum`, `weight_decay` as PyTorch's).
+    /// SGD (`momentum`, `dampening`, `weight_decay`, `nesterov`, `maximize` as PyTorch's).
     #[staticmethod]
-    #[pyo3(signature = (params, lr, momentum = 0.0, weight_decay = 0.0))]
-    fn sgd(params: Vec<PyRef<'_, PyTensor>>, lr: f64, momentum: f64, weight_decay: f64) -> Self {
-        let ps = handles(&params);
-        let global = ps.iter().any(Tensor::is_global);
-        PyOptimizer {
-            inner: Mutex::new(Box::new(
-                Sgd::new(ps, lr)
-                    .momentum(momentum)
-                    .weight_decay(weight_decay),
-            )),
-            global,
-        }
+    #[pyo3(signature = (params, lr, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, nesterov = false, maximize = false))]
+    fn sgd(
+        params: Vec<PyRef<'_, PyTensor>>,
+        lr: f64,
+        momentum: f64,
+        dampening: f64,
+        weight_decay: f64,
+        nesterov: bool,
+        maximize: bool,
+    ) -> Self {
+        let opt = Sgd::new(handles(&params), lr)
+            .momentum(momentum)
+            .dampening(dampening)
+            .weight_decay(weight_decay)
+            .nesterov(nesterov)
+            .maximize(maximize);
+        PyOptimizer::of(&params, opt)
+    }
+
+    /// RMSprop (`alpha`, `eps`, `weight_decay`, `momentum`, `centered`, `maximize` as
+    /// PyTorch's).
+    #[staticmethod]
+    #[pyo3(signature = (params, lr, alpha = 0.99, eps = 1e-8, weight_decay = 0.0, momentum = 0.0, centered = false, maximize = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn rmsprop(
+        params: Vec<PyRef<'_, PyTensor>>,
+        lr: f64,
+        alpha: f64,
+        eps: f64,
+        weight_decay: f64,
+        momentum: f64,
+        centered: bool,
+        maximize: bool,
+    ) -> Self {
+        let opt = RmsProp::new(handles(&params), lr)
+            .alpha(alpha)
+            .eps(eps)
+            .weight_decay(weight_decay)
+            .momentum(momentum)
+            .centered(centered)
+            .maximize(maximize);
+        PyOptimizer::of(&params, opt)
+    }
+
+    /// Adagrad (`lr_decay`, `weight_decay`, `initial_accumulator_value`, `eps`, `maximize` as
+    /// PyTorch's).
+    #[staticmethod]
+    #[pyo3(signature = (params, lr, lr_decay = 0.0, weight_decay = 0.0, initial_accumulator_value = 0.0, eps = 1e-10, maximize = false))]
+    fn adagrad(
+        params: Vec<PyRef<'_, PyTensor>>,
+        lr: f64,
+        lr_decay: f64,
+        weight_decay: f64,
+        initial_accumulator_value: f64,
+        eps: f64,
+        maximize: bool,
+    ) -> Self {
+        let opt = Adagrad::new(handles(&params), lr)
+            .lr_decay(lr_decay)
+            .weight_decay(weight_decay)
+            .initial_accumulator_value(initial_accumulator_value)
+            .eps(eps)
+            .maximize(maximize);
+        PyOptimizer::of(&params, opt)
     }
 
     /// Adam (`betas`, `eps`, `weight_decay` as PyTorch's).
@@ -178,16 +240,11 @@ impl PyOptimizer {
         eps: f64,
         weight_decay: f64,
     ) -> Self {
-        let ps = handles(&params);
-        let global = ps.iter().any(Tensor::is_global);
-        let opt = Adam::new(ps, lr)
+        let opt = Adam::new(handles(&params), lr)
             .betas(betas)
             .eps(eps)
             .weight_decay(weight_decay);
-        PyOptimizer {
-            inner: Mutex::new(Box::new(opt)),
-            global,
-        }
+        PyOptimizer::of(&params, opt)
     }
 
     /// AdamW (decoupled weight decay, PyTorch's defaults).
@@ -200,16 +257,11 @@ impl PyOptimizer {
         eps: f64,
         weight_decay: f64,
     ) -> Self {
-        let ps = handles(&params);
-        let global = ps.iter().any(Tensor::is_global);
-        let opt = AdamW::new(ps, lr)
+        let opt = AdamW::new(handles(&params), lr)
             .betas(betas)
             .eps(eps)
             .weight_decay(weight_decay);
-        PyOptimizer {
-            inner: Mutex::new(Box::new(opt)),
-            global,
-        }
+        PyOptimizer::of(&params, opt)
     }
 
     /// Updates every parameter that has a gradient.

@@ -147,10 +147,15 @@ def _same(handle, param):
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent with optional momentum and weight decay (PyTorch's rules)."""
+    """Stochastic gradient descent with optional momentum, dampening, Nesterov momentum, weight
+    decay and ``maximize`` (PyTorch's rules)."""
 
-    def __init__(self, params, lr=0.001, momentum=0.0, weight_decay=0.0):
-        super().__init__(params, _gflow.Optimizer.sgd, lr, momentum=momentum, weight_decay=weight_decay)
+    def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                 nesterov=False, *, maximize=False):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, _gflow.Optimizer.sgd, lr, momentum=momentum, dampening=dampening,
+                         weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
 
 
 class Adam(Optimizer):
@@ -167,6 +172,29 @@ class AdamW(Optimizer):
         super().__init__(params, _gflow.Optimizer.adamw, lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
+class RMSprop(Optimizer):
+    """RMSprop: steps scaled by a running average of squared gradients, optionally centred and
+    with momentum (PyTorch's defaults: lr 0.01, alpha 0.99, eps 1e-8)."""
+
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                 centered=False, *, maximize=False):
+        super().__init__(params, _gflow.Optimizer.rmsprop, lr, alpha=alpha, eps=eps,
+                         weight_decay=weight_decay, momentum=momentum, centered=centered,
+                         maximize=maximize)
+
+
+class Adagrad(Optimizer):
+    """Adagrad: each element's step shrinks with its sum of squared gradients (PyTorch's
+    defaults: lr 0.01, eps 1e-10)."""
+
+    def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0,
+                 initial_accumulator_value=0.0, eps=1e-10, *, maximize=False):
+        super().__init__(params, _gflow.Optimizer.adagrad, lr, lr_decay=lr_decay,
+                         weight_decay=weight_decay,
+                         initial_accumulator_value=initial_accumulator_value, eps=eps,
+                         maximize=maximize)
+
+
 from . import lr_scheduler  # noqa: E402  (its schedulers take the optimizers above)
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]

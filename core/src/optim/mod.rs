@@ -1,4 +1,5 @@
-//! Optimizers: `Sgd` (momentum, weight decay), `Adam` and `AdamW`. A step updates every
+//! Optimizers: `Sgd` (momentum, dampening, Nesterov, weight decay), `Adam`, `AdamW`,
+//! [`RmsProp`] and [`Adagrad`], as PyTorch's. A step updates every
 //! parameter in place (all handles see it) from its gradient, elementwise on this rank's
 //! component: a gradient has its parameter's placement and SBP, so the update needs no
 //! communication at all; the only communication of a training step is the boxing the
@@ -17,6 +18,12 @@ use crate::sbp::NdSbp;
 use crate::state_dict::StateDict;
 use crate::storage::{Buffer, HostData};
 use crate::tensor::{Device, Tensor};
+
+mod adagrad;
+mod rmsprop;
+
+pub use adagrad::Adagrad;
+pub use rmsprop::RmsProp;
 
 /// What every optimizer does.
 pub trait Optimizer {
@@ -394,15 +401,30 @@ fn coefficient(v: f64) -> bool {
     (0.0..1.0).contains(&v)
 }
 
-/// Stochastic gradient descent with optional momentum and (L2) weight decay, as PyTorch's
-/// `SGD` (no dampening, no Nesterov): `d = g + wd p; b = mu b + d; p -= lr b`.
+/// Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and (L2)
+/// weight decay, as PyTorch's `SGD`: `d = g + wd p; b = mu b + (1 - dampening) d` (`b = d` on
+/// the first step); `p -= lr (d + mu b)` with Nesterov, else `p -= lr b`.
 #[derive(Debug)]
 pub struct Sgd {
     params: Vec<Tensor>,
     lr: f64,
     momentum: f64,
+    dampening: f64,
+    nesterov: bool,
+    maximize: bool,
     weight_decay: f64,
     state: Vec<ParamState>,
+}
+
+/// SGD's hyper-parameters for one step.
+#[derive(Clone, Copy)]
+struct SgdHyper {
+    lr: f64,
+    mu: f64,
+    dampening: f64,
+    nesterov: bool,
+    maximize: bool,
+    wd: f64,
 }
 
 impl Sgd {
@@ -418,6 +440,9 @@ impl Sgd {
             params,
             lr,
             momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            maximize: false,
             weight_decay: 0.0,
         }
     }
@@ -425,6 +450,24 @@ impl Sgd {
     /// With momentum `mu`.
     pub fn momentum(mut self, mu: f64) -> Sgd {
         self.momentum = mu;
+        self
+    }
+
+    /// With dampening `d`: the gradient enters the momentum buffer scaled by `1 - d`.
+    pub fn dampening(mut self, d: f64) -> Sgd {
+        self.dampening = d;
+        self
+    }
+
+    /// With Nesterov momentum (needs a momentum and no dampening).
+    pub fn nesterov(mut self, on: bool) -> Sgd {
+        self.nesterov = on;
+        self
+    }
+
+    /// Maximizing the objective (the gradient's negative is followed), as PyTorch's `maximize`.
+    pub fn maximize(mut self, on: bool) -> Sgd {
+        self.maximize = on;
         self
     }
 
@@ -442,31 +485,43 @@ impl Sgd {
         crate::profile::scope(|| "optimizer".into(), || self.update())
     }
 
-    /// `InvalidArgument` naming a learning rate, momentum or weight decay that is negative,
-    /// NaN or infinite.
+    /// `InvalidArgument` naming a learning rate, momentum, dampening or weight decay that is
+    /// negative, NaN or infinite, or Nesterov momentum without a momentum or with dampening.
     fn check(&self) -> Result<()> {
         const OP: &str = "Sgd::step";
         const EXPECTED: &str = "a finite number >= 0";
-        hyper(OP, "lr", self.lr, non_negative(self.lr), EXPECTED)?;
-        hyper(
-            OP,
-            "momentum",
-            self.momentum,
-            non_negative(self.momentum),
-            EXPECTED,
-        )?;
-        hyper(
-            OP,
-            "weight_decay",
-            self.weight_decay,
-            non_negative(self.weight_decay),
-            EXPECTED,
-        )
+        for (name, v) in [
+            ("lr", self.lr),
+            ("momentum", self.momentum),
+            ("dampening", self.dampening),
+            ("weight_decay", self.weight_decay),
+        ] {
+            hyper(OP, name, v, non_negative(v), EXPECTED)?;
+        }
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                reason: format!(
+                    "nesterov: Nesterov momentum requires a momentum and zero dampening, got \
+                     momentum {} and dampening {}",
+                    self.momentum, self.dampening
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn update(&mut self) -> Result<()> {
         self.check()?;
-        let (lr, mu, wd) = (self.lr, self.momentum, self.weight_decay);
+        let h = SgdHyper {
+            lr: self.lr,
+            mu: self.momentum,
+            dampening: self.dampening,
+            nesterov: self.nesterov,
+            maximize: self.maximize,
+            wd: self.weight_decay,
+        };
+        let (lr, mu, wd) = (h.lr, h.mu, h.wd);
         for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
             let (step, bufs) = st.tensors(p)?;
@@ -478,26 +533,36 @@ impl Sgd {
                     p,
                     &g,
                     state,
-                    |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
-                    |p, g, s| sgd(p, g, s, lr, mu, wd, fresh),
+                    |p, g, s| sgd(p, g, s, h, fresh),
+                    |p, g, s| sgd(p, g, s, h, fresh),
                     &|k, p, g, s| {
-                        let d = if wd == 0.0 {
-                            g.clone()
+                        let g = if h.maximize {
+                            k.scale(g, -1.0)?
                         } else {
-                            flat(k, BinaryOp::Add, g, &k.scale(p, wd)?)?
+                            g.clone()
                         };
-                        let b = match s.first_mut() {
+                        let d = if wd == 0.0 {
+                            g
+                        } else {
+                            flat(k, BinaryOp::Add, &g, &k.scale(p, wd)?)?
+                        };
+                        let step = match s.first_mut() {
                             None => d,
                             Some(b) => {
                                 **b = if fresh {
-                                    d
+                                    d.clone()
                                 } else {
-                                    flat(k, BinaryOp::Add, &k.scale(b, mu)?, &d)?
+                                    let kept = k.scale(&d, 1.0 - h.dampening)?;
+                                    flat(k, BinaryOp::Add, &k.scale(b, mu)?, &kept)?
                                 };
-                                (**b).clone()
+                                if h.nesterov {
+                                    flat(k, BinaryOp::Add, &d, &k.scale(b, mu)?)?
+                                } else {
+                                    (**b).clone()
+                                }
                             }
                         };
-                        *p = flat(k, BinaryOp::Add, p, &k.scale(&b, -lr)?)?;
+                        *p = flat(k, BinaryOp::Add, p, &k.scale(&step, -lr)?)?;
                         Ok(())
                     },
                 )
@@ -512,17 +577,20 @@ impl Sgd {
     }
 }
 
-fn sgd<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], lr: f64, mu: f64, wd: f64, fresh: bool) {
-    let (lr, mu, wd) = (T::from_f64(lr), T::from_f64(mu), T::from_f64(wd));
+fn sgd<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: SgdHyper, fresh: bool) {
+    let f = T::from_f64;
+    let (lr, mu, wd, kept) = (f(h.lr), f(h.mu), f(h.wd), f(1.0 - h.dampening));
+    let sign = f(if h.maximize { -1.0 } else { 1.0 });
     match s.first_mut() {
         None => p.iter_mut().zip(g).for_each(|(p, &g)| {
-            *p = *p - lr * (g + wd * *p);
+            *p = *p - lr * (sign * g + wd * *p);
         }),
         Some(b) => {
             for ((p, &g), b) in p.iter_mut().zip(g).zip(b.iter_mut()) {
-                let d = g + wd * *p;
-                *b = if fresh { d } else { mu * *b + d };
-                *p = *p - lr * *b;
+                let d = sign * g + wd * *p;
+                *b = if fresh { d } else { mu * *b + kept * d };
+                let step = if h.nesterov { d + mu * *b } else { *b };
+                *p = *p - lr * step;
             }
         }
     }
@@ -879,8 +947,16 @@ mod tests {
         );
         let mut p = vec![1.0f32];
         let mut b = vec![0.0f32];
-        sgd(&mut p, &[1.0], &mut [&mut b], 0.1, 0.9, 0.0, true);
-        sgd(&mut p, &[1.0], &mut [&mut b], 0.1, 0.9, 0.0, false);
+        let h = SgdHyper {
+            lr: 0.1,
+            mu: 0.9,
+            dampening: 0.0,
+            nesterov: false,
+            maximize: false,
+            wd: 0.0,
+        };
+        sgd(&mut p, &[1.0], &mut [&mut b], h, true);
+        sgd(&mut p, &[1.0], &mut [&mut b], h, false);
         // b = 1, then 1.9: p = 1 - 0.1 - 0.19
         assert!((p[0] - 0.71).abs() < 1e-6, "{p:?}");
     }
