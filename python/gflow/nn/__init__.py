@@ -5,6 +5,7 @@ calling it runs ``forward``. ``module.to_global(placement=, sbp=)`` converts eve
 place (optimizers built before follow it), which is how a model is spread over ranks.
 """
 
+import inspect
 from collections import OrderedDict
 
 from .. import _gflow
@@ -15,6 +16,10 @@ __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
     "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "ModuleDict", "Embedding", "MSELoss", "CrossEntropyLoss",
     "LayerNorm", "RMSNorm", "functional", "init", "parallel", "utils",
+    "L1Loss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+    "LeakyReLU", "ELU", "SELU", "CELU", "Softplus", "Mish", "Hardswish", "Hardsigmoid", "Hardtanh",
+    "ReLU6", "LogSigmoid", "GLU", "Softsign", "CosineSimilarity", "PairwiseDistance", "Unflatten",
+    "ParameterList", "ParameterDict",
 ]
 
 
@@ -307,8 +312,35 @@ def _activation(name, method, doc):
     return type(name, (Module,), {"forward": forward, "__doc__": doc})
 
 
-ReLU = _activation("ReLU", "relu", "``max(x, 0)``.")
-SiLU = _activation("SiLU", "silu", "``x * sigmoid(x)``.")
+def _functional_module(name, fn, doc, **settings):
+    """A module class ``name(**settings)`` (each a keyword with its default, or positional in
+    that order, as PyTorch's constructor takes them) whose call is ``fn(*inputs, **settings)``."""
+    params = [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=v)
+              for k, v in settings.items()]
+    signature = inspect.Signature(params)
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        for k, v in bound.arguments.items():
+            setattr(self, k, v)
+
+    def forward(self, *inputs):
+        return fn(*inputs, **{k: getattr(self, k) for k in settings})
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={getattr(self, k)!r}" for k in settings)
+
+    __init__.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *params])
+    return type(name, (Module,), {"__init__": __init__, "forward": forward,
+                                  "extra_repr": extra_repr, "__doc__": doc})
+
+
+ReLU = _functional_module("ReLU", functional.relu, "``max(x, 0)`` (``inplace`` as in "
+                          "``functional``: a new tensor).", inplace=False)
+SiLU = _functional_module("SiLU", functional.silu, "``x * sigmoid(x)``.", inplace=False)
 Sigmoid = _activation("Sigmoid", "sigmoid", "Logistic sigmoid.")
 Tanh = _activation("Tanh", "tanh", "Hyperbolic tangent.")
 
@@ -580,6 +612,224 @@ class RMSNorm(_Norm):
                 f"got {shape}")
         self._setup(_gflow._Norm.rms_norm(shape[0], float(1e-6 if eps is None else eps)),
                     shape, eps, elementwise_affine, ("weight",))
+
+
+L1Loss = _functional_module("L1Loss", functional.l1_loss, "Mean absolute error (``reduction`` "
+                            "``\"sum\"`` / ``\"none\"`` as PyTorch's).", reduction="mean")
+SmoothL1Loss = _functional_module("SmoothL1Loss", functional.smooth_l1_loss,
+                                  "``functional.smooth_l1_loss``: quadratic below ``beta``, "
+                                  "linear above.", reduction="mean", beta=1.0)
+HuberLoss = _functional_module("HuberLoss", functional.huber_loss, "``functional.huber_loss``: "
+                               "quadratic below ``delta``, linear above.", reduction="mean",
+                               delta=1.0)
+KLDivLoss = _functional_module("KLDivLoss", functional.kl_div, "``functional.kl_div`` of "
+                               "log-probabilities against (log-)probabilities.",
+                               reduction="mean", log_target=False)
+LeakyReLU = _functional_module("LeakyReLU", functional.leaky_relu, "``x``, or ``negative_slope "
+                               "* x`` below 0.", negative_slope=0.01, inplace=False)
+ELU = _functional_module("ELU", functional.elu, "``x``, or ``alpha (e^x - 1)`` below 0.",
+                         alpha=1.0, inplace=False)
+SELU = _functional_module("SELU", functional.selu, "The self-normalising ``scale * elu(x, "
+                          "alpha)``.", inplace=False)
+CELU = _functional_module("CELU", functional.celu, "``x``, or ``alpha (e^(x / alpha) - 1)`` "
+                          "below 0.", alpha=1.0, inplace=False)
+Softplus = _functional_module("Softplus", functional.softplus, "``log(1 + e^(beta x)) / beta`` "
+                              "(stable), ``x`` above ``threshold``.", beta=1.0, threshold=20.0)
+Mish = _functional_module("Mish", functional.mish, "``x * tanh(softplus(x))``.", inplace=False)
+Hardswish = _functional_module("Hardswish", functional.hardswish, "``x * relu6(x + 3) / 6``.",
+                               inplace=False)
+Hardsigmoid = _functional_module("Hardsigmoid", functional.hardsigmoid, "``relu6(x + 3) / 6``.",
+                                 inplace=False)
+Hardtanh = _functional_module("Hardtanh", functional.hardtanh, "``x`` clamped to ``[min_val, "
+                              "max_val]``.", min_val=-1.0, max_val=1.0, inplace=False)
+ReLU6 = _functional_module("ReLU6", functional.relu6, "``min(max(x, 0), 6)``.", inplace=False)
+LogSigmoid = _functional_module("LogSigmoid", functional.logsigmoid, "``log(sigmoid(x))`` "
+                                "(stable).")
+GLU = _functional_module("GLU", functional.glu, "``a * sigmoid(b)`` for the halves of ``dim``.",
+                         dim=-1)
+Softsign = _functional_module("Softsign", functional.softsign, "``x / (1 + |x|)``.")
+CosineSimilarity = _functional_module("CosineSimilarity", functional.cosine_similarity,
+                                      "Cosine of the angle between ``x1`` and ``x2`` along "
+                                      "``dim``.", dim=1, eps=1e-8)
+PairwiseDistance = _functional_module("PairwiseDistance", functional.pairwise_distance,
+                                      "The ``p``-norm of ``x1 - x2 + eps`` over the last dim.",
+                                      p=2.0, eps=1e-6, keepdim=False)
+
+
+class _WeightedLoss(Module):
+    """A loss with an optional per-class (or per-element) ``weight``, a buffer (so
+    ``to_global`` moves it and ``state_dict`` holds it, as PyTorch's)."""
+
+    def __init__(self, weight=None, reduction="mean"):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.reduction = reduction
+
+    def extra_repr(self):
+        return f"reduction={self.reduction!r}"
+
+
+class NLLLoss(_WeightedLoss):
+    """``functional.nll_loss`` of log-probabilities against class indices."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return functional.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class BCELoss(_WeightedLoss):
+    """``functional.binary_cross_entropy`` of probabilities against 0/1 (or soft) targets."""
+
+    def forward(self, input, target):
+        return functional.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    """``functional.binary_cross_entropy_with_logits`` (stable, from logits); ``pos_weight``
+    scales the positive term, a buffer as ``weight``."""
+
+    def __init__(self, weight=None, reduction="mean", pos_weight=None):
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return functional.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, pos_weight=self.pos_weight)
+
+
+class Unflatten(Module):
+    """Dim ``dim`` split into ``unflattened_size`` (``Tensor.unflatten``)."""
+
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x):
+        return x.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+def _put_parameter(container, key, value):
+    """``container``'s parameter ``key`` set to ``value``, a tensor made a ``Parameter`` (one
+    that requires a gradient, as PyTorch's containers make them); a key already there keeps its
+    place in the order."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{type(container).__name__} holds tensors (made parameters), got "
+                        f"{type(value).__name__}")
+    p = value if isinstance(value, Parameter) else Parameter(value)
+    if key in container._parameters:
+        container._parameters[key] = p
+        object.__setattr__(container, key, p)
+    else:
+        setattr(container, key, p)
+
+
+def _parameters_repr(self):
+    """One line per parameter, as the containers print them."""
+    lines = [f"  ({k}): Parameter of shape {tuple(p.shape)}, {p.dtype}"
+             for k, p in self._parameters.items()]
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+class ParameterList(Module):
+    """A list of parameters (registered as ``"0"``, ``"1"``, ..., so ``parameters()``,
+    ``state_dict()`` and ``to_global`` see them); tensors put in become parameters."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def append(self, value):
+        _put_parameter(self, str(len(self)), value)
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+    def _index(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range")
+        return str(i % n)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ParameterList(list(self)[i])
+        return self._parameters[self._index(i)]
+
+    def __setitem__(self, i, value):
+        _put_parameter(self, self._index(i), value)
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    extra_repr = _parameters_repr
+
+
+class ParameterDict(Module):
+    """An ordered dict of parameters (registered under their keys, so ``parameters()``,
+    ``state_dict()`` and ``to_global`` see them); tensors put in become parameters."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def update(self, parameters):
+        items = parameters.items() if hasattr(parameters, "items") else parameters
+        for k, v in items:
+            self[k] = v
+
+    def __setitem__(self, key, value):
+        if not isinstance(key, str) or not key or "." in key:
+            raise KeyError(f"ParameterDict keys are non-empty str without '.', got {key!r}")
+        _put_parameter(self, key, value)
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __delitem__(self, key):
+        del self._parameters[key]
+        object.__delattr__(self, key)
+
+    def __contains__(self, key):
+        return key in self._parameters
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
+
+    def get(self, key, default=None):
+        return self._parameters.get(key, default)
+
+    def pop(self, key):
+        value = self[key]
+        del self[key]
+        return value
+
+    extra_repr = _parameters_repr
 
 
 from . import parallel  # noqa: E402  (it subclasses Module)
