@@ -797,6 +797,10 @@ macro_rules! kernel_table {
             ) host {
                 Ok(select::argsort(x, shape, dim, descending))
             };
+            /// Inclusive cumulative sums of `x` along `dim` (PyTorch's `cumsum`), in `x`'s dtype.
+            fn cumsum(&self, x: compute, shape: val<&[usize]>, dim: val<usize>) host {
+                Ok(select::cumsum(x, shape, dim))
+            };
             /// `x` of `shape` with its dimensions permuted (`out.shape[i] = shape[perm[i]]`).
             fn permute(&self, x: hold, shape: val<&[usize]>, perm: val<&[usize]>) {
                 let copy = $crate::shape::StridedCopy::permute(shape, perm);

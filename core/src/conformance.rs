@@ -61,7 +61,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, argsorts, comparisons, where_select, casts, index_gathers,
+            triangle_masks, arg_reductions, argsorts, cumsums, comparisons, where_select, casts, index_gathers,
             half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
             squared_sums, attentions, packed_attentions, nan_max_min);
     };
@@ -1389,6 +1389,60 @@ pub fn argsorts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
         expect(b, "argsort long lines", &got, &want, DType::I64)?;
         let got = b.argsort(&buf(dtype, &[]), &[3, 0], 1, false)?;
         expect(b, "argsort of an empty dim", &got, &[], DType::I64)?;
+    }
+    Ok(())
+}
+
+/// Cumulative sums along each dim, a NaN and an infinity reaching only the sums from them on,
+/// along lines longer than a GPU pass (whole numbers, so f32 sums are exact), an empty dim.
+pub fn cumsums<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let scan_ref = |x: &[f64], shape: &[usize], dim: usize| -> Vec<f64> {
+        let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());
+        let mut out = x.to_vec();
+        for line in 0..x.len() / len.max(1) {
+            let base = line / inner * len * inner + line % inner;
+            let mut s = 0.0;
+            for j in 0..len {
+                s += x[base + j * inner];
+                out[base + j * inner] = s;
+            }
+        }
+        out
+    };
+    for dtype in computed(b) {
+        let shape = [4, 6, 5];
+        let mut x = vals(120, 43, false);
+        x[33] = f64::NAN;
+        x[62] = f64::INFINITY;
+        let x = rounded(dtype, &x);
+        let xb = buf(dtype, &x);
+        for dim in 0..3 {
+            let got = b.cumsum(&xb, &shape, dim)?;
+            expect(
+                b,
+                &format!("cumsum dim={dim}"),
+                &got,
+                &scan_ref(&x, &shape, dim),
+                dtype,
+            )?;
+        }
+        let long = 40_000;
+        let x: Vec<f64> = (0..2 * long)
+            .map(|i| ((i * 7919) % 7) as f64 - 3.0)
+            .collect();
+        let xb = buf(dtype, &x);
+        for (shape, dim) in [([2, long], 1), ([long, 2], 0)] {
+            let got = b.cumsum(&xb, &shape, dim)?;
+            expect(
+                b,
+                "cumsum long lines",
+                &got,
+                &scan_ref(&x, &shape, dim),
+                dtype,
+            )?;
+        }
+        let got = b.cumsum(&buf(dtype, &[]), &[3, 0], 1)?;
+        expect(b, "cumsum of an empty dim", &got, &[], dtype)?;
     }
     Ok(())
 }

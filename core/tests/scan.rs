@@ -1,6 +1,6 @@
 //! `cumsum` against a float64 running sum: local and on 3 uneven ranks and a 2x2 placement
-//! (split on the summed dim and on another), dims longer than one block and than a block of
-//! blocks, gradients against finite differences, dtypes as PyTorch's, a bad dim refused.
+//! (split on the summed dim and on another), long dims, gradients against finite differences,
+//! dtypes as PyTorch's, NaN and infinities as PyTorch's, a bad dim refused.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use gflow_core::{DType, Device, Error, Result, Tensor, bf16, simulate};
@@ -140,4 +140,22 @@ fn cumsum_on_global_layouts_and_its_gradient() {
             }
         }
     }
+}
+
+/// A NaN or an infinity reaches only the sums from it on (PyTorch's), and f32 sums are
+/// accumulated in f64: 1e8 + 1 - 1e8 + 1 gives 1 then 2, not 0 then 1.
+#[test]
+fn cumsum_keeps_nan_and_inf_to_their_right_and_accumulates_widely() -> Result<()> {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, f32::NAN, 1.0], &[5], Device::Cpu)?;
+    let y = x.cumsum(0)?.to_vec::<f32>()?;
+    assert_eq!(y[..3], [1.0, 3.0, 6.0]);
+    assert!(y[3].is_nan() && y[4].is_nan(), "{y:?}");
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, f64::INFINITY, 3.0], &[4], Device::Cpu)?;
+    assert_eq!(
+        x.cumsum(0)?.to_vec::<f64>()?,
+        [1.0, 3.0, f64::INFINITY, f64::INFINITY]
+    );
+    let x = Tensor::from_vec(vec![1e8f32, 1.0, -1e8, 1.0], &[4], Device::Cpu)?;
+    assert_eq!(x.cumsum(0)?.to_vec::<f32>()?[2..], [1.0, 2.0]);
+    Ok(())
 }

@@ -366,6 +366,21 @@ __device__ void arg_reduce_k(const T *x, i64 *out, u64 outer, u64 len, u64 inner
     }
 }
 
+// Inclusive prefix sums along the middle dim of x viewed as (outer, len, inner), one thread per
+// line, accumulated in double for float (as PyTorch's CPU; a NaN or inf reaches only the sums
+// from it on).
+template <typename T>
+__device__ void cumsum_k(const T *x, T *out, u64 outer, u64 len, u64 inner) {
+    FOR_EACH(o, outer * inner) {
+        u64 base = o / inner * len * inner + o % inner;
+        double s = 0;
+        for (u64 l = 0; l < len; ++l) {
+            s += (double)x[base + l * inner];
+            out[base + l * inner] = (T)s;
+        }
+    }
+}
+
 // The positions that sort each line along the middle dim of x viewed as (outer, len, inner),
 // stably, NaN above every number (PyTorch's sort(stable=True)): one thread per element counts
 // the elements that go before it and writes its own position at that rank.
@@ -845,6 +860,9 @@ __device__ void attention_dkv_k(const T *q, const T *k, const T *v, const T *g, 
     extern "C" __global__ void arg_reduce_##S(const T *x, i64 *out, u64 outer, u64 len,          \
                                               u64 inner, int max) {                              \
         arg_reduce_k<T>(x, out, outer, len, inner, max);                                         \
+    }                                                                                            \
+    extern "C" __global__ void cumsum_##S(const T *x, T *out, u64 outer, u64 len, u64 inner) {   \
+        cumsum_k<T>(x, out, outer, len, inner);                                                  \
     }                                                                                            \
     extern "C" __global__ void argsort_##S(const T *x, i64 *out, u64 n, u64 len, u64 inner,      \
                                            int desc) {                                           \

@@ -34,7 +34,7 @@ const FUNCTIONS: [&str; 14] = [
     "adam_f64",
 ];
 /// The rest of the kernels (split only to keep lines short).
-const MORE_FUNCTIONS: [&str; 47] = [
+const MORE_FUNCTIONS: [&str; 49] = [
     "softmax_strided_f32",
     "softmax_strided_f64",
     "scatter_add_rows_f32",
@@ -52,6 +52,8 @@ const MORE_FUNCTIONS: [&str; 47] = [
     "arg_reduce_f64",
     "argsort_f32",
     "argsort_f64",
+    "cumsum_f32",
+    "cumsum_f64",
     "compare_f32",
     "compare_f64",
     "where_w2",

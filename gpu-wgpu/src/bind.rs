@@ -10,7 +10,7 @@ use crate::{WgpuBackend, device_error};
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernels, by name.
-const KERNELS: [(&str, &str); 25] = [
+const KERNELS: [(&str, &str); 26] = [
     (
         "unary",
         concat!(
@@ -35,6 +35,7 @@ const KERNELS: [(&str, &str); 25] = [
     ("triangle", include_str!("../shaders/triangle.wgsl")),
     ("arg_reduce", include_str!("../shaders/arg_reduce.wgsl")),
     ("argsort", include_str!("../shaders/argsort.wgsl")),
+    ("cumsum", include_str!("../shaders/cumsum.wgsl")),
     ("where", include_str!("../shaders/where.wgsl")),
     ("gather_dim", include_str!("../shaders/gather_dim.wgsl")),
     ("convert", include_str!("../shaders/convert.wgsl")),

@@ -1,5 +1,5 @@
 //! CPU kernels of every dtype for comparisons, selection, casts, clamping, powers, triangles,
-//! arg-reductions and indexing along a dim. They are also the host path of device backends for
+//! arg-reductions, sorting positions, cumulative sums and indexing along a dim. They are also the host path of device backends for
 //! the kernels those do not have natively (`Kernels`' default methods).
 
 use crate::backend::CmpOp;
@@ -280,6 +280,50 @@ pub(crate) fn argsort(x: &HostData, shape: &[usize], dim: usize, descending: boo
         out
     }
     HostData::I64(with_vec!(x, v => go(v, shape, dim, descending)))
+}
+
+/// Inclusive cumulative sums along `dim`, in `x`'s dtype: floats accumulated in f64 (PyTorch's
+/// CPU accumulates f32 in f64 too, so a NaN or inf reaches only the sums from it on and large
+/// cancellations stay exact), integers in their own type, wrapping.
+pub(crate) fn cumsum(x: &HostData, shape: &[usize], dim: usize) -> HostData {
+    fn scan<T: Copy, A: Copy>(
+        v: &[T],
+        shape: &[usize],
+        dim: usize,
+        zero: A,
+        add: impl Fn(A, T) -> A,
+        back: impl Fn(A) -> T,
+    ) -> Vec<T> {
+        let len = shape[dim];
+        let inner: usize = shape[dim + 1..].iter().product();
+        let mut out = v.to_vec();
+        if len * inner == 0 {
+            return out;
+        }
+        let mut acc = vec![zero; inner];
+        for (src, dst) in v.chunks(len * inner).zip(out.chunks_mut(len * inner)) {
+            acc.fill(zero);
+            for (row, o) in src.chunks(inner).zip(dst.chunks_mut(inner)) {
+                for ((a, &e), o) in acc.iter_mut().zip(row).zip(o) {
+                    *a = add(*a, e);
+                    *o = back(*a);
+                }
+            }
+        }
+        out
+    }
+    match x {
+        HostData::I64(v) => HostData::I64(scan(v, shape, dim, 0, i64::wrapping_add, |a| a)),
+        HostData::I32(v) => HostData::I32(scan(v, shape, dim, 0, i32::wrapping_add, |a| a)),
+        other => map_same!(other, v => scan(
+            v,
+            shape,
+            dim,
+            0.0,
+            |a: f64, e| a + Stored::to_f64(e),
+            Stored::from_f64
+        )),
+    }
 }
 
 /// Integer indices as i64 (I64 or I32 data).

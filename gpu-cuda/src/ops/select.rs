@@ -95,7 +95,48 @@ pub(crate) fn argsort(
     by_float!(x, "argsort", T => c.argsort_t::<T>(x, shape, dim, descending))
 }
 
+/// [`Backend::cumsum`](gflow_core::backend::Backend::cumsum) on this device: one thread per
+/// line.
+pub(crate) fn cumsum(
+    c: &CudaBackend,
+    x: &CudaStorage,
+    shape: &[usize],
+    dim: usize,
+) -> Result<CudaStorage> {
+    by_float!(x, "cumsum", T => c.cumsum_t::<T>(x, shape, dim))
+}
+
 impl CudaBackend {
+    fn cumsum_t<T: Float>(
+        &self,
+        x: &CudaStorage,
+        shape: &[usize],
+        dim: usize,
+    ) -> Result<CudaStorage> {
+        let n = x.len;
+        let (outer, len) = (shape[..dim].iter().product::<usize>(), shape[dim]);
+        let inner: usize = shape[dim + 1..].iter().product();
+        let out = self
+            .stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(device_error)?;
+        if n > 0 {
+            let xs = self.float::<T>(x)?;
+            // SAFETY: cumsum_* takes (x of outer * len * inner, out of as many, outer, len,
+            // inner).
+            unsafe {
+                self.launch(
+                    &format!("cumsum_{}", T::SUFFIX),
+                    threads(outer * inner),
+                    |l| {
+                        l.arg(xs).arg(&out).arg(&outer).arg(&len).arg(&inner);
+                    },
+                )
+            }?;
+        }
+        Ok(T::wrap(out, n))
+    }
+
     fn argsort_t<T: Float>(
         &self,
         x: &CudaStorage,

@@ -300,6 +300,21 @@ int main() {
     std::vector<float> xf{3, 1, 3, 0, 1, 0}; std::vector<long long> of(2);
     launch(1, [&] { arg_reduce_f32(xf.data(), of.data(), 2, 3, 1, 1); });
     CHECK(of[0] == 0 && of[1] == 1, "arg_reduce f32 ties %lld %lld", of[0], of[1]); }
+  // cumsum along each dim of (3, 4, 5): a NaN and an inf reach only the sums from them on
+  { std::vector<double> x(60), o(60);
+    for (int i = 0; i < 60; ++i) x[i] = (i * 37) % 11 - 5;
+    x[17] = NAN; x[42] = INFINITY;
+    int shape[3] = {3, 4, 5};
+    for (int dim = 0; dim < 3; ++dim) {
+      long long outer = 1, inner = 1, len = shape[dim];
+      for (int d = 0; d < dim; ++d) outer *= shape[d];
+      for (int d = dim + 1; d < 3; ++d) inner *= shape[d];
+      launch(2, [&] { cumsum_f64(x.data(), o.data(), outer, len, inner); });
+      for (long long l = 0; l < outer * inner; ++l) {
+        long long base = l / inner * len * inner + l % inner; double s = 0;
+        for (long long j = 0; j < len; ++j) { s += x[base + j * inner]; double g = o[base + j * inner];
+          CHECK(g == s || (std::isnan(g) && std::isnan(s)), "cumsum dim %d line %lld at %lld: %f vs %f", dim, l, j, g, s); }
+      } } }
   // argsort over each dim of (3, 4, 5), both orders, against std::stable_sort (NaN largest)
   { std::vector<double> x(60); std::vector<long long> o(60);
     for (int i = 0; i < 60; ++i) x[i] = (i * 37) % 3 - 1;  // ties in every line

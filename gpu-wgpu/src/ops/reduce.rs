@@ -1,11 +1,11 @@
-//! Reductions over dimensions: in runs of at most `LOOP_MAX`, blocks of rows past the binding
-//! limit, long rows in chunks.
+//! Reductions over dimensions, and cumulative sums: in runs of at most `LOOP_MAX`, blocks of
+//! rows past the binding limit, long rows in chunks.
 
 use gflow_core::backend::{Backend, ReduceKind};
 use gflow_core::shape::strides;
 use gflow_core::{DType, Result};
 
-use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage};
+use crate::{LOOP_MAX, NEG_INF, WgpuBackend, WgpuStorage, device_error};
 
 /// Threads a reduction keeps busy at least: outputs with long runs get more, shorter runs.
 const WIDE: usize = 1 << 15;
@@ -190,4 +190,63 @@ impl WgpuBackend {
         }
         self.reduce(op, &partial, &[rows, per_row], &[1])
     }
+}
+
+/// [`Backend::cumsum`](gflow_core::backend::Backend::cumsum) on this device: one thread per
+/// line, in passes of at most [`LOOP_MAX`] indices over blocks of whole outer rows (as
+/// `arg_reduce`), the running sums carried between passes.
+pub(crate) fn cumsum(
+    w: &WgpuBackend,
+    x: &WgpuStorage,
+    shape: &[usize],
+    dim: usize,
+) -> Result<WgpuStorage> {
+    w.need_f32(x, "cumsum")?;
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let out = w.new_storage(x.len, DType::F32)?;
+    if x.len == 0 {
+        return Ok(out);
+    }
+    let room = ((w.max_binding - w.align) / 4) as usize;
+    if inner > room {
+        return Err(device_error(
+            "cumsum: one slice of the scanned dim exceeds this adapter's binding limit",
+        ));
+    }
+    let lines = x.len / len;
+    let acc = w.new_storage(lines, DType::F32)?;
+    let chunk = LOOP_MAX.min(len).min(room / inner);
+    let block = if chunk == len {
+        (room / (len * inner)).max(1)
+    } else {
+        1
+    };
+    let outer = lines / inner;
+    let mut o0 = 0;
+    while o0 < outer {
+        let nb = block.min(outer - o0);
+        let mut lo = 0;
+        while lo < len {
+            let hi = (lo + chunk).min(len);
+            let span = ((nb - 1) * len + hi - lo) * inner;
+            let (xb, x_base) = w.window(&x.buf, (o0 * len + lo) * inner, span, 4)?;
+            let (ob, out_base) = w.window(&out.buf, (o0 * len + lo) * inner, span, 4)?;
+            let (ab, a_base) = w.window(&acc.buf, o0 * inner, nb * inner, 4)?;
+            let p = [
+                (nb * inner) as u32,
+                len as u32,
+                inner as u32,
+                lo as u32,
+                hi as u32,
+                x_base,
+                out_base,
+                a_base,
+            ];
+            w.dispatch("cumsum", nb * inner, &p, &[xb, ob, ab])?;
+            lo = hi;
+        }
+        o0 += nb;
+    }
+    Ok(out)
 }
