@@ -308,7 +308,13 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Log => x.ln(),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Square => x * x,
-        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
         UnaryOp::Gelu => {
             0.5 * x
                 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
@@ -316,10 +322,10 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Step => {
-            if x > 0.0 {
-                1.0
-            } else {
+            if x <= 0.0 {
                 0.0
+            } else {
+                1.0
             }
         }
         // d/dx of 0.5 x (1 + tanh u), u = c (x + 0.044715 x^3), written with sech^2.
@@ -374,6 +380,20 @@ pub fn unary_ops<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
             let want: Vec<f64> = x.iter().map(|&v| unary_ref(op, v)).collect();
             let got = b.unary(op, &buf(dtype, &x))?;
             expect(b, &format!("{op:?}"), &got, &want, dtype)?;
+        }
+        // relu keeps NaN and -0 (PyTorch's), and its derivative passes the gradient at NaN
+        let odd = rounded(dtype, &[f64::NAN, -0.0, 0.0, -1.0]);
+        let relu: Vec<f64> = b.unary(Relu, &buf(dtype, &odd))?.host()?.to_vec();
+        let step: Vec<f64> = b.unary(Step, &buf(dtype, &odd))?.host()?.to_vec();
+        let relu_ok = relu[0].is_nan() && relu[1] == 0.0 && relu[1].is_sign_negative();
+        if !relu_ok || step != [1.0, 0.0, 0.0, 0.0] {
+            return Err(Error::InvalidArgument {
+                op: "conformance",
+                reason: format!(
+                    "{} relu / step of [NaN, -0, 0, -1] ({dtype}): {relu:?} / {step:?}",
+                    b.name()
+                ),
+            });
         }
         // log1p and expm1 exist for their relative precision near 0, which the check above
         // (an absolute tolerance there) does not see.

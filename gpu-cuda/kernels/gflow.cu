@@ -73,11 +73,11 @@ template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     case UNARY_LOG: return g_log(x);
     case UNARY_SQRT: return g_sqrt(x);
     case UNARY_SQUARE: return x * x;
-    case UNARY_RELU: return x > T(0) ? x : T(0);
+    case UNARY_RELU: return x < T(0) ? T(0) : x;  // NaN and -0 kept, as PyTorch's
     case UNARY_GELU: return T(0.5) * x * (T(1) + g_tanh(c * (x + k * x * x * x)));
     case UNARY_SIGMOID: return T(1) / (T(1) + g_exp(-x));
     case UNARY_TANH: return g_tanh(x);
-    case UNARY_STEP: return x > T(0) ? T(1) : T(0);
+    case UNARY_STEP: return x <= T(0) ? T(0) : T(1);  // 1 at NaN: relu's gradient passes
     case UNARY_GELU_GRAD: {
         T t = g_tanh(c * (x + k * x * x * x));
         return T(0.5) * (T(1) + t) +

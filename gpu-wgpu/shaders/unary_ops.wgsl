@@ -71,11 +71,13 @@ fn unary_value(op: u32, v: f32, a: f32, b: f32) -> f32 {
         case UNARY_LOG: { r = log(v); }
         case UNARY_SQRT: { r = sqrt(v); }
         case UNARY_SQUARE: { r = v * v; }
-        case UNARY_RELU: { r = max(v, 0.0); }
+        // PyTorch's: NaN stays NaN and -0 stays -0 (by the bits: compilers may fold a compare
+        // and select into a max, which drops NaN)
+        case UNARY_RELU: { r = select(v, 0.0, order(v) < 0 && !is_nan(v)); }
         case UNARY_GELU: { r = 0.5 * v * (1.0 + tanh_safe(gelu_u(v))); }
         case UNARY_SIGMOID: { r = sigmoid_f(v); }
         case UNARY_TANH: { r = tanh_safe(v); }
-        case UNARY_STEP: { r = select(0.0, 1.0, v > 0.0); }
+        case UNARY_STEP: { r = select(0.0, 1.0, order(v) > 0 || is_nan(v)); }
         case UNARY_GELU_GRAD: {
             let u = gelu_u(v);
             let t = tanh_safe(u);

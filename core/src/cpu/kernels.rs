@@ -444,7 +444,8 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
         UnaryOp::Relu => map(
             x,
             #[inline(always)]
-            |v| if v > T::zero() { v } else { T::zero() },
+            // PyTorch's: NaN stays NaN, -0 stays -0
+            |v| if v < T::zero() { T::zero() } else { v },
         ),
         // `0.5 x (1 + tanh(u)) = x sigmoid(2u)`: one exponential and one division, where
         // the tanh took both and a series for small arguments besides
@@ -462,7 +463,8 @@ pub(super) fn unary<T: Float>(op: UnaryOp, x: &[T]) -> Vec<T> {
         UnaryOp::Step => map(
             x,
             #[inline(always)]
-            |v| if v > T::zero() { one } else { T::zero() },
+            // relu's derivative as PyTorch's: 1 also at NaN (the gradient passes)
+            |v| if v <= T::zero() { T::zero() } else { one },
         ),
         UnaryOp::Abs => map(
             x,

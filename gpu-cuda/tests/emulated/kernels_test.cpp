@@ -142,9 +142,9 @@ int main() {
         bool fd = false;
         switch (op) {
         case UNARY_NEG: w = -v; break; case UNARY_EXP: w = std::exp(v); break; case UNARY_LOG: w = std::log(v); break;
-        case UNARY_SQRT: w = std::sqrt(v); break; case UNARY_SQUARE: w = v * v; break; case UNARY_RELU: w = v > 0 ? v : 0; break;
+        case UNARY_SQRT: w = std::sqrt(v); break; case UNARY_SQUARE: w = v * v; break; case UNARY_RELU: w = v < 0 ? 0 : v; break;
         case UNARY_GELU: w = gelu(v); break; case UNARY_SIGMOID: w = 1 / (1 + std::exp(-v)); break;
-        case UNARY_TANH: w = std::tanh(v); break; case UNARY_STEP: w = v > 0; break;
+        case UNARY_TANH: w = std::tanh(v); break; case UNARY_STEP: w = !(v <= 0); break;
         case UNARY_GELU_GRAD: w = diff(gelu, v); fd = true; break;
         case UNARY_ABS: w = std::fabs(v); break; case UNARY_RSQRT: w = 1 / std::sqrt(v); break;
         case UNARY_SIN: w = std::sin(v); break; case UNARY_COS: w = std::cos(v); break;
