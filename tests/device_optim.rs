@@ -1,6 +1,6 @@
 //! Optimizer steps on a GPU placement run with the device's kernels: parameters and their state
 //! stay in device memory (no host copy after a step), and SGD (momentum, weight decay,
-//! dampening, Nesterov, maximize), Adam, AdamW, RMSprop (plain, centred with momentum) and
+//! dampening, Nesterov, maximize), Adam, AdamW (also AMSGrad, maximizing), RMSprop (plain, centred with momentum) and
 //! Adagrad (decay, initial sum) reach the parameters the CPU reaches, with the gradients clipped on the device to
 //! the CPU's norm. Skips loudly without a wgpu adapter, unless
 //! `GFLOW_REQUIRE_BACKEND` names wgpu.
@@ -19,7 +19,7 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
         gflow::manual_seed(5);
         let x = Tensor::randn(&[6, 4], (&p, Sbp::broadcast()))?;
         let (mut finals, mut norms) = (vec![], vec![]);
-        for which in 0..8 {
+        for which in 0..9 {
             let w = Tensor::randn(&[4, 3], (&p, Sbp::broadcast()))?.set_requires_grad(true);
             let mut opt: Box<dyn Optimizer> = match which {
                 0 => Box::new(
@@ -42,6 +42,11 @@ fn train(device: &'static str) -> Result<Vec<Vec<f32>>> {
                         .alpha(0.9)
                         .momentum(0.5)
                         .centered(true),
+                ),
+                7 => Box::new(
+                    AdamW::new(vec![w.clone()], 0.05)
+                        .amsgrad(true)
+                        .maximize(true),
                 ),
                 _ => Box::new(
                     Adagrad::new(vec![w.clone()], 0.1)

@@ -1,6 +1,6 @@
 //! The optimizers against PyTorch: every case of `tests/data/torch_optim.json` (recorded by
 //! `benches/peers/torch_optim_reference.py`: SGD with momentum, dampening, Nesterov and
-//! `maximize`; Adam; AdamW; RMSprop plain, centred with momentum, maximizing; Adagrad plain,
+//! `maximize`; Adam and AdamW, also with AMSGrad and maximizing; RMSprop plain, centred with momentum, maximizing; Adagrad plain,
 //! with decay and an initial accumulator, maximizing) gives PyTorch's float64 parameter after
 //! each of its steps, as a local parameter and as a global one split over 3 simulated ranks.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -31,8 +31,18 @@ fn make(case: &Value, p: Tensor) -> Box<dyn Optimizer> {
                 .maximize(flag("maximize"))
                 .weight_decay(num("weight_decay", 0.0)),
         ),
-        "adam" => Box::new(optim::Adam::new(vec![p], lr).weight_decay(num("weight_decay", 0.0))),
-        "adamw" => Box::new(optim::AdamW::new(vec![p], lr).weight_decay(num("weight_decay", 0.01))),
+        "adam" => Box::new(
+            optim::Adam::new(vec![p], lr)
+                .weight_decay(num("weight_decay", 0.0))
+                .amsgrad(flag("amsgrad"))
+                .maximize(flag("maximize")),
+        ),
+        "adamw" => Box::new(
+            optim::AdamW::new(vec![p], lr)
+                .weight_decay(num("weight_decay", 0.01))
+                .amsgrad(flag("amsgrad"))
+                .maximize(flag("maximize")),
+        ),
         "rmsprop" => Box::new(
             optim::RmsProp::new(vec![p], lr)
                 .alpha(num("alpha", 0.99))
@@ -87,7 +97,7 @@ fn compare(name: &str, layout: &str, got: &[Vec<f64>], case: &Value) {
 fn optimizers_follow_pytorchs_trajectories() {
     let cases: Vec<Value> =
         serde_json::from_str(include_str!("data/torch_optim.json")).expect("torch_optim.json");
-    assert_eq!(cases.len(), 12);
+    assert_eq!(cases.len(), 15);
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let local = trajectory(case, &|v| Tensor::from_vec(v, &[3, 4], Device::Cpu)).unwrap();

@@ -52,6 +52,9 @@ case("adagrad", "adagrad", lr=0.1)
 case("adagrad_decay_initial", "adagrad", lr=0.1, lr_decay=0.05, initial_accumulator_value=0.3,
      weight_decay=0.02)
 case("adagrad_maximize", "adagrad", lr=0.1, eps=1e-6, maximize=True)
+case("adam_amsgrad", "adam", steps=6, lr=0.02, amsgrad=True, weight_decay=0.01)
+case("adam_maximize", "adam", lr=0.01, maximize=True)
+case("adamw_amsgrad_maximize", "adamw", steps=6, lr=0.02, amsgrad=True, maximize=True)
 
 with open(a.out, "w") as f:
     json.dump(CASES, f, separators=(",", ":"))

@@ -230,37 +230,45 @@ impl PyOptimizer {
         PyOptimizer::of(&params, opt)
     }
 
-    /// Adam (`betas`, `eps`, `weight_decay` as PyTorch's).
+    /// Adam (`betas`, `eps`, `weight_decay`, `amsgrad`, `maximize` as PyTorch's).
     #[staticmethod]
-    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0))]
+    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.0, amsgrad = false, maximize = false))]
     fn adam(
         params: Vec<PyRef<'_, PyTensor>>,
         lr: f64,
         betas: (f64, f64),
         eps: f64,
         weight_decay: f64,
+        amsgrad: bool,
+        maximize: bool,
     ) -> Self {
         let opt = Adam::new(handles(&params), lr)
             .betas(betas)
             .eps(eps)
-            .weight_decay(weight_decay);
+            .weight_decay(weight_decay)
+            .amsgrad(amsgrad)
+            .maximize(maximize);
         PyOptimizer::of(&params, opt)
     }
 
-    /// AdamW (decoupled weight decay, PyTorch's defaults).
+    /// AdamW (decoupled weight decay, PyTorch's defaults; `amsgrad`, `maximize`).
     #[staticmethod]
-    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.01))]
+    #[pyo3(signature = (params, lr, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0.01, amsgrad = false, maximize = false))]
     fn adamw(
         params: Vec<PyRef<'_, PyTensor>>,
         lr: f64,
         betas: (f64, f64),
         eps: f64,
         weight_decay: f64,
+        amsgrad: bool,
+        maximize: bool,
     ) -> Self {
         let opt = AdamW::new(handles(&params), lr)
             .betas(betas)
             .eps(eps)
-            .weight_decay(weight_decay);
+            .weight_decay(weight_decay)
+            .amsgrad(amsgrad)
+            .maximize(maximize);
         PyOptimizer::of(&params, opt)
     }
 

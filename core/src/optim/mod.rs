@@ -615,7 +615,8 @@ impl Optimizer for Sgd {
 }
 
 /// Adam (Kingma and Ba), as PyTorch's `Adam`: L2 weight decay added to the gradient, betas
-/// (0.9, 0.999), eps 1e-8. [`AdamW`] decouples the decay.
+/// (0.9, 0.999), eps 1e-8; optionally AMSGrad (the largest second moment so far in the
+/// denominator) and `maximize`. [`AdamW`] decouples the decay.
 #[derive(Debug)]
 pub struct Adam {
     params: Vec<Tensor>,
@@ -624,6 +625,8 @@ pub struct Adam {
     eps: f64,
     weight_decay: f64,
     decoupled: bool,
+    amsgrad: bool,
+    maximize: bool,
     state: Vec<ParamState>,
 }
 
@@ -655,6 +658,16 @@ impl AdamW {
     /// With decoupled weight decay `wd`.
     pub fn weight_decay(self, wd: f64) -> AdamW {
         AdamW(self.0.weight_decay(wd))
+    }
+
+    /// With AMSGrad (see [`Adam::amsgrad`]).
+    pub fn amsgrad(self, on: bool) -> AdamW {
+        AdamW(self.0.amsgrad(on))
+    }
+
+    /// Maximizing the objective, as PyTorch's `maximize`.
+    pub fn maximize(self, on: bool) -> AdamW {
+        AdamW(self.0.maximize(on))
     }
 
     /// One update of every parameter that has a gradient.
@@ -704,7 +717,28 @@ impl Adam {
             eps: 1e-8,
             weight_decay: 0.0,
             decoupled: false,
+            amsgrad: false,
+            maximize: false,
         }
+    }
+
+    /// With AMSGrad: the denominator takes the largest second moment seen so far (state
+    /// `max_exp_avg_sq`, as PyTorch's).
+    pub fn amsgrad(mut self, on: bool) -> Adam {
+        self.amsgrad = on;
+        let names: &[&'static str] = if on {
+            &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+        } else {
+            &["exp_avg", "exp_avg_sq"]
+        };
+        self.state = self.params.iter().map(|_| ParamState::new(names)).collect();
+        self
+    }
+
+    /// Maximizing the objective, as PyTorch's `maximize`.
+    pub fn maximize(mut self, on: bool) -> Adam {
+        self.maximize = on;
+        self
     }
 
     /// With coefficients `(beta1, beta2)` for the running averages, as PyTorch's `betas=`.
@@ -765,6 +799,8 @@ impl Adam {
             eps: self.eps,
             wd: self.weight_decay,
             decoupled: self.decoupled,
+            amsgrad: self.amsgrad,
+            maximize: self.maximize,
         };
         for (p, st) in self.params.iter().zip(&self.state) {
             let Some(g) = grad_of(p)? else { continue };
@@ -815,9 +851,14 @@ struct Hyper {
     eps: f64,
     wd: f64,
     decoupled: bool,
+    amsgrad: bool,
+    maximize: bool,
 }
 
 fn adam<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32) {
+    if h.amsgrad || h.maximize {
+        return adam_variant(p, g, s, h, step);
+    }
     let [m, v] = s else { return };
     let (b1, b2) = h.betas;
     let (bc1, bc2) = bias_corrections(h.betas, step);
@@ -854,6 +895,48 @@ fn adam<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32
     }
 }
 
+/// [`adam`] with AMSGrad (a third buffer, the largest second moment so far) or `maximize`, one
+/// element at a time, as PyTorch's.
+fn adam_variant<T: Float>(p: &mut [T], g: &[T], s: &mut [&mut [T]], h: &Hyper, step: u32) {
+    let (bc1, bc2) = bias_corrections(h.betas, step);
+    let f = T::from_f64;
+    let (lr, wd, eps) = (f(h.lr), f(h.wd), f(h.eps));
+    let (b1, b2, c1, c2) = (
+        f(h.betas.0),
+        f(h.betas.1),
+        f(1.0 - h.betas.0),
+        f(1.0 - h.betas.1),
+    );
+    let (k1, k2, shrink) = (f(1.0 / bc1), f(1.0 / bc2), f(1.0 - h.lr * h.wd));
+    let sign = f(if h.maximize { -1.0 } else { 1.0 });
+    let (m, rest) = match s.split_first_mut() {
+        Some((m, rest)) => (m, rest),
+        None => return,
+    };
+    let (v, mut most) = match rest.split_first_mut() {
+        Some((v, more)) => (v, more.first_mut()),
+        None => return,
+    };
+    for i in 0..p.len() {
+        let mut gi = sign * g[i];
+        if h.decoupled {
+            p[i] = p[i] * shrink;
+        } else {
+            gi = gi + wd * p[i];
+        }
+        m[i] = b1 * m[i] + c1 * gi;
+        v[i] = b2 * v[i] + c2 * gi * gi;
+        let second = match most.as_deref_mut() {
+            Some(vmax) if h.amsgrad => {
+                vmax[i] = if v[i] > vmax[i] { v[i] } else { vmax[i] };
+                vmax[i]
+            }
+            _ => v[i],
+        };
+        p[i] = p[i] - lr * (m[i] * k1) / ((second * k2).sqrt() + eps);
+    }
+}
+
 /// [`adam`] with a device's kernels: one in-place kernel where the device has it and the
 /// buffers are the optimizer's alone, else composed of elementwise kernels.
 fn adam_on_device(
@@ -864,8 +947,10 @@ fn adam_on_device(
     h: &Hyper,
     step: u32,
 ) -> Result<()> {
-    let [m, v] = s else {
-        return Err(Error::Internal("Adam without its two moments".into()));
+    let (m, v, most) = match s {
+        [m, v] => (m, v, None),
+        [m, v, vmax] => (m, v, Some(vmax)),
+        _ => return Err(Error::Internal("Adam without its moments".into())),
     };
     let (b1, b2) = h.betas;
     let (bc1, bc2) = bias_corrections(h.betas, step);
@@ -882,14 +967,20 @@ fn adam_on_device(
         shrink: 1.0 - h.lr * h.wd,
         decoupled: h.decoupled,
     };
-    let in_place = crate::profile::scope(
-        || "kernel adam_step".into(),
-        || k.adam_step(p, g, [&mut **m, &mut **v], &fused),
-    )?;
+    let in_place = !h.amsgrad
+        && !h.maximize
+        && crate::profile::scope(
+            || "kernel adam_step".into(),
+            || k.adam_step(p, g, [&mut **m, &mut **v], &fused),
+        )?;
     if in_place {
         return Ok(());
     }
-    let mut g = g.clone();
+    let mut g = if h.maximize {
+        k.scale(g, -1.0)?
+    } else {
+        g.clone()
+    };
     if h.decoupled {
         *p = k.scale(p, 1.0 - h.lr * h.wd)?;
     } else if h.wd != 0.0 {
@@ -898,7 +989,17 @@ fn adam_on_device(
     **m = flat(k, BinaryOp::Add, &k.scale(m, b1)?, &k.scale(&g, 1.0 - b1)?)?;
     let g2 = k.scale(&k.unary(UnaryOp::Square, &g)?, 1.0 - b2)?;
     **v = flat(k, BinaryOp::Add, &k.scale(v, b2)?, &g2)?;
-    let denom = k.add_scalar(&k.unary(UnaryOp::Sqrt, &k.scale(v, 1.0 / bc2)?)?, h.eps)?;
+    let second = match most {
+        Some(vmax) if h.amsgrad => {
+            **vmax = flat(k, BinaryOp::Maximum, vmax, v)?;
+            &**vmax
+        }
+        _ => &**v,
+    };
+    let denom = k.add_scalar(
+        &k.unary(UnaryOp::Sqrt, &k.scale(second, 1.0 / bc2)?)?,
+        h.eps,
+    )?;
     let update = flat(k, BinaryOp::Div, &k.scale(m, h.lr / bc1)?, &denom)?;
     *p = flat(k, BinaryOp::Sub, p, &update)?;
     Ok(())
@@ -939,6 +1040,8 @@ mod tests {
             eps: 0.0,
             wd: 0.0,
             decoupled: false,
+            amsgrad: false,
+            maximize: false,
         };
         adam(&mut p, &[0.5, -3.0], &mut [&mut m, &mut v], &h, 1);
         assert!(

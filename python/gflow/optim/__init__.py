@@ -158,18 +158,37 @@ class SGD(Optimizer):
                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
 
 
-class Adam(Optimizer):
-    """Adam (PyTorch's defaults: betas (0.9, 0.999), eps 1e-8)."""
+def _speed_hints(kind, foreach, fused, capturable, differentiable):
+    """PyTorch's implementation switches: ``foreach`` and ``fused`` only pick how PyTorch runs
+    the same update (gflow's is one pass, fused where the device has the kernel), so they are
+    accepted; ``capturable`` and ``differentiable`` change what a step is, and are refused."""
+    del foreach, fused
+    if capturable or differentiable:
+        raise ValueError(f"{kind}: capturable and differentiable steps are not supported")
 
-    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, _gflow.Optimizer.adam, lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+class Adam(Optimizer):
+    """Adam (PyTorch's defaults: betas (0.9, 0.999), eps 1e-8), with ``amsgrad`` and
+    ``maximize``."""
+
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None):
+        _speed_hints("Adam", foreach, fused, capturable, differentiable)
+        super().__init__(params, _gflow.Optimizer.adam, lr, betas=betas, eps=eps,
+                         weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
 
 
 class AdamW(Optimizer):
-    """AdamW: decoupled weight decay (PyTorch's defaults, weight_decay 0.01)."""
+    """AdamW: decoupled weight decay (PyTorch's defaults, weight_decay 0.01), with ``amsgrad``
+    and ``maximize``."""
 
-    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, _gflow.Optimizer.adamw, lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None):
+        _speed_hints("AdamW", foreach, fused, capturable, differentiable)
+        super().__init__(params, _gflow.Optimizer.adamw, lr, betas=betas, eps=eps,
+                         weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
 
 
 class RMSprop(Optimizer):
