@@ -45,6 +45,7 @@ from ._gflow import (
     arange,
     linspace,
     randint,
+    randperm,
     tensor,
     cat,
     stack,
@@ -90,6 +91,8 @@ if not _run_as_launcher():
     _gflow.init()
 
 from . import sbp, env, nn, optim, distributed, comm  # noqa: E402  (after joining the job)
+from . import utils, cuda  # noqa: E402
+from ._runtime import *  # noqa: E402,F401,F403  (manual_seed also seeds the data generator)
 
 
 class no_grad:
@@ -249,7 +252,10 @@ for _name in (
     "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
     "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select "
     "view expand mm bmm t clone any all scatter_add logical_not logical_and logical_or "
-    "logical_xor remainder var std flip cumsum topk multinomial floor ceil round trunc"
+    "logical_xor remainder var std flip cumsum topk multinomial floor ceil round trunc "
+    "isnan isinf isfinite unbind reciprocal numel sort argsort sign log1p expm1 broadcast_to roll "
+    "diag diagonal trace tile repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv "
+    "true_divide log2 log10 sinh cosh fmod diff count_nonzero dist select"
 ).split():
     globals()[_name] = _method(_name)
 del _name
@@ -261,5 +267,8 @@ def pow(input, exponent):
     if isinstance(input, Tensor):
         return input.pow(exponent)
     return exponent.__rpow__(input)
+
+
+from ._methods import einsum, hstack, vstack  # noqa: E402  (flow-level only, as torch's)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
