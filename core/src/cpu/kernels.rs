@@ -340,9 +340,18 @@ fn sum_map<T: Float>(row: &[T], g: impl Fn(T) -> T) -> T {
 }
 
 /// Combines a contiguous row with `f` in 8 interleaved partial results (so the loop
-/// vectorizes), then those in order: `init` for an empty row.
+/// vectorizes), then those in order: `init` for an empty row. A row longer than [`CASCADE`]
+/// is combined as its two halves (pairwise, as PyTorch's cascade sums), so a float sum's error
+/// grows with the logarithm of its length rather than with the length.
 #[inline(always)]
-pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+pub(super) fn fold_row<T: Float>(row: &[T], init: T, f: impl Fn(T, T) -> T + Copy) -> T {
+    if row.len() > CASCADE {
+        let mid = row.len() / 2 / 8 * 8;
+        return f(
+            fold_row(&row[..mid], init, f),
+            fold_row(&row[mid..], init, f),
+        );
+    }
     let mut lanes = [init; 8];
     let chunks = row.chunks_exact(8);
     let rest = chunks.remainder();
@@ -793,6 +802,38 @@ fn reduce_dim<T: Float>(op: ReduceKind, x: &[T], outer: usize, len: usize, inner
 /// Elements of a long row reduced per piece, on several threads (see [`reduce_dim_with`]).
 const ROW_PIECE: usize = 1 << 16;
 
+/// The longest run [`fold_row`] combines in one pass of its 8 partial results (64 values
+/// each): longer ones are combined from halves, which keeps float sums accurate (a sum's
+/// rounding error then grows with the logarithm of its length, as PyTorch's cascade sums').
+const CASCADE: usize = 512;
+
+/// The most rows a reduction over an outer dim adds one after the other into its partial
+/// results ([`fold_rows`]); more are combined from halves, as [`CASCADE`].
+const CASCADE_ROWS: usize = 64;
+
+/// Folds the rows (of `inner` elements) of `rows` with `f` into `acc`: at most
+/// [`CASCADE_ROWS`] rows one after the other, more as two halves folded apart and then
+/// together.
+fn fold_rows<T: Float>(rows: &[T], inner: usize, f: impl Fn(T, T) -> T + Copy, acc: &mut [T]) {
+    let n = rows.len() / inner;
+    if n <= CASCADE_ROWS {
+        acc.copy_from_slice(&rows[..inner]);
+        for row in rows[inner..].chunks_exact(inner) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a = f(*a, v);
+            }
+        }
+        return;
+    }
+    let mid = n / 2 * inner;
+    fold_rows(&rows[..mid], inner, f, acc);
+    let mut right = acc.to_vec();
+    fold_rows(&rows[mid..], inner, f, &mut right);
+    for (a, b) in acc.iter_mut().zip(right) {
+        *a = f(*a, b);
+    }
+}
+
 /// [`reduce_dim`] with the combining function `f` and its identity `init` (inlined, so each
 /// reduction vectorizes). One long row is cut into fixed pieces reduced on several threads and
 /// combined in order, so its bits do not depend on the number of threads.
@@ -835,11 +876,16 @@ fn reduce_dim_with<T: Float>(
         len * inner,
         #[inline(always)]
         |o, slots| {
-            let acc = init_map(slots, &x[o * len * inner..(o * len + 1) * inner], |v| {
-                f(init, v)
-            });
-            for l in 1..len {
-                let row = &x[(o * len + l) * inner..(o * len + l + 1) * inner];
+            let rows = &x[o * len * inner..(o + 1) * len * inner];
+            if len > CASCADE_ROWS {
+                // halves folded on their own, then together (pairwise, for float sums)
+                let mut acc = vec![init; inner];
+                fold_rows(rows, inner, f, &mut acc);
+                init_map(slots, &acc, |v| v);
+                return;
+            }
+            let acc = init_map(slots, &rows[..inner], |v| f(init, v));
+            for row in rows[inner..].chunks_exact(inner) {
                 for (a, &v) in acc.iter_mut().zip(row) {
                     *a = f(*a, v);
                 }
