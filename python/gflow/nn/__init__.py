@@ -14,6 +14,7 @@ from . import functional, init, utils
 
 __all__ = [
     "Module", "Parameter", "Linear", "ReLU", "SiLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+    "Softmin",
     "Identity", "Dropout", "Flatten", "Sequential", "ModuleList", "ModuleDict", "Embedding", "MSELoss", "CrossEntropyLoss",
     "LayerNorm", "RMSNorm", "functional", "init", "parallel", "utils",
     "L1Loss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
@@ -382,21 +383,32 @@ class Dropout(Module):
 
 
 class Softmax(Module):
-    """Softmax over ``dim``."""
+    """Softmax over ``dim`` (``None``: PyTorch's legacy implicit dim, 0 for 0-, 1- and 3-D
+    inputs, else 1, with its warning)."""
 
-    def __init__(self, dim=-1):
+    _fn = staticmethod(functional.softmax)
+
+    def __init__(self, dim=None):
         super().__init__()
         self.dim = dim
 
     def forward(self, x):
-        return x.softmax(self.dim)
+        return self._fn(x, self.dim, _stacklevel=5)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
 
 
 class LogSoftmax(Softmax):
-    """Log-softmax over ``dim``."""
+    """Log-softmax over ``dim`` (``None`` as ``Softmax``)."""
 
-    def forward(self, x):
-        return x.log_softmax(self.dim)
+    _fn = staticmethod(functional.log_softmax)
+
+
+class Softmin(Softmax):
+    """Softmin (``softmax(-x)``) over ``dim`` (``None`` as ``Softmax``)."""
+
+    _fn = staticmethod(functional.softmin)
 
 
 class Flatten(Module):
@@ -504,16 +516,76 @@ class ModuleDict(Module):
         return self._modules.items()
 
 
-class Embedding(Module):
-    """A table of ``num_embeddings`` rows of ``embedding_dim`` (standard normal start); calling it
-    with int64 indices gives their rows."""
+def _zero_row(w, row):
+    """``w`` with row ``row`` (an index into dim 0, or ``None`` for none) set to +0.0."""
+    if row is None:
+        return w
+    from .._methods import where
 
-    def __init__(self, num_embeddings, embedding_dim):
+    rows = _gflow.arange(w.shape[0], **where(w))
+    return _gflow.where((rows == row).unsqueeze(1), 0.0, w)
+
+
+class Embedding(Module):
+    """PyTorch's ``Embedding``: a table of ``num_embeddings`` rows of ``embedding_dim`` (standard
+    normal start, from gflow's generator); calling it with int64 indices gives their rows.
+    ``padding_idx`` (negative from the end): that row starts at zeros and gets no gradient;
+    ``max_norm``, ``norm_type`` and ``scale_grad_by_freq`` as ``functional.embedding``."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
         super().__init__()
-        self.weight = Parameter(_gflow.randn(num_embeddings, embedding_dim))
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = functional._padding_index(padding_idx, num_embeddings)
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            kw = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
+            w = _zero_row(_gflow.randn(num_embeddings, embedding_dim, **kw), self.padding_idx)
+        else:
+            if list(_weight.shape) != [num_embeddings, embedding_dim]:
+                raise AssertionError("Shape of weight does not match num_embeddings and "
+                                     "embedding_dim")
+            w = _weight
+        self.weight = Parameter(w, requires_grad=not _freeze)
+
+    def reset_parameters(self):
+        """A fresh standard normal table, the padding row zeros."""
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with _gflow.no_grad():
+                self.weight.data = _zero_row(self.weight.detach(), self.padding_idx)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+        """An ``Embedding`` whose table is ``embeddings`` (2-D); ``freeze``: it does not require
+        a gradient (the padding row is left as given, as PyTorch's)."""
+        if embeddings.dim() != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(num_embeddings=rows, embedding_dim=cols, _weight=embeddings, _freeze=freeze,
+                   padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                   scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
     def forward(self, indices):
-        return _gflow.embedding(indices, self.weight)
+        return functional.embedding(indices, self.weight, self.padding_idx, self.max_norm,
+                                    self.norm_type, self.scale_grad_by_freq, self.sparse)
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            s += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        if self.sparse:
+            s += ", sparse=True"
+        return s
 
 
 class MSELoss(Module):
@@ -525,21 +597,6 @@ class MSELoss(Module):
 
     def forward(self, input, target):
         return functional.mse_loss(input, target, reduction=self.reduction)
-
-
-class CrossEntropyLoss(Module):
-    """Cross entropy of logits against class indices (``functional.cross_entropy``): the mean
-    over the batch by default, as PyTorch's."""
-
-    def __init__(self, ignore_index=-100, reduction="mean"):
-        super().__init__()
-        self.ignore_index, self.reduction = ignore_index, reduction
-
-    def forward(self, input, target):
-        from . import functional
-
-        return functional.cross_entropy(input, target, ignore_index=self.ignore_index,
-                                        reduction=self.reduction)
 
 
 class _Norm(Module):
@@ -658,10 +715,13 @@ PairwiseDistance = _functional_module("PairwiseDistance", functional.pairwise_di
 
 class _WeightedLoss(Module):
     """A loss with an optional per-class (or per-element) ``weight``, a buffer (so
-    ``to_global`` moves it and ``state_dict`` holds it, as PyTorch's)."""
+    ``to_global`` moves it and ``state_dict`` holds it, as PyTorch's); ``size_average`` and
+    ``reduce`` are PyTorch's deprecated forms of ``reduction``."""
 
-    def __init__(self, weight=None, reduction="mean"):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean"):
         super().__init__()
+        if size_average is not None or reduce is not None:
+            reduction = functional._legacy_reduction(size_average, reduce)
         self.register_buffer("weight", weight)
         self.reduction = reduction
 
@@ -669,35 +729,55 @@ class _WeightedLoss(Module):
         return f"reduction={self.reduction!r}"
 
 
+class CrossEntropyLoss(_WeightedLoss):
+    """``functional.cross_entropy`` of logits against class indices or class probabilities:
+    ``weight`` per class (a buffer), ``ignore_index``, ``label_smoothing``; the mean over the
+    batch by default, as PyTorch's."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input, target):
+        return functional.cross_entropy(input, target, weight=self.weight,
+                                        ignore_index=self.ignore_index, reduction=self.reduction,
+                                        label_smoothing=self.label_smoothing)
+
+
 class NLLLoss(_WeightedLoss):
     """``functional.nll_loss`` of log-probabilities against class indices."""
 
-    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
-        super().__init__(weight, reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean"):
+        super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return functional.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+        return functional.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                                   reduction=self.reduction)
 
 
 class BCELoss(_WeightedLoss):
     """``functional.binary_cross_entropy`` of probabilities against 0/1 (or soft) targets."""
 
     def forward(self, input, target):
-        return functional.binary_cross_entropy(input, target, self.weight, self.reduction)
+        return functional.binary_cross_entropy(input, target, self.weight,
+                                               reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
     """``functional.binary_cross_entropy_with_logits`` (stable, from logits); ``pos_weight``
     scales the positive term, a buffer as ``weight``."""
 
-    def __init__(self, weight=None, reduction="mean", pos_weight=None):
-        super().__init__(weight, reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction="mean",
+                 pos_weight=None):
+        super().__init__(weight, size_average, reduce, reduction)
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input, target):
         return functional.binary_cross_entropy_with_logits(
-            input, target, self.weight, self.reduction, pos_weight=self.pos_weight)
+            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight)
 
 
 class Unflatten(Module):

@@ -11,16 +11,43 @@ An activation's ``inplace=True`` is accepted for PyTorch's signatures and gives 
 in a ``Sequential`` does, computes the same.
 """
 
+import math
+import warnings
+
 from .. import _gflow
-from .._methods import _dim, _log1pexp
+from .._methods import _dim
 
 linear = _gflow.linear
 
 
+def _legacy_reduction(size_average, reduce):
+    """PyTorch's ``size_average``/``reduce`` (deprecated) as a ``reduction``, with its warning."""
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' "
+                  "instead.", stacklevel=3)
+    return ret
+
+
+def _warn_size(input, target, stacklevel=3):
+    """PyTorch's warning for a pointwise loss whose target's shape differs from the input's
+    (they broadcast)."""
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size "
+                      f"({input.shape}). This will likely lead to incorrect results due to "
+                      "broadcasting. Please ensure they have the same size.",
+                      stacklevel=stacklevel)
+
+
 def mse_loss(input, target, reduction="mean"):
-    """PyTorch's ``mse_loss``: the squared differences (broadcasting), their mean (default,
-    gflow's own loss), their sum, or each (``reduction="none"``)."""
+    """PyTorch's ``mse_loss``: the squared differences (broadcasting, with PyTorch's warning
+    when the shapes differ), their mean (default, gflow's own loss), their sum, or each
+    (``reduction="none"``)."""
+    _warn_size(input, target)
     if reduction == "mean":
+        if tuple(input.shape) != tuple(target.shape):
+            input, target = _broadcast(input, target)
         return _gflow.mse_loss(input, target)
     d = (input - target).square()
     if reduction == "sum":
@@ -30,23 +57,42 @@ def mse_loss(input, target, reduction="mean"):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def cross_entropy(input, target, ignore_index=-100, reduction="mean"):
-    """PyTorch's ``cross_entropy`` with class-index targets: logits (N, C) (or (C,), or
-    (N, C, d1, ...) with targets (N, d1, ...)), ``reduction`` ``"mean"`` (over the targets not
-    equal to ``ignore_index``), ``"sum"`` or ``"none"``. The plain (N, C) mean is gflow's
-    O(N*C) loss, which keeps a split class dim split."""
+def _check_reduction(reduction):
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _check_class_weight(weight, n_classes, what=""):
+    if weight is not None and (weight.dim() != 1 or weight.numel() != n_classes):
+        raise _gflow.InvalidArgumentError(
+            f"{what}weight tensor should be defined either for all {n_classes} classes or no "
+            f"classes but got weight tensor of shape: {list(weight.shape)}")
+
+
+def _flat_classes(input, target):
+    """Logits (N, C, d1, ...) and targets (N, d1, ...) as (N * d1 * ..., C) and (N * d1 *
+    ...,); (C,) and a 0-d target as (1, C) and (1,)."""
+    if input.dim() == 1:
+        return input.unsqueeze(0), target.reshape(1)
+    if input.dim() > 2:
+        c = input.shape[1]
+        return input.permute(0, *range(2, input.dim()), 1).reshape(-1, c), target.reshape(-1)
+    return input, target
+
+
+def _cross_entropy_indices(input, target, ignore_index, reduction):
+    """Cross entropy against class indices without weights or smoothing: the plain (N, C) mean
+    is gflow's O(N*C) loss, which keeps a split class dim split."""
     if input.dim() == 1:
         input, target = input.unsqueeze(0), target.reshape(1)
         if reduction == "none":
-            return cross_entropy(input, target, ignore_index, reduction).reshape(())
+            return _cross_entropy_indices(input, target, ignore_index, reduction).reshape(())
     if input.dim() > 2:
         c = input.shape[1]
         input = input.permute(0, *range(2, input.dim()), 1).reshape(-1, c)
         shape, target = tuple(target.shape), target.reshape(-1)
         if reduction == "none":
-            return cross_entropy(input, target, ignore_index, reduction).reshape(*shape)
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
+            return _cross_entropy_indices(input, target, ignore_index, reduction).reshape(*shape)
     ignored = (target == ignore_index).any().item()
     if reduction == "mean" and not ignored:
         return _gflow.cross_entropy(input, target)
@@ -61,6 +107,79 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean"):
     return losses.sum() / keep.sum()
 
 
+def _cross_entropy_probs(input, target, weight, ignore_index, reduction, label_smoothing):
+    """Cross entropy against class probabilities (``target`` of ``input``'s shape), PyTorch's
+    formulas: ``-sum_c w_c t_c log_softmax(x)_c`` per sample; the mean divides by the number
+    of samples (not by the weights)."""
+    class_dim = 0 if input.dim() == 1 else 1
+    n_classes = input.shape[class_dim]
+    if not target.is_floating_point():
+        raise _gflow.DTypeError(f"Expected floating point type for target with class "
+                                f"probabilities, got {target.dtype}")
+    if ignore_index >= 0:
+        raise _gflow.InvalidArgumentError("ignore_index is not supported for floating point "
+                                          "target")
+    _check_class_weight(weight, n_classes, "cross_entropy: ")
+    if weight is None and label_smoothing <= 0 and reduction == "mean" and input.dim() == 2:
+        return _gflow.cross_entropy(input, target)
+    logp = input.log_softmax(class_dim)
+    if label_smoothing > 0:
+        target = target * (1 - label_smoothing) + label_smoothing / n_classes
+    prod = logp * target
+    if weight is not None:
+        shape = [1] * input.dim()
+        shape[class_dim] = n_classes
+        prod = prod * weight.reshape(*shape)
+    if reduction == "none":
+        return -prod.sum(class_dim)
+    if reduction == "sum":
+        return -prod.sum()
+    return -prod.sum() / (input.numel() / n_classes)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """PyTorch's ``cross_entropy`` of logits (N, C) (or (C,), or (N, C, d1, ...)) against
+    class indices (N) (or (), or (N, d1, ...)) or against class probabilities of the logits'
+    shape: ``weight`` (C,) per class, ``ignore_index`` (indices only), ``label_smoothing``
+    (the target mixed with the uniform distribution), ``reduction`` ``"mean"`` (over the
+    targets not ignored, weighted by their classes' weights; over the samples for
+    probabilities), ``"sum"`` or ``"none"``. Without weight and smoothing, the plain (N, C)
+    mean is gflow's O(N*C) loss, which keeps a split class dim split."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    _check_reduction(reduction)
+    label_smoothing = float(label_smoothing)
+    if label_smoothing > 1.0:
+        raise _gflow.InvalidArgumentError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                                          f"{label_smoothing}")
+    if tuple(input.shape) == tuple(target.shape):
+        return _cross_entropy_probs(input, target, weight, ignore_index, reduction,
+                                    label_smoothing)
+    if weight is None and label_smoothing <= 0:
+        return _cross_entropy_indices(input, target, ignore_index, reduction)
+    n_classes = input.shape[0 if input.dim() == 1 else 1]
+    _check_class_weight(weight, n_classes)
+    shape = tuple(target.shape)
+    x, t = _flat_classes(input, target)
+    logp = x.log_softmax(1)
+    loss = nll_loss(logp, t, weight, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing > 0:
+        keep = t != ignore_index
+        smooth = -(logp if weight is None else logp * weight).sum(1)
+        smooth = _gflow.where(keep, smooth, 0.0)
+        if reduction == "mean":
+            if weight is None:
+                smooth = smooth.sum() / keep.sum()
+            else:
+                w = _gflow.where(keep, weight.gather(0, _gflow.where(keep, t, 0)), 0.0)
+                smooth = smooth.sum() / w.sum()
+        elif reduction == "sum":
+            smooth = smooth.sum()
+        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
+    return loss.reshape(*shape) if reduction == "none" else loss
+
+
 def _reduce(losses, reduction, count=None):
     if reduction == "none":
         return losses
@@ -71,20 +190,26 @@ def _reduce(losses, reduction, count=None):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
     """PyTorch's ``nll_loss``: ``-weight[c] * input[n, c]`` with ``c = target[n]``, of
     log-probabilities (N, C) (or (C,), or (N, C, d1, ...) with targets (N, d1, ...)); the mean
     divides by the summed weights of the targets not equal to ``ignore_index``."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    _check_class_weight(weight, input.shape[0 if input.dim() == 1 else 1])
     if input.dim() == 1:
         input, target = input.unsqueeze(0), target.reshape(1)
         if reduction == "none":
-            return nll_loss(input, target, weight, ignore_index, reduction).reshape(())
+            return nll_loss(input, target, weight, ignore_index=ignore_index,
+                            reduction=reduction).reshape(())
     if input.dim() > 2:
         c = input.shape[1]
         input = input.permute(0, *range(2, input.dim()), 1).reshape(-1, c)
         shape, target = tuple(target.shape), target.reshape(-1)
         if reduction == "none":
-            return nll_loss(input, target, weight, ignore_index, reduction).reshape(*shape)
+            return nll_loss(input, target, weight, ignore_index=ignore_index,
+                            reduction=reduction).reshape(*shape)
     keep = target != ignore_index
     safe = _gflow.where(keep, target, 0)
     picked = input.gather(1, safe.unsqueeze(1)).squeeze(1)
@@ -112,32 +237,152 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
 
 
 def one_hot(tensor, num_classes=-1):
-    """Int64 class indices as one-hot rows of ``num_classes`` (from the largest index + 1 when
-    -1), one more dim at the end."""
-    if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1
+    """PyTorch's ``one_hot``: int64 class indices as int64 one-hot rows of ``num_classes``
+    (from the largest index + 1 when -1), one more dim at the end; a negative class, one not
+    below ``num_classes`` or a non-int64 input is an error, as PyTorch's (reading the values is
+    a collective for a global tensor)."""
+    if tensor.dtype != _gflow.int64:
+        raise _gflow.DTypeError("one_hot is only applicable to index tensor of type LongTensor.")
+    num_classes = int(num_classes)
+    if tensor.numel() == 0:
+        if num_classes <= 0:
+            raise _gflow.InvalidArgumentError("Can not infer total number of classes from empty "
+                                              "tensor.")
+    else:
+        if int(tensor.min().item()) < 0:
+            raise _gflow.InvalidArgumentError("Class values must be non-negative.")
+        top = int(tensor.max().item())
+        if num_classes == -1:
+            num_classes = top + 1
+        elif num_classes <= top:
+            raise _gflow.InvalidArgumentError("Class values must be smaller than num_classes.")
     from .._methods import where
 
     classes = _gflow.arange(num_classes, **where(tensor))
     return (tensor.unsqueeze(-1) == classes).to(_gflow.int64)
 
 
-def normalize(input, p=2.0, dim=1, eps=1e-12):
-    """``input / max(||input||_p, eps)`` along ``dim``."""
-    return input / input.norm(p, dim=dim, keepdim=True).clamp(min=eps)
+def _safe_norm(x, p, dim, keepdim):
+    """``x.norm(p, dim, keepdim)`` whose gradient at a zero norm is 0 (PyTorch's), not NaN."""
+    if p not in ("fro", 2, 2.0) and (isinstance(p, str) or p in (0, 1, math.inf, -math.inf)):
+        return x.norm(p, dim=dim, keepdim=keepdim)
+    s = (x * x if p in ("fro", 2, 2.0) else x.abs().pow(p)).sum(dim, keepdim=keepdim)
+    zero = s == 0
+    safe = _gflow.where(zero, 1.0, s)
+    root = safe.sqrt() if p in ("fro", 2, 2.0) else safe.pow(1.0 / p)
+    return _gflow.where(zero, 0.0, root)
 
 
-def pad(input, pad, mode="constant", value=0.0):
-    """Constant padding, PyTorch's order: ``(left, right)`` of the last dim, then of the one
-    before, ...; negative amounts cut."""
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """PyTorch's ``normalize``: ``input / max(||input||_p, eps)`` along ``dim``; a zero slice
+    gives zeros with the finite gradient ``1 / eps`` (PyTorch's)."""
+    if out is not None:
+        raise TypeError("normalize: out= is not supported (gflow tensors are not written in "
+                        "place by functional calls)")
+    d = _dim(dim, input.dim())
+    if input.dim() == 0:
+        return input / _safe_norm(input.reshape(1), p, 0, False).clamp(min=eps)
+    return input / _safe_norm(input, p, d, True).clamp(min=eps)
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+_PAD_COMBINATIONS = ("Supported combinations for non-constant padding:\n"
+                     "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+                     "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+                     "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+
+
+def _pad_dim(x, dim, before, after, mode, arg):
+    """``x`` padded along ``dim`` by ``before``/``after`` in a non-constant ``mode`` (negative
+    amounts cut), PyTorch's index maps: reflect and replicate pad from the input's own edges
+    (then cut), circular cuts first, then wraps what is left."""
+    n = x.shape[dim]
+    size = list(x.shape)
+    if mode == "circular":
+        if before > n or after > n:
+            raise _gflow.InvalidArgumentError("Padding value causes wrapping around more than "
+                                              "once.")
+        if n + before + after < 0:
+            raise _gflow.InvalidArgumentError("Negative padding value is resulting in an empty "
+                                              "dimension")
+        if before < 0:
+            x, n = x.narrow(dim, -before, n + before), n + before
+        if after < 0:
+            x, n = x.narrow(dim, 0, n + after), n + after
+        if before > n or after > n:
+            raise _gflow.InvalidArgumentError("Padding value causes wrapping around more than "
+                                              "once.")
+        left = x.narrow(dim, n - before, before) if before > 0 else None
+        right = x.narrow(dim, 0, after) if after > 0 else None
+        pieces = [t for t in (left, x, right) if t is not None]
+        return _gflow.cat(pieces, dim) if len(pieces) > 1 else x
+    if mode == "reflect" and not (before < n and after < n):
+        raise _gflow.InvalidArgumentError(
+            f"Argument #{arg}: Padding size should be less than the corresponding input "
+            f"dimension, but got: padding ({before}, {after}) at dimension {dim} of input "
+            f"{size}")
+    if n + before + after < 1:
+        raise _gflow.InvalidArgumentError(
+            f"input (size {n} at dimension {dim}) is too small. Calculated output size: "
+            f"{n + before + after}")
+    pieces = []
+    for amount, at in ((before, "left"), (after, "right")):
+        if amount <= 0:
+            pieces.append(None)
+        elif mode == "reflect":
+            start = 1 if at == "left" else n - 1 - amount
+            pieces.append(x.narrow(dim, start, amount).flip(dim))
+        else:
+            shape = list(x.shape)
+            shape[dim] = amount
+            pieces.append(x.narrow(dim, 0 if at == "left" else n - 1, 1).expand(*shape))
+    parts = [t for t in (pieces[0], x, pieces[1]) if t is not None]
+    out = _gflow.cat(parts, dim) if len(parts) > 1 else x
+    m = out.shape[dim]
+    if before < 0:
+        out, m = out.narrow(dim, -before, m + before), m + before
+    if after < 0:
+        out = out.narrow(dim, 0, m + after)
+    return out
+
+
+def pad(input, pad, mode="constant", value=None):
+    """PyTorch's ``pad``, its order: ``(left, right)`` of the last dim, then of the one before,
+    ...; negative amounts cut. ``mode`` ``"constant"`` (``value``, 0 by default), or
+    ``"reflect"`` (mirrored without the edge), ``"replicate"`` (the edge repeated) and
+    ``"circular"`` (wrapped around) for the last 1, 2 or 3 dims of a (batched) 1-, 2- or 3-D
+    signal, as PyTorch's."""
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    pad = [int(p) for p in pad]
+    if len(pad) % 2:
+        raise _gflow.InvalidArgumentError("Padding length must be divisible by 2")
+    if len(pad) > 2 * input.dim():
+        raise _gflow.InvalidArgumentError(
+            f"Padding length should be less than or equal to two times the input dimension but "
+            f"got padding length {len(pad)} and input of dimension {input.dim()}")
     if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r} (only 'constant' is supported)")
-    if len(pad) % 2 or len(pad) // 2 > input.dim():
-        raise ValueError(f"pad: {len(pad)} amounts for a tensor of {input.dim()} dims")
+        if value is not None and value != 0:
+            raise _gflow.InvalidArgumentError(f'Padding mode "{mode}" doesn\'t take in value '
+                                              "argument")
+        k = len(pad) // 2
+        if k not in (1, 2, 3) or input.dim() not in (k + 1, k + 2):
+            raise NotImplementedError(f"Padding size {len(pad)} is not supported for "
+                                      f"{input.dim()}D input tensor.\n{_PAD_COMBINATIONS}")
+        x = input
+        for i in range(k):
+            x = _pad_dim(x, x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1], mode, 4 + 2 * i)
+        return x
+    value = 0.0 if value is None else value
     x = input
     for k in range(len(pad) // 2):
         dim = x.dim() - 1 - k
         before, after = pad[2 * k], pad[2 * k + 1]
+        if x.shape[dim] + before + after < 0:
+            raise _gflow.InvalidArgumentError(
+                f"The input size {x.shape[dim]}, plus negative padding {before} and {after} "
+                f"resulted in a negative output size, which is invalid. Check dimension {dim} "
+                "of your input.")
         if before < 0:
             x = x.narrow(dim, -before, x.shape[dim] + before)
         if after < 0:
@@ -153,9 +398,21 @@ def pad(input, pad, mode="constant", value=0.0):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None):
+                                 is_causal=False, scale=None, enable_gqa=False):
     """PyTorch's ``scaled_dot_product_attention`` (scaled by ``1/sqrt(head_dim)`` unless
-    ``scale``) on (batch, heads, seq, head_dim), or on (batch, seq, head_dim) as one head."""
+    ``scale``) on (batch, heads, seq, head_dim), or on (batch, seq, head_dim) as one head;
+    ``enable_gqa``: key and value with fewer heads (dim -3) than the query, each of theirs
+    repeated for a group of the query's (grouped-query attention)."""
+    if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3:
+        hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+        if hq % hk or hq % hv:
+            raise _gflow.InvalidArgumentError(
+                f"scaled_dot_product_attention: number of heads in key ({hk}) and value ({hv}) "
+                f"must divide the number of heads in query ({hq}) when enable_gqa=True")
+        if hk != hq:
+            key = key.repeat_interleave(hq // hk, dim=-3)
+        if hv != hq:
+            value = value.repeat_interleave(hq // hv, dim=-3)
     if query.dim() == 3 and key.dim() == 3 and value.dim() == 3:
         if attn_mask is not None and attn_mask.dim() == 3:
             attn_mask = attn_mask.unsqueeze(1)
@@ -168,9 +425,58 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                                scale=scale)
 
 
-def embedding(input, weight):
-    """Rows of ``weight`` picked by the int64 ``input``."""
-    return _gflow.embedding(input, weight)
+def _padding_index(padding_idx, num_embeddings):
+    """``padding_idx`` checked against the table's rows (PyTorch's assertions), negative from
+    the end; ``None`` stays ``None``."""
+    if padding_idx is None:
+        return None
+    padding_idx = int(padding_idx)
+    if padding_idx > 0 and padding_idx >= num_embeddings:
+        raise AssertionError("Padding_idx must be within num_embeddings")
+    if padding_idx < 0:
+        if padding_idx < -num_embeddings:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx += num_embeddings
+    return padding_idx
+
+
+def _index_counts(input, rows, like):
+    """How often each of ``rows`` row indices occurs in ``input`` (``like``'s dtype and
+    layout)."""
+    from .._methods import where
+
+    flat = input.reshape(-1)
+    zeros = _gflow.zeros(rows, **where(like), dtype=like.dtype)
+    ones = _gflow.ones(flat.shape[0], **where(flat), dtype=like.dtype)
+    return zeros.scatter_add(0, flat, ones)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """PyTorch's ``embedding``: the rows of ``weight`` picked by the int64 ``input``.
+    ``padding_idx`` (negative from the end): that row gets no gradient; ``max_norm``: each
+    looked-up row whose ``norm_type``-norm exceeds it is first rescaled in place (by ``max_norm
+    / (norm + 1e-7)``, under ``no_grad``); ``scale_grad_by_freq``: each row's gradient divided
+    by how often it occurs in ``input``. Gradients are dense (``sparse=True`` is refused)."""
+    if sparse:
+        raise NotImplementedError("embedding: sparse gradients are not supported (gflow's "
+                                  "gradients are dense); use sparse=False")
+    padding_idx = _padding_index(padding_idx, weight.shape[0])
+    if max_norm is not None:
+        with _gflow.no_grad():
+            used = _index_counts(input, weight.shape[0], weight) > 0
+            norms = weight.norm(norm_type, dim=1)
+            big = used.logical_and(norms > max_norm)
+            scale = _gflow.where(big, max_norm / (norms + 1e-7), 1.0)
+            weight.mul_(scale.unsqueeze(1))
+    out = _gflow.embedding(input, weight)
+    if scale_grad_by_freq:
+        counts = _index_counts(input, weight.shape[0], out).gather(0, input.reshape(-1))
+        fixed = out.detach()
+        out = fixed + (out - fixed) / counts.reshape(*input.shape).unsqueeze(-1)
+    if padding_idx is not None:
+        out = _gflow.where((input == padding_idx).unsqueeze(-1), out.detach(), out)
+    return out
 
 
 def relu(x, inplace=False):
@@ -193,17 +499,54 @@ def tanh(x):
     return x.tanh()
 
 
-def softmax(x, dim=-1):
-    return x.softmax(dim)
+def _softmax_dim(name, ndim, stacklevel):
+    """PyTorch's legacy implicit dim (with its deprecation warning): 0 for 0-, 1- and 3-D
+    inputs, else 1."""
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
+                  "to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
 
 
-def log_softmax(x, dim=-1):
-    return x.log_softmax(dim)
+def _softmax_of(x, dim, log):
+    if x.dim() == 0:
+        _dim(dim, 0)
+        y = x.reshape(1)
+        return (y.log_softmax(0) if log else y.softmax(0)).reshape(())
+    return x.log_softmax(dim) if log else x.softmax(dim)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """PyTorch's ``softmax`` over ``dim`` (``None``: PyTorch's legacy implicit dim, with its
+    warning), of the input cast to ``dtype`` first when given."""
+    if dim is None:
+        dim = _softmax_dim("softmax", input.dim(), _stacklevel)
+    if dtype is not None:
+        input = input.to(dtype)
+    return _softmax_of(input, dim, False)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """PyTorch's ``softmin``: ``softmax(-input)`` over ``dim`` (``None`` as ``softmax``)."""
+    if dim is None:
+        dim = _softmax_dim("softmin", input.dim(), _stacklevel)
+    if dtype is not None:
+        input = input.to(dtype)
+    return _softmax_of(-input, dim, False)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """PyTorch's ``log_softmax`` over ``dim`` (``None`` as ``softmax``), of the input cast to
+    ``dtype`` first when given."""
+    if dim is None:
+        dim = _softmax_dim("log_softmax", input.dim(), _stacklevel)
+    if dtype is not None:
+        input = input.to(dtype)
+    return _softmax_of(input, dim, True)
 
 
 __all__ = [
     "linear", "mse_loss", "cross_entropy", "embedding", "relu", "gelu", "silu", "sigmoid", "tanh",
-    "softmax", "log_softmax", "scaled_dot_product_attention",
+    "softmax", "softmin", "log_softmax", "scaled_dot_product_attention",
 ]
 
 
@@ -273,7 +616,9 @@ __all__ += ["layer_norm", "rms_norm", "dropout"]
 
 
 def l1_loss(input, target, reduction="mean"):
-    """PyTorch's ``l1_loss``: ``|input - target|`` (broadcasting), reduced."""
+    """PyTorch's ``l1_loss``: ``|input - target|`` (broadcasting, with PyTorch's warning when
+    the shapes differ), reduced."""
+    _warn_size(input, target)
     return _reduce((input - target).abs(), reduction)
 
 
@@ -283,6 +628,7 @@ def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
     if beta < 0:
         raise _gflow.InvalidArgumentError("smooth_l1_loss does not support negative values for "
                                           "beta.")
+    _warn_size(input, target)
     d = input - target
     if beta == 0:
         return _reduce(d.abs(), reduction)
@@ -296,6 +642,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     if delta <= 0:
         raise _gflow.InvalidArgumentError("huber_loss does not support non-positive values for "
                                           "delta.")
+    _warn_size(input, target)
     d = input - target
     a = d.abs()
     return _reduce(_gflow.where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
@@ -311,12 +658,19 @@ def _clamped_log(p):
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     """PyTorch's ``binary_cross_entropy`` of probabilities: ``-(y log(x) + (1 - y) log(1 - x))``
     with each log clamped at -100, times ``weight`` (broadcast); ``target`` of ``input``'s
-    shape."""
+    shape. The gradient for ``input`` is PyTorch's ``(x - y) / max(x (1 - x), 1e-12)`` (0 or
+    +-1e12 at probabilities 0 and 1)."""
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({target.shape}) that is different to the input "
                          f"size ({input.shape}) is deprecated. Please ensure they have the same "
                          "size.")
-    losses = -(target * _clamped_log(input) + (1 - target) * _clamped_log(1 - input))
+    x = input.detach()
+    # the value, with the gradient for target (and weight) only
+    losses = -(target * _clamped_log(x) + (1 - target) * _clamped_log(1 - x))
+    # plus zero whose gradient for input is PyTorch's
+    slope = (x - target.detach()) / (x * (1 - x)).clamp(min=1e-12)
+    tangent = input * slope
+    losses = losses + (tangent - tangent.detach())
     if weight is not None:
         losses = losses * weight
     return _reduce(losses, reduction)
@@ -338,10 +692,21 @@ def kl_div(input, target, reduction="mean", log_target=False):
     return _reduce(losses, reduction)
 
 
+def _log1pexp_exact(z):
+    """``log(1 + e^z)`` without overflow or underflow: ``relu(z) + log1p(e^-|z|)`` (``log1p``
+    keeps the tail: 1.4e-11 at -25), its two kinks written so that the gradient at 0 is
+    sigmoid(0) = 0.5, as PyTorch's."""
+    up = z > 0
+    return _gflow.where(up, z, 0.0) + _gflow.where(up, -z, z).exp().log1p()
+
+
 def softplus(input, beta=1.0, threshold=20.0):
-    """PyTorch's ``softplus``: ``log(1 + e^(beta x)) / beta`` (stable), ``x`` where ``beta x >
-    threshold``."""
-    return input.softplus(beta, threshold)
+    """PyTorch's ``softplus``: ``log(1 + e^(beta x)) / beta`` (stable, exact in the tail), ``x``
+    where ``beta x > threshold``."""
+    z = input * beta if beta != 1 else input
+    over = z > threshold
+    soft = _log1pexp_exact(_gflow.where(over, 0.0, z))
+    return _gflow.where(over, input, soft if beta == 1 else soft / beta)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
@@ -349,15 +714,16 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     return _gflow.where(input > 0, input, input * negative_slope)
 
 
-def _expm1_neg(x, scale):
-    """``e^(x / scale) - 1`` where ``x <= 0`` (0 elsewhere, so large ``x`` cannot overflow)."""
+def _expm1_neg(x, input_scale=1.0):
+    """``expm1(x * input_scale)`` where ``x <= 0`` (0 elsewhere, so large ``x`` cannot
+    overflow): exact near 0, and -0.0 stays -0.0."""
     neg = _gflow.where(x > 0, 0.0, x)
-    return (neg if scale == 1 else neg / scale).exp() - 1.0
+    return (neg if input_scale == 1 else neg * input_scale).expm1()
 
 
 def elu(input, alpha=1.0, inplace=False):
-    """``x`` where ``x > 0``, else ``alpha (e^x - 1)``."""
-    return _gflow.where(input > 0, input, _expm1_neg(input, 1) * alpha)
+    """``x`` where ``x > 0``, else ``alpha * expm1(x)``."""
+    return _gflow.where(input > 0, input, _expm1_neg(input) * alpha)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -366,23 +732,24 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(input, inplace=False):
     """``scale * elu(x, alpha)`` with the self-normalising constants of Klambauer et al."""
-    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+    return _gflow.where(input > 0, input * _SELU_SCALE,
+                        _expm1_neg(input) * (_SELU_ALPHA * _SELU_SCALE))
 
 
 def celu(input, alpha=1.0, inplace=False):
-    """``x`` where ``x > 0``, else ``alpha (e^(x / alpha) - 1)``."""
+    """``x`` where ``x > 0``, else ``alpha * expm1(x / alpha)``."""
     if alpha == 0:
         raise _gflow.InvalidArgumentError("ZeroDivisionError: alpha cannot be 0 for CELU")
-    return _gflow.where(input > 0, input, _expm1_neg(input, alpha) * alpha)
+    return _gflow.where(input > 0, input, _expm1_neg(input, 1.0 / alpha) * alpha)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    """``input`` clamped to ``[min_val, max_val]``, its gradient 1 strictly inside, as
-    PyTorch's."""
+    """``input`` clamped to ``[min_val, max_val]`` (-0.0 kept, NaN propagated), its gradient 1
+    strictly inside and 0 elsewhere, as PyTorch's."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
-    return _gflow.where(input <= min_val, min_val,
-                        _gflow.where(input >= max_val, max_val, input))
+    inside = (input > min_val).logical_and(input < max_val)
+    return _gflow.where(inside, input, input.detach().clamp(min_val, max_val))
 
 
 def relu6(input, inplace=False):
@@ -391,8 +758,8 @@ def relu6(input, inplace=False):
 
 
 def logsigmoid(input):
-    """``log(sigmoid(x)) = -log(1 + e^-x)``, stable for any ``x``."""
-    return -_log1pexp(-input)
+    """``log(sigmoid(x)) = -log(1 + e^-x)``, stable for any ``x`` and exact in the tail."""
+    return -_log1pexp_exact(-input)
 
 
 def glu(input, dim=-1):
@@ -407,8 +774,8 @@ def glu(input, dim=-1):
 
 
 def mish(input, inplace=False):
-    """``x * tanh(softplus(x))``."""
-    return input * _log1pexp(input).tanh()
+    """``x * tanh(softplus(x))`` (exact in the tail)."""
+    return input * _log1pexp_exact(input).tanh()
 
 
 def hardsigmoid(input, inplace=False):
