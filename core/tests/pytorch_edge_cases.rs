@@ -771,3 +771,22 @@ fn long_f32_sums_stay_accurate() -> Result<()> {
     assert!((m - f64::from(0.1f32)).abs() <= 2e-7, "{m}");
     Ok(())
 }
+
+/// `std` of a constant has gradient 0 (PyTorch's), not the NaN of sqrt's at 0; elsewhere it is
+/// `(x - mean) / ((n - 1) std)`.
+#[test]
+fn std_gradient_is_zero_for_a_constant() -> Result<()> {
+    let x = Tensor::from_vec(vec![2.0f64; 4], &[4], Device::Cpu)?.set_requires_grad(true);
+    x.std(vec![], 1.0, false)?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, [0.0; 4]);
+    let v = [1.0f64, 2.0, 4.0, 7.0];
+    let y = Tensor::from_vec(v.to_vec(), &[4], Device::Cpu)?.set_requires_grad(true);
+    let s = y.std(vec![], 1.0, false)?;
+    s.backward()?;
+    let sd = s.to_vec::<f64>()?[0];
+    let mean = v.iter().sum::<f64>() / 4.0;
+    for (g, x) in y.grad().unwrap().to_vec::<f64>()?.iter().zip(v) {
+        assert!((g - (x - mean) / (3.0 * sd)).abs() < 1e-14, "{g}");
+    }
+    Ok(())
+}

@@ -273,12 +273,22 @@ impl Tensor {
         ss.mul_scalar(1.0 / (n as f64 - correction).max(0.0))
     }
 
-    /// Standard deviation: the square root of [`Tensor::var`].
+    /// Standard deviation: the square root of [`Tensor::var`]. Its gradient is PyTorch's:
+    /// zero where the deviation is 0 (a constant), where the square root's would be NaN.
     ///
     /// # Errors
     /// As [`Tensor::var`].
     pub fn std(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
-        self.var(dims, correction, keepdim)?.sqrt()
+        let var = self.var(dims, correction, keepdim)?;
+        let root = crate::autograd::no_grad(|| var.sqrt())?;
+        record(Ok(root), "std", &[&var], |c, g| {
+            // d sqrt(v) = 1 / (2 sqrt(v)), taken as 0 where sqrt(v) is 0
+            let two = c.out.mul_scalar(2.0)?;
+            let inv = two.scalar_like(1.0)?.div(&two)?;
+            let zero = c.out.eq(&c.out.scalar_like(0.0)?)?;
+            let d = zero.where_cond(&two.scalar_like(0.0)?, &inv)?;
+            Ok(vec![Some(g.mul(&d)?)])
+        })
     }
 
     /// Maximum over `dims` (all dims when empty).
