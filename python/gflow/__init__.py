@@ -65,6 +65,10 @@ from ._gflow import (
     IndexOutOfRangeError,
     DimOutOfRangeError,
     InvalidArgumentError,
+    IndexShapeError,
+    InvalidValueError,
+    IndexTypeError,
+    DTypeNotImplementedError,
 )
 from ._pyapi import Size, device
 from ._methods import eye, outer, norm, equal, isclose

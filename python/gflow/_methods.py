@@ -126,7 +126,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     dims = dim if dim is None or isinstance(dim, (tuple, list)) else (dim,)
     kw = {"keepdim": keepdim} if dims is None else {"dim": tuple(dims), "keepdim": keepdim}
     if p in ("fro", 2, 2.0):
-        return (x * x).sum(**kw).sqrt()
+        return _root_of_sum((x * x).sum(**kw), Tensor.sqrt)
     if p in (1, 1.0):
         return x.abs().sum(**kw)
     if p == math.inf:
@@ -137,7 +137,15 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return (x != 0).to(x.dtype).sum(**kw)
     if isinstance(p, str):
         raise ValueError(f"norm: unsupported p {p!r} (vector norms only: numbers and 'fro')")
-    return x.abs().pow(p).sum(**kw).pow(1.0 / p)
+    return _root_of_sum(x.abs().pow(p).sum(**kw), lambda s: s.pow(1.0 / p))
+
+
+def _root_of_sum(s, root):
+    """``root(s)`` of a sum of powers of magnitudes ``s``, with PyTorch's norm gradient where
+    ``s`` is 0 (zero, where the root's own derivative would make it NaN): the root is taken of
+    ``1`` there and the result replaced by ``0``, so no gradient reaches that branch."""
+    zero = s == 0
+    return _gflow.where(zero, 0.0, root(_gflow.where(zero, 1.0, s)))
 
 
 for _name in ("expand_as view_as type_as new_full new_zeros new_ones new_empty new_tensor select "

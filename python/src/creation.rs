@@ -12,19 +12,30 @@ use crate::layout::{PyPlacement, parse_sbp};
 use crate::share::read_exact;
 use crate::tensor::{PyDType, PyTensor, op, run};
 
-/// A shape given as `f(2, 3)` or `f((2, 3))` / `f([2, 3])` / `f(flow.Size(...))`.
+/// A shape given as `f(2, 3)` or `f((2, 3))` / `f([2, 3])` / `f(flow.Size(...))`: integers
+/// (not integers: a `TypeError`; a negative one: `flow.InvalidArgumentError`, a
+/// `RuntimeError` as PyTorch's).
 pub fn shape_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
     if args.len() == 1 {
         let a = args.get_item(0)?;
-        if a.extract::<usize>().is_err() {
-            return a.extract::<Vec<usize>>().map_err(|_| {
-                PyTypeError::new_err("a shape is non-negative integers, or one sequence of them")
-            });
+        if a.extract::<isize>().is_err() {
+            return shape_of(&a);
         }
     }
-    args.extract::<Vec<usize>>().map_err(|_| {
+    shape_of(args.as_any())
+}
+
+/// A shape given as one sequence of integers (see [`shape_args`]).
+pub fn shape_of(seq: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let raw: Vec<isize> = seq.extract().map_err(|_| {
         PyTypeError::new_err("a shape is non-negative integers, or one sequence of them")
-    })
+    })?;
+    if let Some(d) = raw.iter().find(|&&d| d < 0) {
+        return Err(crate::error::InvalidArgumentError::new_err(format!(
+            "Trying to create tensor with negative dimension {d}: {raw:?}"
+        )));
+    }
+    Ok(raw.into_iter().map(|d| d as usize).collect())
 }
 
 /// Where a new tensor goes: local on `device` (a name such as `"cpu"` or `"cpu:0"`, or a
@@ -61,6 +72,7 @@ fn create(
 ) -> PyResult<PyTensor> {
     let global = matches!(target, Target::Global(..));
     let t = op(py, global, move || f(target))?;
+    crate::tensor::check_requires_grad(t.get().dtype(), requires_grad)?;
     t.get().set_requires_grad(requires_grad);
     Ok(t)
 }
@@ -90,6 +102,53 @@ pub fn parse_device(name: &str) -> PyResult<Device> {
     }
 }
 
+/// `data` (nested lists and tuples) with its one-element tensors replaced by their Python
+/// numbers, and the dtype PyTorch's `torch.tensor` infers from the elements (each tensor's
+/// dtype, Python bools Bool, ints int64, floats float32, promoted together); `None` when `data`
+/// holds no tensor. A tensor of several elements is a `ValueError`, as PyTorch's.
+fn tensor_scalars<'py>(
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Option<DType>)>> {
+    use pyo3::types::{PyBool, PyFloat, PyInt, PyList};
+    fn walk<'py>(
+        x: &Bound<'py, PyAny>,
+        found: &mut bool,
+        dtype: &mut Option<DType>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = x.py();
+        let mut meet = |d: DType| *dtype = Some(dtype.map_or(d, |e| e.promote(d)));
+        if let Ok(t) = x.cast::<PyTensor>() {
+            let t = t.get().get();
+            if t.numel() != 1 {
+                return Err(PyValueError::new_err(
+                    "only one element tensors can be converted to Python scalars",
+                ));
+            }
+            *found = true;
+            meet(t.dtype());
+            return x.call_method0("item");
+        }
+        if x.is_instance_of::<PyList>() || x.is_instance_of::<PyTuple>() {
+            let items = x
+                .try_iter()?
+                .map(|i| walk(&i?, found, dtype))
+                .collect::<PyResult<Vec<_>>>()?;
+            return Ok(PyList::new(py, items)?.into_any());
+        }
+        if x.is_instance_of::<PyBool>() {
+            meet(DType::Bool);
+        } else if x.is_instance_of::<PyInt>() {
+            meet(DType::I64);
+        } else if x.is_instance_of::<PyFloat>() {
+            meet(DType::F32);
+        }
+        Ok(x.clone())
+    }
+    let (mut found, mut dtype) = (false, None);
+    let numbers = walk(data, &mut found, &mut dtype)?;
+    Ok(found.then_some((numbers, dtype)))
+}
+
 /// A tensor holding `data` (a NumPy array, nested lists, a scalar): NumPy arrays keep their
 /// dtype (float64, float32, float16, int64, int32, bool; other integer dtypes, which gflow
 /// lacks, are a `TypeError` naming the dtype unless `dtype` is given); Python
@@ -110,7 +169,16 @@ pub fn from_data(
     let arr = if is_ndarray {
         data.clone()
     } else {
-        np.call_method1("asarray", (data,))?
+        match np.call_method1("asarray", (data,)) {
+            Ok(a) if a.getattr("dtype")?.getattr("kind")?.extract::<String>()? != "O" => a,
+            made => {
+                // one-element tensors among the numbers, as PyTorch takes them
+                if let Some((numbers, inferred)) = tensor_scalars(data)? {
+                    return from_data(py, &numbers, dtype.or(inferred), placement, sbp);
+                }
+                made?
+            }
+        }
     };
     let np_dtype = arr.getattr("dtype")?;
     let kind: String = np_dtype.getattr("kind")?.extract()?;
@@ -241,7 +309,7 @@ creator!(
 #[allow(clippy::too_many_arguments)]
 pub fn full(
     py: Python<'_>,
-    size: Vec<usize>,
+    size: &Bound<'_, PyAny>,
     value: &Bound<'_, PyAny>,
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
@@ -260,6 +328,10 @@ pub fn full(
     let value: f64 = value
         .extract()
         .map_err(|_| PyTypeError::new_err("full: the fill value must be a number"))?;
+    let size = match size.extract::<isize>() {
+        Ok(n) => shape_of(PyTuple::new(py, [n])?.as_any())?,
+        Err(_) => shape_of(size)?,
+    };
     let dtype = dtype.map_or(natural, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
     create(py, target, requires_grad, move |t| {
@@ -300,11 +372,22 @@ pub fn arange(
         Some(s) => number(s)?,
         None => (1.0, true),
     };
-    if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-        return Err(PyValueError::new_err(format!(
-            "arange: needs finite bounds and a non-zero step, got start={start}, end={end}, \
-             step={step}"
-        )));
+    // PyTorch's checks, in its order and words (`flow.InvalidValueError`: a `RuntimeError` as
+    // PyTorch's, also the `ValueError` gflow raised before)
+    let bad = |msg: String| Err(crate::error::Also::InvalidValue.err(msg));
+    if step == 0.0 {
+        return bad("arange: step must be nonzero (a non-zero step is needed)".into());
+    }
+    if !start.is_finite() || !end.is_finite() || !step.is_finite() {
+        return bad(format!(
+            "arange: unsupported range: {start} -> {end} (step {step})"
+        ));
+    }
+    if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
+        return bad(format!(
+            "arange: upper bound and lower bound inconsistent with step sign (start={start}, \
+             end={end}, step={step})"
+        ));
     }
     let n = ((end - start) / step).ceil().max(0.0) as usize;
     let natural = if s_int && e_int && p_int {
@@ -346,7 +429,9 @@ pub fn linspace(
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
     let steps = usize::try_from(steps).map_err(|_| {
-        PyValueError::new_err(format!("linspace: steps must be non-negative, got {steps}"))
+        crate::error::Also::InvalidValue.err(format!(
+            "linspace: number of steps must be non-negative, got {steps}"
+        ))
     })?;
     let dtype = dtype.map_or(DType::F32, |d| d.inner);
     let target = target(placement.as_ref(), sbp, device)?;
@@ -366,7 +451,7 @@ pub fn randint(
     args: &Bound<'_, PyTuple>,
     low: Option<i64>,
     high: Option<i64>,
-    size: Option<Vec<usize>>,
+    size: Option<&Bound<'_, PyAny>>,
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
@@ -380,16 +465,17 @@ pub fn randint(
         )
     };
     let int = |i: usize| args.get_item(i)?.extract::<i64>().map_err(|_| usage());
-    let shape = |i: usize| {
-        args.get_item(i)?
-            .extract::<Vec<usize>>()
-            .map_err(|_| usage())
+    // a sequence of integers (a negative one refused as by `flow.zeros`)
+    let sizes = |a: &Bound<'_, PyAny>| match a.extract::<Vec<isize>>() {
+        Ok(_) => shape_of(a),
+        Err(_) => Err(usage()),
     };
+    let shape = |i: usize| sizes(&args.get_item(i)?);
     let (low, high, size) = match (args.len(), low, high, size) {
-        (0, l, Some(h), Some(s)) => (l.unwrap_or(0), h, s),
-        (1, l, None, Some(s)) => (l.unwrap_or(0), int(0)?, s),
+        (0, l, Some(h), Some(s)) => (l.unwrap_or(0), h, sizes(s)?),
+        (1, l, None, Some(s)) => (l.unwrap_or(0), int(0)?, sizes(s)?),
         (2, None, None, None) => (0, int(0)?, shape(1)?),
-        (2, None, None, Some(s)) => (int(0)?, int(1)?, s),
+        (2, None, None, Some(s)) => (int(0)?, int(1)?, sizes(s)?),
         (3, None, None, None) => (int(0)?, int(1)?, shape(2)?),
         _ => return Err(usage()),
     };
@@ -444,6 +530,12 @@ pub fn tensor(
         Ok(t) => crate::tensor::to_numpy(py, &t.get().get())?,
         Err(_) => data.clone(),
     };
-    let t = from_data(py, &data, dtype.map(|d| d.inner), placement.as_ref(), sbp)?;
+    let dtype = dtype.map(|d| d.inner);
+    if let Some(d) = dtype {
+        // refused before the data is copied in
+        crate::tensor::check_requires_grad(d, requires_grad)?;
+    }
+    let t = from_data(py, &data, dtype, placement.as_ref(), sbp)?;
+    crate::tensor::check_requires_grad(t.dtype(), requires_grad)?;
     Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
 }

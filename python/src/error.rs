@@ -71,16 +71,17 @@ create_exception!(
     "An argument an operation cannot use."
 );
 
-/// A gflow exception class that is also an `IndexError` (bases `base` and `IndexError`), so
-/// `except IndexError` works as in PyTorch; Python builds it (a class with two bases), once.
-fn with_index_error<'py>(
+/// A gflow exception class with several bases (a gflow class and Python's built-in ones, such
+/// as `IndexError`), so `except` on any of them works as in PyTorch; Python builds it (a class
+/// with several bases), once.
+fn with_bases<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyType>>,
     (name, doc): (&str, &str),
-    base: Bound<'py, PyType>,
+    bases: Vec<Bound<'py, PyType>>,
 ) -> PyResult<&'py Bound<'py, PyType>> {
     cell.get_or_try_init(py, || {
-        let bases = PyTuple::new(py, [base, py.get_type::<PyIndexError>()])?;
+        let bases = PyTuple::new(py, bases)?;
         let attrs = PyDict::new(py);
         attrs.set_item("__doc__", doc)?;
         attrs.set_item("__module__", "gflow")?;
@@ -88,6 +89,16 @@ fn with_index_error<'py>(
         Ok::<_, PyErr>(t.cast_into::<PyType>()?.unbind())
     })
     .map(|t| t.bind(py))
+}
+
+/// A gflow exception class that is also an `IndexError` (bases `base` and `IndexError`).
+fn with_index_error<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    what: (&str, &str),
+    base: Bound<'py, PyType>,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    with_bases(py, cell, what, vec![base, py.get_type::<PyIndexError>()])
 }
 
 /// `flow.IndexOutOfRangeError`: an index outside the indexed dimension (a `flow.Error`; also
@@ -112,7 +123,90 @@ fn dim_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     with_index_error(py, &TYPE, what, py.get_type::<ShapeError>())
 }
 
-/// An exception of a class built by [`with_index_error`] with `msg`.
+/// The exception classes of gflow that also are some of Python's built-in ones: PyTorch's type
+/// for the mistake, and the type gflow raised for it before (so neither `except` breaks).
+#[derive(Clone, Copy, Debug)]
+pub enum Also {
+    /// `flow.IndexShapeError`: an index tensor of a shape the operation cannot use (a
+    /// `flow.ShapeError`; also an `IndexError`, which PyTorch raises for it).
+    IndexShape,
+    /// `flow.InvalidValueError`: an argument value an operation cannot use (a
+    /// `flow.InvalidArgumentError`, so a `RuntimeError` as PyTorch's; also a `ValueError`).
+    InvalidValue,
+    /// `flow.IndexTypeError`: an index of a type that cannot index a tensor (an `IndexError`,
+    /// as PyTorch's; also a `TypeError`).
+    IndexType,
+    /// `flow.DTypeNotImplementedError`: an operation without a kernel for the dtype (a
+    /// `flow.DTypeError`; also a `NotImplementedError`, as PyTorch's, and a `TypeError`).
+    DTypeNotImplemented,
+}
+
+impl Also {
+    /// Every such class, in registration order.
+    const ALL: [Also; 4] = [
+        Also::IndexShape,
+        Also::InvalidValue,
+        Also::IndexType,
+        Also::DTypeNotImplemented,
+    ];
+
+    /// The class's name in `gflow`.
+    fn name(self) -> &'static str {
+        match self {
+            Also::IndexShape => "IndexShapeError",
+            Also::InvalidValue => "InvalidValueError",
+            Also::IndexType => "IndexTypeError",
+            Also::DTypeNotImplemented => "DTypeNotImplementedError",
+        }
+    }
+
+    /// The class (built once).
+    fn class(self, py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+        use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+        static INDEX_SHAPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        static INVALID_VALUE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        static INDEX_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        static DTYPE_NOT_IMPLEMENTED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let (cell, doc, bases) = match self {
+            Also::IndexShape => (
+                &INDEX_SHAPE,
+                "An index tensor of a shape the operation cannot use (also an IndexError).",
+                vec![py.get_type::<ShapeError>(), py.get_type::<PyIndexError>()],
+            ),
+            Also::InvalidValue => (
+                &INVALID_VALUE,
+                "An argument value an operation cannot use (also a ValueError).",
+                vec![
+                    py.get_type::<InvalidArgumentError>(),
+                    py.get_type::<PyValueError>(),
+                ],
+            ),
+            Also::IndexType => (
+                &INDEX_TYPE,
+                "An index of a type that cannot index a tensor (an IndexError and a TypeError).",
+                vec![py.get_type::<PyIndexError>(), py.get_type::<PyTypeError>()],
+            ),
+            Also::DTypeNotImplemented => (
+                &DTYPE_NOT_IMPLEMENTED,
+                "An operation without a kernel for the dtype (also a NotImplementedError and a \
+                 TypeError).",
+                vec![
+                    py.get_type::<DTypeError>(),
+                    py.get_type::<PyNotImplementedError>(),
+                    py.get_type::<PyTypeError>(),
+                ],
+            ),
+        };
+        with_bases(py, cell, (self.name(), doc), bases)
+    }
+
+    /// An exception of this class with `msg`.
+    pub fn err(self, msg: impl Into<String>) -> PyErr {
+        Python::attach(|py| raise(self.class(py), msg.into()))
+    }
+}
+
+/// An exception of a class built by [`with_bases`] with `msg`.
 fn raise(t: PyResult<&Bound<'_, PyType>>, msg: String) -> PyErr {
     match t {
         Ok(t) => PyErr::from_type(t.clone(), msg),
@@ -187,5 +281,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "InvalidArgumentError",
         py.get_type::<InvalidArgumentError>(),
     )?;
+    for also in Also::ALL {
+        m.add(also.name(), also.class(py)?)?;
+    }
     Ok(())
 }

@@ -8,9 +8,9 @@
 use gflow::{DType, NdSbp, Target, Tensor};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyEllipsis, PyList, PySlice, PyTuple};
+use pyo3::types::{PyBool, PyEllipsis, PyFloat, PyList, PySlice, PyTuple};
 
-use crate::error::{index_error, to_py};
+use crate::error::{Also, index_error, to_py};
 use crate::tensor::{PyTensor, op, to_numpy};
 
 /// One operator of an indexing expression, on the dims of the tensor as it is by then.
@@ -77,6 +77,15 @@ fn index_list(item: &Bound<'_, PyAny>) -> PyResult<Option<Result<Vec<i64>, i64>>
     }))
 }
 
+/// An index item that is an integer (a Python or NumPy one), not a tensor: a tensor (an
+/// integer by `__index__` too) indexes as a tensor, a 1-D one keeping its dim.
+fn plain_int(item: &Bound<'_, PyAny>) -> Option<i64> {
+    if item.is_instance_of::<PyTensor>() {
+        return None;
+    }
+    item.extract().ok()
+}
+
 /// The operators of `x[key]` for a tensor of `shape`.
 fn plan(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Step>> {
     let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
@@ -134,7 +143,12 @@ fn plan(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Step>> {
             return Err(PyTypeError::new_err(
                 "a bool cannot index a tensor (boolean masks are not supported)",
             ));
-        } else if let Ok(i) = item.extract::<i64>() {
+        } else if item.is_instance_of::<PyFloat>() {
+            return Err(Also::IndexType.err(
+                "only integers, slices (`:`), ellipsis (`...`), None and integer or bool tensors \
+                 are valid indices, not float",
+            ));
+        } else if let Some(i) = plain_int(item) {
             used += 1;
             steps.push(Step::Pick(d, wrap(i, shape[d])?));
             shape.remove(d);

@@ -1,7 +1,7 @@
 //! In-place operators: `x.add_(y)`, `sub_`, `mul_`, `div_`, `zero_`, `fill_`, `copy_`,
-//! `clamp_`, `masked_fill_` and `x += y`, `-=`, `*=`, `/=`. The Python object stays the same
-//! tensor: its identity, `requires_grad`, `.grad`, placement and SBP are kept, so OneFlow's
-//! manual-SGD idiom works unchanged:
+//! `clamp_`, `masked_fill_`, `bitwise_and_` (`_or_`, `_xor_`) and `x += y`, `-=`, `*=`, `/=`,
+//! `&=`, `|=`, `^=`. The Python object stays the same tensor: its identity, `requires_grad`,
+//! `.grad`, placement and SBP are kept, so OneFlow's manual-SGD idiom works unchanged:
 //!
 //! ```python
 //! with flow.no_grad():
@@ -21,7 +21,8 @@ use gflow::{Target, Tensor};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::ops::{operand, target_like};
+use crate::ops::{Bitwise, bitwise, bitwise_dtype, operand, target_like};
+use crate::select::{Bounds, check_bool_mask};
 use crate::tensor::{PyTensor, is_grad_enabled, run};
 
 /// `value` made to fit `dst`: broadcast to its shape, cast to its dtype (never a float into
@@ -120,6 +121,27 @@ impl PyTensor {
         Ok(slf.clone())
     }
 
+    /// `self op= other` for a bitwise `op` (see [`crate::ops::bitwise`]): a result of a higher
+    /// dtype category than `self` (a Bool tensor and an integer) is refused, as PyTorch's.
+    fn bitwise_update<'py>(
+        slf: &Bound<'py, Self>,
+        name: &'static str,
+        other: &Bound<'py, PyAny>,
+        op: Bitwise,
+    ) -> PyResult<Bound<'py, Self>> {
+        let t = slf.get().get();
+        let b = operand(slf.py(), &t, other)?;
+        let dtype = bitwise_dtype(op, &t, &b)?;
+        if t.dtype() == gflow::DType::Bool && dtype != gflow::DType::Bool {
+            return Err(crate::error::to_py(gflow::Error::DTypeMismatch {
+                expected: t.dtype(),
+                got: dtype,
+            }));
+        }
+        let global = b.is_global();
+        Self::update(slf, name, global, move |t| bitwise(op, t, &b, dtype))
+    }
+
     /// `self op= other` for a tensor or number `other` (times `alpha` when given).
     fn update_with<'py>(
         slf: &Bound<'py, Self>,
@@ -189,6 +211,42 @@ impl PyTensor {
         Self::update_with(slf, "/=", other, None, |a, b| a.div(b)).map(drop)
     }
 
+    fn __iand__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::bitwise_update(slf, "&=", other, Bitwise::And).map(drop)
+    }
+
+    fn __ior__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::bitwise_update(slf, "|=", other, Bitwise::Or).map(drop)
+    }
+
+    fn __ixor__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::bitwise_update(slf, "^=", other, Bitwise::Xor).map(drop)
+    }
+
+    /// `x.bitwise_and_(y)`: `x &= y`; returns `x`.
+    fn bitwise_and_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::bitwise_update(slf, "bitwise_and_", other, Bitwise::And)
+    }
+
+    /// `x.bitwise_or_(y)`: `x |= y`; returns `x`.
+    fn bitwise_or_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::bitwise_update(slf, "bitwise_or_", other, Bitwise::Or)
+    }
+
+    /// `x.bitwise_xor_(y)`: `x ^= y`; returns `x`.
+    fn bitwise_xor_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::bitwise_update(slf, "bitwise_xor_", other, Bitwise::Xor)
+    }
+
     /// `x.fill_(value)`: every element set to `value`; returns `x`.
     fn fill_<'py>(slf: &Bound<'py, Self>, value: f64) -> PyResult<Bound<'py, Self>> {
         Self::update(slf, "fill_", false, move |t| {
@@ -242,22 +300,25 @@ impl PyTensor {
         })
     }
 
-    /// `x.clamp_(min, max)`: values limited to `[min, max]` in place; returns `x`.
+    /// `x.clamp_(min, max)`: values limited to `[min, max]` (numbers or tensors, as `clamp`)
+    /// in place; returns `x`.
     #[pyo3(signature = (min = None, max = None))]
     fn clamp_<'py>(
         slf: &Bound<'py, Self>,
-        min: Option<f64>,
-        max: Option<f64>,
+        min: Option<&Bound<'py, PyAny>>,
+        max: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Self>> {
-        Self::update(slf, "clamp_", false, move |t| t.clamp(min, max))
+        let bounds = Bounds::of(slf.py(), &slf.get().get(), min, max)?;
+        let global = bounds.is_global();
+        Self::update(slf, "clamp_", global, move |t| bounds.apply(t))
     }
 
     /// As `clamp_`.
     #[pyo3(signature = (min = None, max = None))]
     fn clip_<'py>(
         slf: &Bound<'py, Self>,
-        min: Option<f64>,
-        max: Option<f64>,
+        min: Option<&Bound<'py, PyAny>>,
+        max: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Self>> {
         Self::clamp_(slf, min, max)
     }
@@ -269,6 +330,7 @@ impl PyTensor {
         value: f64,
     ) -> PyResult<Bound<'py, Self>> {
         let m = mask.get();
+        check_bool_mask(&m)?;
         let global = m.is_global();
         Self::update(slf, "masked_fill_", global, move |t| {
             t.masked_fill(&m, value)

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-use crate::tensor::{PyTensor, dim, op};
+use crate::tensor::{PyTensor, along, dim, op};
 
 /// Where a scalar operand of `t` goes: `t`'s device, or `t`'s placement, broadcast.
 pub fn target_like(t: &Tensor) -> Target {
@@ -50,6 +50,18 @@ pub fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyRes
         d => d,
     };
     let target = target_like(like);
+    if !is_bool && !dtype.is_float() && other.is_instance_of::<pyo3::types::PyInt>() {
+        // An integer operand exactly (f64 would round above 2^53), wrapped to the dtype as
+        // PyTorch wraps it (int32 + 2**40 adds 0; up to 2**64 - 1, as its uint64 bits); beyond
+        // that an `OverflowError`, as PyTorch.
+        let exact: i64 = match other.extract::<i64>() {
+            Ok(v) => v,
+            Err(e) => other.extract::<u64>().map(|v| v as i64).map_err(|_| e)?,
+        };
+        return crate::tensor::run(py, like.is_global(), move || {
+            gflow::no_grad(|| Tensor::from_vec(vec![exact], &[], target)?.to_dtype(dtype))
+        });
+    }
     crate::tensor::run(py, like.is_global(), move || {
         gflow::no_grad(|| Tensor::full_dtype(&[], v, dtype, target))
     })
@@ -391,6 +403,19 @@ fn reduce_dims(d: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>
     Ok(if ndim == 0 { vec![] } else { dims })
 }
 
+/// `dim=`, or NumPy's `axis=` (PyTorch takes either name): the one given, if any.
+fn dim_or_axis<'a, 'py>(
+    dim: Option<&'a Bound<'py, PyAny>>,
+    axis: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, PyAny>>> {
+    match (dim, axis) {
+        (Some(_), Some(_)) => Err(PyTypeError::new_err(
+            "dim and axis name the same argument: give one of them",
+        )),
+        (d, a) => Ok(d.or(a)),
+    }
+}
+
 /// Reductions over dims: `name => method of gflow::Tensor`.
 macro_rules! reduce_ops {
     ($($(#[$doc:meta])* $py:ident => $rs:ident;)*) => {
@@ -398,15 +423,16 @@ macro_rules! reduce_ops {
         impl PyTensor {
             $(
                 $(#[$doc])*
-                #[pyo3(signature = (dim = None, keepdim = false))]
+                #[pyo3(signature = (dim = None, keepdim = false, *, axis = None))]
                 fn $py(
                     &self,
                     py: Python<'_>,
                     dim: Option<&Bound<'_, PyAny>>,
                     keepdim: bool,
+                    axis: Option<&Bound<'_, PyAny>>,
                 ) -> PyResult<PyTensor> {
                     let t = self.get();
-                    let dims = reduce_dims(dim, t.ndim())?;
+                    let dims = reduce_dims(dim_or_axis(dim, axis)?, t.ndim())?;
                     op(py, t.is_global(), move || t.$rs(dims, keepdim))
                 }
             )*
@@ -415,16 +441,60 @@ macro_rules! reduce_ops {
 }
 
 reduce_ops! {
-    /// Sum over `dim` (an int or a tuple; every dim when left out).
-    sum => sum;
-    /// Mean over `dim` (an int or a tuple; every dim when left out) of a float tensor.
-    mean => torch_mean;
     /// Maximum over `dim` (values only; every dim when left out).
     amax => max;
     /// Minimum over `dim` (values only; every dim when left out).
     amin => min;
     /// `log(sum(exp(x)))` over `dim`, computed stably.
     logsumexp => logsumexp;
+}
+
+#[pymethods]
+impl PyTensor {
+    /// Sum over `dim` (an int or a tuple, also as `axis=`; every dim when left out), as
+    /// PyTorch's: integers and Bool sum to int64, and `dtype=` casts the input to it first.
+    #[pyo3(signature = (dim = None, keepdim = false, *, dtype = None, axis = None))]
+    fn sum(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        dtype: Option<crate::tensor::PyDType>,
+        axis: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let dims = reduce_dims(dim_or_axis(dim, axis)?, t.ndim())?;
+        op(py, t.is_global(), move || match dtype {
+            Some(d) => t.to_dtype(d.inner)?.sum(dims, keepdim)?.to_dtype(d.inner),
+            None => t.sum(dims, keepdim),
+        })
+    }
+
+    /// Mean over `dim` (an int or a tuple, also as `axis=`; every dim when left out) of a float
+    /// tensor, or of the input cast to the float `dtype=` first, as PyTorch's.
+    #[pyo3(signature = (dim = None, keepdim = false, *, dtype = None, axis = None))]
+    fn mean(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        dtype: Option<crate::tensor::PyDType>,
+        axis: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let dims = reduce_dims(dim_or_axis(dim, axis)?, t.ndim())?;
+        if let Some(d) = dtype.filter(|d| !d.inner.is_float()) {
+            return Err(crate::error::Also::DTypeNotImplemented.err(format!(
+                "mean(): could not infer output dtype. Optional dtype must be either a floating \
+                 point or complex dtype. Got: {}",
+                d.name()
+            )));
+        }
+        op(py, t.is_global(), move || match dtype {
+            Some(d) => t.to_dtype(d.inner)?.torch_mean(dims, keepdim),
+            None => t.torch_mean(dims, keepdim),
+        })
+    }
 }
 
 #[pymethods]
@@ -468,9 +538,11 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let t = self.get();
         let d = self::dim(dim, t.ndim())?;
-        op(py, t.is_global(), move || match dtype {
-            Some(dt) => t.to_dtype(dt.inner)?.cumsum(d)?.to_dtype(dt.inner),
-            None => t.cumsum(d),
+        op(py, t.is_global(), move || {
+            along(&t, |t| match dtype {
+                Some(dt) => t.to_dtype(dt.inner)?.cumsum(d)?.to_dtype(dt.inner),
+                None => t.cumsum(d),
+            })
         })
     }
 
@@ -489,15 +561,11 @@ impl PyTensor {
         let _ = sorted;
         let py = slf.py();
         let t = slf.get().get();
-        let d = self::dim(dim, t.ndim().max(1))?;
+        let d = self::dim(dim, t.ndim())?;
+        // as PyTorch, a 0-d tensor's k = 0 gives its element too (k > 1 is refused)
+        let k = if t.ndim() == 0 { k.max(1) } else { k };
         let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
-            if t.ndim() == 0 {
-                return t.reshape(&[1])?.topk(k, 0, largest).and_then(|(v, i)| {
-                    let s: &[usize] = if k == 1 { &[] } else { &[0] };
-                    Ok((v.reshape(s)?, i.reshape(s)?))
-                });
-            }
-            t.topk(k, d, largest)
+            along(&t, |t| t.topk(k, d, largest))
         })?;
         crate::tensor::python_class(py, &TOPK, "topk_result")?
             .call1((PyTensor::new(values), PyTensor::new(indices)))
@@ -517,13 +585,9 @@ impl PyTensor {
         let _ = stable;
         let py = slf.py();
         let t = slf.get().get();
-        let d = self::dim(dim, t.ndim().max(1))?;
+        let d = self::dim(dim, t.ndim())?;
         let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
-            if t.ndim() == 0 {
-                let (v, i) = t.reshape(&[1])?.sort(0, descending)?;
-                return Ok((v.reshape(&[])?, i.reshape(&[])?));
-            }
-            t.sort(d, descending)
+            along(&t, |t| t.sort(d, descending))
         })?;
         crate::tensor::python_class(py, &SORT, "sort_result")?
             .call1((PyTensor::new(values), PyTensor::new(indices)))
@@ -541,12 +605,9 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let _ = stable;
         let t = self.get();
-        let d = self::dim(dim, t.ndim().max(1))?;
+        let d = self::dim(dim, t.ndim())?;
         op(py, t.is_global(), move || {
-            if t.ndim() == 0 {
-                return t.reshape(&[1])?.argsort(0, descending)?.reshape(&[]);
-            }
-            t.argsort(d, descending)
+            along(&t, |t| t.argsort(d, descending))
         })
     }
 
@@ -699,7 +760,7 @@ impl PyTensor {
     #[pyo3(signature = (start_dim = 0, end_dim = -1))]
     fn flatten(&self, py: Python<'_>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
-        let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim().max(1))?);
+        let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim())?);
         if t.ndim() == 0 {
             // as PyTorch: a 0-d tensor flattens to one element of one dim
             return op(py, t.is_global(), move || t.reshape(&[1]));
@@ -726,25 +787,36 @@ impl PyTensor {
         op(py, t.is_global(), move || t.reshape(&s))
     }
 
-    /// Dims of size 1 removed (only `dim` when given).
+    /// Dims of size 1 removed (only those of `dim`, an int or a tuple of ints, when given).
     #[pyo3(signature = (dim = None))]
-    fn squeeze(&self, py: Python<'_>, dim: Option<isize>) -> PyResult<PyTensor> {
+    fn squeeze(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
         let t = self.get();
-        let keep = match dim {
+        let chosen: Option<Vec<usize>> = match dim {
+            None => None,
             Some(d) => {
-                let d = self::dim(d, t.ndim())?;
-                (0..t.ndim())
-                    .map(|i| i != d || t.shape()[i] != 1)
-                    .collect::<Vec<_>>()
+                let list: Vec<isize> = match d.extract::<isize>() {
+                    Ok(one) => vec![one],
+                    Err(_) => d.extract()?,
+                };
+                let dims = list
+                    .iter()
+                    .map(|&x| self::dim(x, t.ndim()))
+                    .collect::<PyResult<Vec<_>>>()?;
+                if let Some(i) = (1..dims.len()).find(|&i| dims[..i].contains(&dims[i])) {
+                    return Err(crate::error::InvalidArgumentError::new_err(format!(
+                        "squeeze: dim {} appears multiple times in the list of dims",
+                        dims[i]
+                    )));
+                }
+                Some(dims)
             }
-            None => t.shape().iter().map(|&n| n != 1).collect(),
         };
         let s: Vec<usize> = t
             .shape()
             .iter()
-            .zip(keep)
-            .filter(|(_, k)| *k)
-            .map(|(n, _)| *n)
+            .enumerate()
+            .filter(|&(i, &n)| n != 1 || chosen.as_ref().is_some_and(|c| !c.contains(&i)))
+            .map(|(_, &n)| n)
             .collect();
         op(py, t.is_global(), move || t.reshape(&s))
     }
@@ -753,7 +825,7 @@ impl PyTensor {
     fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
         let t = self.get();
         let (a, b) = (dim(dim0, t.ndim())?, dim(dim1, t.ndim())?);
-        op(py, t.is_global(), move || t.transpose(a, b))
+        op(py, t.is_global(), move || along(&t, |t| t.transpose(a, b)))
     }
 
     /// `x.T`: the dims reversed (the transpose of a 2-D tensor; a 0-d or 1-D tensor is
@@ -834,16 +906,36 @@ impl PyTensor {
         extreme(slf, dim, keepdim, false)
     }
 
-    /// `length` elements of `dim` from `start`.
+    /// `length` elements of `dim` from `start` (negative counts from the end), as PyTorch's:
+    /// a start outside `[-size, size]` is an `IndexError` (`flow.IndexOutOfRangeError`).
     fn narrow(
         &self,
         py: Python<'_>,
         dim: isize,
-        start: usize,
-        length: usize,
+        start: isize,
+        length: isize,
     ) -> PyResult<PyTensor> {
         let t = self.get();
+        if t.ndim() == 0 {
+            return Err(crate::error::InvalidArgumentError::new_err(
+                "narrow() cannot be applied to a 0-dim tensor.",
+            ));
+        }
         let d = self::dim(dim, t.ndim())?;
+        let size = t.shape()[d] as isize;
+        if !(-size..=size).contains(&start) {
+            return Err(crate::error::index_error(format!(
+                "narrow: start out of range (expected to be in range of [{}, {size}], but got \
+                 {start})",
+                -size
+            )));
+        }
+        let Ok(length) = usize::try_from(length) else {
+            return Err(crate::error::InvalidArgumentError::new_err(
+                "narrow(): length must be non-negative.",
+            ));
+        };
+        let start = if start < 0 { start + size } else { start } as usize;
         op(py, t.is_global(), move || t.narrow(d, start, length))
     }
 
@@ -861,14 +953,20 @@ impl PyTensor {
         let s: Vec<usize> = raw
             .iter()
             .enumerate()
-            .map(|(i, &d)| {
-                if d < 0 && i >= pad {
-                    t.shape()[i - pad]
-                } else {
-                    d.max(0) as usize
-                }
+            .map(|(i, &d)| match d {
+                -1 if i >= pad => Ok(t.shape()[i - pad]),
+                d if d >= 0 => Ok(d as usize),
+                // as PyTorch: -1 keeps an existing dim only; other negative sizes are refused
+                -1 => Err(crate::error::InvalidArgumentError::new_err(format!(
+                    "expand: the expanded size of the tensor (-1) isn't allowed in a leading, \
+                     non-existing dimension {i}"
+                ))),
+                d => Err(crate::error::InvalidArgumentError::new_err(format!(
+                    "expand: the expanded size of the tensor ({d}) must be non-negative (-1 \
+                     keeps an existing dimension)"
+                ))),
             })
-            .collect();
+            .collect::<PyResult<_>>()?;
         op(py, t.is_global(), move || t.expand(&s))
     }
 
@@ -876,14 +974,14 @@ impl PyTensor {
     fn softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
         let d = self::dim(dim, t.ndim())?;
-        op(py, t.is_global(), move || t.softmax(d))
+        op(py, t.is_global(), move || along(&t, |t| t.softmax(d)))
     }
 
     /// Log-softmax over `dim`.
     fn log_softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
         let d = self::dim(dim, t.ndim())?;
-        op(py, t.is_global(), move || t.log_softmax(d))
+        op(py, t.is_global(), move || along(&t, |t| t.log_softmax(d)))
     }
 
     /// `b ** x` for a number `b` (as `torch.pow(b, x)`: PyTorch's dtype for a Python number
@@ -1070,23 +1168,13 @@ impl PyTensor {
     }
 }
 
-/// Both operands of a logical operator as Bool tensors (`strict`: they must be Bool already,
-/// as PyTorch's `&`, `|`, `^` on non-integer tensors; gflow has no bitwise integer ops).
+/// Both operands of a logical operator as Bool tensors (`x != 0`).
 fn logical_operands(
     py: Python<'_>,
     a: Tensor,
     other: &Bound<'_, PyAny>,
-    op: &str,
-    strict: bool,
 ) -> PyResult<(Tensor, Tensor)> {
     let b = operand(py, &a, other)?;
-    if strict && (a.dtype() != DType::Bool || b.dtype() != DType::Bool) {
-        return Err(PyTypeError::new_err(format!(
-            "{op} needs Bool tensors (gflow has no bitwise integer operators), got {} and {}",
-            a.dtype(),
-            b.dtype()
-        )));
-    }
     let bool_of = |t: Tensor| {
         if t.dtype() == DType::Bool {
             Ok(t)
@@ -1095,6 +1183,110 @@ fn logical_operands(
         }
     };
     Ok((bool_of(a)?, bool_of(b)?))
+}
+
+/// A bitwise operator: `&`, `|`, `^`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bitwise {
+    /// `&`.
+    And,
+    /// `|`.
+    Or,
+    /// `^`.
+    Xor,
+}
+
+impl Bitwise {
+    /// PyTorch's name of the operator's kernel.
+    fn name(self) -> &'static str {
+        match self {
+            Bitwise::And => "bitwise_and",
+            Bitwise::Or => "bitwise_or",
+            Bitwise::Xor => "bitwise_xor",
+        }
+    }
+
+    /// The operator on Bool tensors (broadcasting): `*` is a logical and, `+` a logical or.
+    fn on_bools(self, a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
+        match self {
+            Bitwise::And => a.mul(b),
+            Bitwise::Or => a.add(b),
+            Bitwise::Xor => a.ne(b),
+        }
+    }
+}
+
+/// The dtype of `a op b` for a bitwise `op`, as PyTorch's (its result type; a Python number
+/// has been made a 0-d tensor by [`operand`]); a float one is PyTorch's `NotImplementedError`
+/// (`flow.DTypeNotImplementedError`, also the `TypeError` gflow raised before).
+pub(crate) fn bitwise_dtype(op: Bitwise, a: &Tensor, b: &Tensor) -> PyResult<DType> {
+    let dtype =
+        DType::result_type(&[(a.dtype(), a.ndim()), (b.dtype(), b.ndim())]).unwrap_or(DType::Bool);
+    if dtype.is_float() {
+        return Err(crate::error::Also::DTypeNotImplemented.err(format!(
+            "\"{}\" not implemented for '{}' (bitwise operators take integer and Bool tensors)",
+            op.name(),
+            crate::tensor::PyDType { inner: dtype }.name()
+        )));
+    }
+    Ok(dtype)
+}
+
+/// `a op b` bitwise (broadcasting) in `dtype` (from [`bitwise_dtype`]), exactly as PyTorch's:
+/// Bool operands logically; integers through int64 bit by bit, with wrapping int64 products
+/// and comparisons only. Bit `k` of `x` is the sign of `x * 2^(63 - k)` (a left shift, wrapping);
+/// the result is the sum of `2^k` over the bits where `op` of the operands' bits holds (distinct
+/// powers of two, so the wrapping sum is exact, the sign bit included). Eight bits at a time,
+/// so the intermediates are eight times the operands.
+pub(crate) fn bitwise(op: Bitwise, a: &Tensor, b: &Tensor, dtype: DType) -> gflow::Result<Tensor> {
+    if dtype == DType::Bool {
+        return op.on_bools(&a.to_dtype(DType::Bool)?, &b.to_dtype(DType::Bool)?);
+    }
+    gflow::no_grad(|| {
+        let target = target_like(if a.is_global() { a } else { b });
+        let bits_of = |t: &Tensor| t.to_dtype(DType::I64)?.unsqueeze(t.ndim());
+        let (x, y) = (bits_of(a)?, bits_of(b)?);
+        let zero = Tensor::full_dtype(&[], 0.0, DType::I64, target.clone())?;
+        let mut out: Option<Tensor> = None;
+        for group in 0..8u32 {
+            let ks = (0..8).map(|j| group * 8 + j);
+            // 2^(63 - k) and 2^k as int64 (2^63 wraps to i64::MIN: the sign bit)
+            let shift: Vec<i64> = ks
+                .clone()
+                .map(|k| 1u64.wrapping_shl(63 - k) as i64)
+                .collect();
+            let weight: Vec<i64> = ks.map(|k| 1u64.wrapping_shl(k) as i64).collect();
+            let shift = Tensor::from_vec(shift, &[8], target.clone())?;
+            let weight = Tensor::from_vec(weight, &[8], target.clone())?;
+            let bit = |v: &Tensor| v.mul(&shift)?.lt(&zero);
+            let hits = op.on_bools(&bit(&x)?, &bit(&y)?)?.to_dtype(DType::I64)?;
+            let last = hits.ndim() - 1;
+            let part = hits.mul(&weight)?.sum(vec![last], false)?;
+            out = Some(match out {
+                Some(o) => o.add(&part)?,
+                None => part,
+            });
+        }
+        out.ok_or_else(|| gflow::Error::Internal("bitwise: no bits".into()))?
+            .to_dtype(dtype)
+    })
+}
+
+impl PyTensor {
+    /// `self op other` bitwise (see [`bitwise`]); `reflected`: `other op self`.
+    fn bitwise_op(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        op: Bitwise,
+        reflected: bool,
+    ) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        let (a, b) = if reflected { (b, a) } else { (a, b) };
+        let dtype = bitwise_dtype(op, &a, &b)?;
+        binary(py, a, b, move |a, b| bitwise(op, a, b, dtype))
+    }
 }
 
 #[pymethods]
@@ -1113,37 +1305,54 @@ impl PyTensor {
         }
     }
 
-    /// `x & y` of Bool tensors (logical and).
+    /// `x & y`: bitwise and of integer and Bool tensors (broadcasting, PyTorch's dtypes).
     fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "&", true)?;
-        binary(py, a, b, |a, b| a.mul(b))
+        self.bitwise_op(py, other, Bitwise::And, false)
     }
 
-    /// `y & x` of Bool tensors.
+    /// `y & x`.
     fn __rand__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__and__(py, other)
+        self.bitwise_op(py, other, Bitwise::And, true)
     }
 
-    /// `x | y` of Bool tensors (logical or).
+    /// `x | y`: bitwise or of integer and Bool tensors.
     fn __or__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "|", true)?;
-        binary(py, a, b, |a, b| a.add(b))
+        self.bitwise_op(py, other, Bitwise::Or, false)
     }
 
-    /// `y | x` of Bool tensors.
+    /// `y | x`.
     fn __ror__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__or__(py, other)
+        self.bitwise_op(py, other, Bitwise::Or, true)
     }
 
-    /// `x ^ y` of Bool tensors (logical exclusive or).
+    /// `x ^ y`: bitwise exclusive or of integer and Bool tensors.
     fn __xor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "^", true)?;
-        binary(py, a, b, |a, b| a.ne(b))
+        self.bitwise_op(py, other, Bitwise::Xor, false)
     }
 
-    /// `y ^ x` of Bool tensors.
+    /// `y ^ x`.
     fn __rxor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__xor__(py, other)
+        self.bitwise_op(py, other, Bitwise::Xor, true)
+    }
+
+    /// `x.bitwise_and(y)`: as `x & y`.
+    fn bitwise_and(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.bitwise_op(py, other, Bitwise::And, false)
+    }
+
+    /// `x.bitwise_or(y)`: as `x | y`.
+    fn bitwise_or(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.bitwise_op(py, other, Bitwise::Or, false)
+    }
+
+    /// `x.bitwise_xor(y)`: as `x ^ y`.
+    fn bitwise_xor(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.bitwise_op(py, other, Bitwise::Xor, false)
+    }
+
+    /// `x.bitwise_not()`: as `~x`.
+    fn bitwise_not(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.__invert__(py)
     }
 
     /// Whether each element is zero (False), a Bool tensor, as `torch.logical_not`.
@@ -1156,19 +1365,19 @@ impl PyTensor {
 
     /// Elementwise `x != 0 and y != 0`, a Bool tensor (broadcasting).
     fn logical_and(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "logical_and", false)?;
+        let (a, b) = logical_operands(py, self.get(), other)?;
         binary(py, a, b, |a, b| a.mul(b))
     }
 
     /// Elementwise `x != 0 or y != 0`, a Bool tensor (broadcasting).
     fn logical_or(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "logical_or", false)?;
+        let (a, b) = logical_operands(py, self.get(), other)?;
         binary(py, a, b, |a, b| a.add(b))
     }
 
     /// Elementwise `(x != 0) != (y != 0)`, a Bool tensor (broadcasting).
     fn logical_xor(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (a, b) = logical_operands(py, self.get(), other, "logical_xor", false)?;
+        let (a, b) = logical_operands(py, self.get(), other)?;
         binary(py, a, b, |a, b| a.ne(b))
     }
 }
@@ -1307,24 +1516,22 @@ fn extreme<'py>(
     })?;
     let d = self::dim(d, t.ndim())?;
     let (values, indices) = crate::tensor::run(py, t.is_global(), move || {
-        if t.ndim() == 0 {
-            let i = Tensor::full_dtype(&[], 0.0, DType::I64, target_like(&t))?;
-            return Ok((t.where_cond(&t, &t)?, i));
-        }
-        // As PyTorch: the values are the elements at the indices, so the gradient goes to
-        // that one element of each line (ties: the lowest index), not shared among ties.
-        let idx = if largest {
-            t.argmax(d, true)?
-        } else {
-            t.argmin(d, true)?
-        };
-        let values = t.gather(d, &idx)?;
-        if keepdim {
-            return Ok((values, idx));
-        }
-        let mut shape = t.shape().to_vec();
-        shape.remove(d);
-        Ok((values.reshape(&shape)?, idx.reshape(&shape)?))
+        along(&t, |t| {
+            // As PyTorch: the values are the elements at the indices, so the gradient goes to
+            // that one element of each line (ties: the lowest index), not shared among ties.
+            let idx = if largest {
+                t.argmax(d, true)?
+            } else {
+                t.argmin(d, true)?
+            };
+            let values = t.gather(d, &idx)?;
+            if keepdim {
+                return Ok((values, idx));
+            }
+            let mut shape = t.shape().to_vec();
+            shape.remove(d);
+            Ok((values.reshape(&shape)?, idx.reshape(&shape)?))
+        })
     })?;
     let (cell, name) = if largest {
         (&MAX, "max_result")
@@ -1339,10 +1546,28 @@ fn extreme<'py>(
 static TOPK: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static SORT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
-/// `flow.stack(tensors, dim)`: the tensors (of one shape) joined along a new dim `dim`.
+/// The dim of `cat` / `stack`: `dim=`, or NumPy's `axis=` (PyTorch takes either name); 0 by
+/// default.
+fn join_dim(dim: Option<isize>, axis: Option<isize>) -> PyResult<isize> {
+    match (dim, axis) {
+        (Some(_), Some(_)) => Err(PyTypeError::new_err(
+            "dim and axis name the same argument: give one of them",
+        )),
+        (d, a) => Ok(d.or(a).unwrap_or(0)),
+    }
+}
+
+/// `flow.stack(tensors, dim)`: the tensors (of one shape) joined along a new dim `dim` (also
+/// `axis=`).
 #[pyfunction]
-#[pyo3(signature = (tensors, dim = 0))]
-pub fn stack(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> PyResult<PyTensor> {
+#[pyo3(signature = (tensors, dim = None, *, axis = None))]
+pub fn stack(
+    py: Python<'_>,
+    tensors: Vec<PyRef<'_, PyTensor>>,
+    dim: Option<isize>,
+    axis: Option<isize>,
+) -> PyResult<PyTensor> {
+    let dim = join_dim(dim, axis)?;
     let ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
     let ndim = ts.first().map_or(0, Tensor::ndim);
     let d = self::dim(dim, ndim + 1)?;
@@ -1350,11 +1575,27 @@ pub fn stack(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> P
     op(py, global, move || Tensor::stack(&ts, d))
 }
 
-/// `flow.cat(tensors, dim)`: concatenation along `dim`.
+/// `flow.cat(tensors, dim)`: concatenation along `dim` (also `axis=`). As PyTorch's: no tensors
+/// is a `ValueError` (`flow.InvalidValueError`), a 0-d tensor a `RuntimeError`.
 #[pyfunction]
-#[pyo3(signature = (tensors, dim = 0))]
-pub fn cat(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>, dim: isize) -> PyResult<PyTensor> {
+#[pyo3(signature = (tensors, dim = None, *, axis = None))]
+pub fn cat(
+    py: Python<'_>,
+    tensors: Vec<PyRef<'_, PyTensor>>,
+    dim: Option<isize>,
+    axis: Option<isize>,
+) -> PyResult<PyTensor> {
+    let dim = join_dim(dim, axis)?;
     let mut ts: Vec<Tensor> = tensors.iter().map(|t| t.get()).collect();
+    if ts.is_empty() {
+        return Err(crate::error::Also::InvalidValue
+            .err("torch.cat(): expected a non-empty list of Tensors (flow.cat got none)"));
+    }
+    if let Some(i) = ts.iter().position(|t| t.ndim() == 0) {
+        return Err(crate::error::InvalidArgumentError::new_err(format!(
+            "cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
+        )));
+    }
     // As PyTorch: 1-D empty tensors are skipped beside tensors of another rank (the legacy
     // "empty" tensor), their dtype still taking part in the result's.
     if ts.iter().any(|t| t.ndim() != 1) {

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::ops::operand;
-use crate::tensor::{PyDType, PyTensor, dim, op, run};
+use crate::tensor::{PyDType, PyTensor, along, dim, op, run};
 
 /// The dims of `permute`/`flip` (see [`crate::ops::int_args`]), negative ones counted from the
 /// end.
@@ -39,6 +39,12 @@ pub fn where_(
 ) -> PyResult<PyTensor> {
     let (x, y) = (input, other);
     let c = condition.get();
+    if c.dtype() != DType::Bool {
+        return Err(crate::error::DTypeError::new_err(format!(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype {}",
+            PyDType { inner: c.dtype() }.name()
+        )));
+    }
     let like = match (x.cast::<PyTensor>(), y.cast::<PyTensor>()) {
         (Ok(t), _) | (_, Ok(t)) => t.get().get(),
         // two Python numbers, as PyTorch: float32 if either is a float, bool if both are
@@ -59,6 +65,83 @@ pub fn where_(
     let (a, b) = (operand(py, &like, x)?, operand(py, &like, y)?);
     let global = c.is_global() || a.is_global() || b.is_global();
     op(py, global, move || c.where_cond(&a, &b))
+}
+
+/// PyTorch's refusal of a mask that is not Bool (`masked_fill`, `masked_fill_`):
+/// `flow.DTypeError`, a `RuntimeError` as PyTorch's.
+pub(crate) fn check_bool_mask(mask: &Tensor) -> PyResult<()> {
+    if mask.dtype() == DType::Bool {
+        return Ok(());
+    }
+    Err(crate::error::DTypeError::new_err(format!(
+        "masked_fill_ only supports boolean masks, but got mask with dtype {}",
+        PyDType {
+            inner: mask.dtype()
+        }
+        .name()
+    )))
+}
+
+/// The bounds of `clamp` and `clamp_`: numbers, or tensors (a number beside a tensor made a
+/// 0-d tensor) that broadcast.
+pub(crate) enum Bounds {
+    /// `Tensor::clamp`'s bounds.
+    Numbers(Option<f64>, Option<f64>),
+    /// `minimum(maximum(x, min), max)`, promoting as PyTorch.
+    Tensors(Option<Tensor>, Option<Tensor>),
+}
+
+impl Bounds {
+    /// The bounds `min` and `max` (either may be left out) for `t`.
+    pub(crate) fn of(
+        py: Python<'_>,
+        t: &Tensor,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bounds> {
+        let min = min.filter(|b| !b.is_none());
+        let max = max.filter(|b| !b.is_none());
+        let is_tensor =
+            |b: Option<&Bound<'_, PyAny>>| b.is_some_and(|b| b.cast::<PyTensor>().is_ok());
+        if is_tensor(min) || is_tensor(max) {
+            let lo = min.map(|m| operand(py, t, m)).transpose()?;
+            let hi = max.map(|m| operand(py, t, m)).transpose()?;
+            return Ok(Bounds::Tensors(lo, hi));
+        }
+        let number = |b: Option<&Bound<'_, PyAny>>| -> PyResult<Option<f64>> {
+            b.map(|b| {
+                b.extract::<f64>()
+                    .map_err(|_| PyTypeError::new_err("clamp bounds are numbers, tensors or None"))
+            })
+            .transpose()
+        };
+        Ok(Bounds::Numbers(number(min)?, number(max)?))
+    }
+
+    /// Whether a bound is a global tensor (the clamp is then a global operator).
+    pub(crate) fn is_global(&self) -> bool {
+        match self {
+            Bounds::Numbers(..) => false,
+            Bounds::Tensors(lo, hi) => lo.iter().chain(hi).any(Tensor::is_global),
+        }
+    }
+
+    /// `t` limited to the bounds.
+    pub(crate) fn apply(&self, t: &Tensor) -> gflow::Result<Tensor> {
+        match self {
+            Bounds::Numbers(lo, hi) => t.clamp(*lo, *hi),
+            Bounds::Tensors(lo, hi) => {
+                let t = match lo {
+                    Some(lo) => t.maximum(lo)?,
+                    None => t.clone(),
+                };
+                match hi {
+                    Some(hi) => t.minimum(hi),
+                    None => Ok(t),
+                }
+            }
+        }
+    }
 }
 
 #[pymethods]
@@ -102,6 +185,7 @@ impl PyTensor {
     /// `value` where `mask` (bool, broadcasting to this shape) is true.
     fn masked_fill(&self, py: Python<'_>, mask: &PyTensor, value: f64) -> PyResult<PyTensor> {
         let (t, m) = (self.get(), mask.get());
+        check_bool_mask(&m)?;
         let global = t.is_global() || m.is_global();
         op(py, global, move || t.masked_fill(&m, value))
     }
@@ -131,7 +215,7 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let t = self.get();
         let d = dims_arg(dims, kw, t.ndim())?;
-        op(py, t.is_global(), move || t.flip(&d))
+        op(py, t.is_global(), move || along(&t, |t| t.flip(&d)))
     }
 
     /// The tensor tiled: `x.repeat(2, 3)`, `x.repeat((2, 3))` or `x.repeat(repeats=(2, 3))`.
@@ -232,11 +316,19 @@ impl PyTensor {
     }
 
     /// `out[i][j] = x[index[i][j]][j]` for `dim == 0` (and so on): PyTorch's `gather`.
+    /// A 0-d tensor takes a 0-d or 1-D index along dim 0 (or -1), as PyTorch: its element
+    /// repeated to the index's shape.
     fn gather(&self, py: Python<'_>, dim: isize, index: &PyTensor) -> PyResult<PyTensor> {
         let (t, i) = (self.get(), index.get());
         let d = self::dim(dim, t.ndim())?;
         let global = t.is_global() || i.is_global();
-        op(py, global, move || t.gather(d, &i))
+        op(py, global, move || {
+            if t.ndim() == 0 && i.ndim() <= 1 {
+                let flat = i.reshape(&[i.numel()])?;
+                return t.reshape(&[1])?.gather(0, &flat)?.reshape(i.shape());
+            }
+            t.gather(d, &i)
+        })
     }
 
     /// `x` plus `src` scattered along `dim` by `index` (PyTorch's `scatter_add`:
@@ -250,17 +342,52 @@ impl PyTensor {
         src: &PyTensor,
     ) -> PyResult<PyTensor> {
         let (t, i, s) = (self.get(), index.get(), src.get());
+        if s.dtype() != t.dtype() {
+            return Err(crate::error::DTypeError::new_err(format!(
+                "scatter(): Expected self.dtype to be equal to src.dtype (self is {}, src {})",
+                PyDType { inner: t.dtype() }.name(),
+                PyDType { inner: s.dtype() }.name()
+            )));
+        }
         let d = self::dim(dim, t.ndim())?;
         let global = t.is_global() || i.is_global() || s.is_global();
-        op(py, global, move || t.scatter_add(d, &i, &s))
+        op(py, global, move || {
+            if t.ndim() == 0 {
+                // a 0-d tensor (see `along`): its index and source as one dim too
+                let (i, s) = (i.reshape(&[i.numel()])?, s.reshape(&[s.numel()])?);
+                return along(&t, |t| t.scatter_add(d, &i, &s));
+            }
+            t.scatter_add(d, &i, &s)
+        })
     }
 
-    /// The entries of `dim` picked by the 1-D int64 `index`.
+    /// The entries of `dim` picked by the int64 (or int32) `index`: a vector (a 0-d index is
+    /// one entry; more dims are PyTorch's `IndexError`, `flow.IndexShapeError`). A 0-d tensor
+    /// takes one entry of its element, as PyTorch.
     fn index_select(&self, py: Python<'_>, dim: isize, index: &PyTensor) -> PyResult<PyTensor> {
         let (t, i) = (self.get(), index.get());
+        if i.ndim() > 1 {
+            return Err(crate::error::Also::IndexShape.err(format!(
+                "index_select(): Index is supposed to be a vector, got shape {:?}",
+                i.shape()
+            )));
+        }
+        if t.ndim() == 0 && i.numel() != 1 {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "index_select",
+                shapes: vec![vec![], i.shape().to_vec()],
+                reason: format!(
+                    "index_select(): Index to scalar can have only 1 value, got {} value(s)",
+                    i.numel()
+                ),
+            }));
+        }
         let d = self::dim(dim, t.ndim())?;
         let global = t.is_global() || i.is_global();
-        op(py, global, move || t.index_select(d, &i))
+        op(py, global, move || {
+            let i = if i.ndim() == 0 { i.reshape(&[1])? } else { i };
+            along(&t, |t| t.index_select(d, &i))
+        })
     }
 
     /// Values limited to `[min, max]` (either may be left out): numbers, or tensors that
@@ -273,34 +400,9 @@ impl PyTensor {
         max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let t = self.get();
-        let is_tensor =
-            |b: Option<&Bound<'_, PyAny>>| b.is_some_and(|b| b.cast::<PyTensor>().is_ok());
-        if is_tensor(min) || is_tensor(max) {
-            let lo = min.map(|m| operand(py, &t, m)).transpose()?;
-            let hi = max.map(|m| operand(py, &t, m)).transpose()?;
-            let global = t.is_global()
-                || lo.as_ref().is_some_and(Tensor::is_global)
-                || hi.as_ref().is_some_and(Tensor::is_global);
-            return op(py, global, move || {
-                let t = match lo {
-                    Some(lo) => t.maximum(&lo)?,
-                    None => t,
-                };
-                match hi {
-                    Some(hi) => t.minimum(&hi),
-                    None => Ok(t),
-                }
-            });
-        }
-        let number = |b: Option<&Bound<'_, PyAny>>| -> PyResult<Option<f64>> {
-            b.map(|b| {
-                b.extract::<f64>()
-                    .map_err(|_| PyTypeError::new_err("clamp bounds are numbers, tensors or None"))
-            })
-            .transpose()
-        };
-        let (min, max) = (number(min)?, number(max)?);
-        op(py, t.is_global(), move || t.clamp(min, max))
+        let bounds = Bounds::of(py, &t, min, max)?;
+        let global = t.is_global() || bounds.is_global();
+        op(py, global, move || bounds.apply(&t))
     }
 
     /// As `clamp`.
@@ -439,19 +541,25 @@ impl PyTensor {
                 reason: format!("{name}(): does not support bool input"),
             }));
         }
-        let (t, d, keepdim) = match dim {
-            Some(d) => (t.clone(), self::dim(d, t.ndim())?, keepdim),
-            None => {
-                let n = t.numel();
-                let flat = run(py, t.is_global(), move || t.reshape(&[n]))?;
-                (flat, 0, false)
-            }
+        // Without a dim: of the flattened tensor, and with keepdim every dim kept as 1, as
+        // PyTorch's.
+        let (d, flat, kept) = match dim {
+            Some(d) => (self::dim(d, t.ndim())?, false, keepdim),
+            None => (0, true, false),
         };
+        let keep: Option<Vec<usize>> = (flat && keepdim).then(|| vec![1; t.ndim()]);
         op(py, t.is_global(), move || {
-            if largest {
-                t.argmax(d, keepdim)
-            } else {
-                t.argmin(d, keepdim)
+            let x = if flat { t.reshape(&[t.numel()])? } else { t };
+            let i = along(&x, |x| {
+                if largest {
+                    x.argmax(d, kept)
+                } else {
+                    x.argmin(d, kept)
+                }
+            })?;
+            match keep {
+                Some(shape) => i.reshape(&shape),
+                None => Ok(i),
             }
         })
     }

@@ -54,6 +54,17 @@ impl PyTensor {
     pub fn set(&self, t: Tensor) {
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
+
+    /// The value of a one-element tensor for `float(t)` and `int(t)` (a `ValueError` otherwise,
+    /// as PyTorch's).
+    fn scalar<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.get().numel() != 1 {
+            return Err(PyValueError::new_err(
+                "only one element tensors can be converted to Python scalars",
+            ));
+        }
+        self.item(py)
+    }
 }
 
 /// Runs one gflow operation from Python: without autograd recording inside `flow.no_grad()`,
@@ -234,11 +245,12 @@ fn outside(py: Python<'_>, t: &Tensor) -> PyResult<Option<Tensor>> {
     })
 }
 
-/// Dimension `d` (negative counts from the end) of a tensor with `ndim` dimensions.
+/// Dimension `d` (negative counts from the end) of a tensor with `ndim` dimensions, as
+/// PyTorch wraps dims: a 0-d tensor takes `0` and `-1` (its one element; see [`along`]).
 pub fn dim(d: isize, ndim: usize) -> PyResult<usize> {
-    let n = ndim as isize;
+    let n = ndim.max(1) as isize;
     let i = if d < 0 { d + n } else { d };
-    if (0..n.max(1)).contains(&i) {
+    if (0..n).contains(&i) {
         Ok(i as usize)
     } else {
         Err(crate::error::to_py(gflow::Error::DimOutOfRange {
@@ -247,6 +259,51 @@ pub fn dim(d: isize, ndim: usize) -> PyResult<usize> {
             ndim,
         }))
     }
+}
+
+/// What an operator along one dim returns, made 0-d again by [`along`].
+pub trait AlongResult: Sized {
+    /// The result of the operator on a tensor of one element of one dim, made 0-d.
+    fn to_0d(self) -> gflow::Result<Self>;
+}
+
+impl AlongResult for Tensor {
+    fn to_0d(self) -> gflow::Result<Self> {
+        self.reshape(&[])
+    }
+}
+
+impl AlongResult for (Tensor, Tensor) {
+    fn to_0d(self) -> gflow::Result<Self> {
+        Ok((self.0.reshape(&[])?, self.1.reshape(&[])?))
+    }
+}
+
+/// `f(t)` for an operator along one dim (`softmax`, `cumsum`, `argmax`, `sort`, ...), as
+/// PyTorch runs it on a 0-d tensor (whose dims `0` and `-1` name its element, see [`dim`]): on
+/// `t` as one element of one dim, each result made 0-d again (differentiably). A tensor with
+/// dims goes to `f` as it is.
+pub fn along<R: AlongResult>(
+    t: &Tensor,
+    f: impl FnOnce(&Tensor) -> gflow::Result<R>,
+) -> gflow::Result<R> {
+    if t.ndim() > 0 {
+        return f(t);
+    }
+    f(&t.reshape(&[1])?)?.to_0d()
+}
+
+/// PyTorch's refusal of `requires_grad=True` for a tensor of a `dtype` other than a float
+/// (`flow.DTypeError`, a `RuntimeError` as PyTorch's), whichever way it is asked for.
+pub fn check_requires_grad(dtype: DType, on: bool) -> PyResult<()> {
+    if on && !dtype.is_float() {
+        return Err(crate::error::DTypeError::new_err(format!(
+            "only Tensors of floating point and complex dtype can require gradients (the \
+             tensor is {})",
+            PyDType { inner: dtype }.name()
+        )));
+    }
+    Ok(())
 }
 
 #[pymethods]
@@ -273,9 +330,10 @@ impl PyTensor {
                 let a = a.cast::<PyTensor>()?.get().get();
                 a.detach()
             }
+            // an integer (even a negative one, refused as a shape) is a size, as PyTorch's
             Some(a)
                 if args.len() == 1
-                    && a.extract::<usize>().is_err()
+                    && a.extract::<isize>().is_err()
                     && !a.is_instance(&size_class)? =>
             {
                 crate::creation::check_cpu(device)?;
@@ -293,6 +351,7 @@ impl PyTensor {
                 run(py, false, || Tensor::full_dtype(&shape, 0.0, dtype, target))?
             }
         };
+        check_requires_grad(t.dtype(), requires_grad)?;
         Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
     }
 
@@ -308,6 +367,13 @@ impl PyTensor {
         let t = self.get();
         match dim {
             None => size(py, t.shape()),
+            // as PyTorch: a 0-d tensor has no size to give (its dims 0 and -1 are for
+            // operators along a dim)
+            Some(d) if t.ndim() == 0 => Err(crate::error::to_py(gflow::Error::DimOutOfRange {
+                op: "size",
+                dim: d.unsigned_abs(),
+                ndim: 0,
+            })),
             Some(d) => Ok(t.shape()[self::dim(d, t.ndim())?]
                 .into_pyobject(py)?
                 .into_any()),
@@ -459,32 +525,51 @@ impl PyTensor {
 
     /// The whole logical value as a NumPy array (for a global tensor a collective on its
     /// placement, as OneFlow's `numpy()`; an empty array on a rank outside the placement).
-    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// `force` is PyTorch's (which otherwise refuses a tensor that requires grad; gflow never
+    /// does, so it changes nothing).
+    #[pyo3(signature = (*, force = false))]
+    fn numpy<'py>(&self, py: Python<'py>, force: bool) -> PyResult<Bound<'py, PyAny>> {
+        let _ = force;
         to_numpy(py, &self.get())
     }
 
     /// The value as (nested) Python lists.
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.numpy(py)?.call_method0("tolist")
+        to_numpy(py, &self.get())?.call_method0("tolist")
     }
 
-    /// The value of a one-element tensor as a Python number.
+    /// The value of a one-element tensor as a Python number (another number of elements is a
+    /// `RuntimeError`, as PyTorch's: `flow.InvalidValueError`, also a `ValueError`).
     fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let t = self.get();
         if t.numel() != 1 {
-            return Err(PyValueError::new_err(format!(
-                "item() needs a one-element tensor, this one has shape {:?}",
+            return Err(crate::error::Also::InvalidValue.err(format!(
+                "a Tensor with {} elements cannot be converted to Scalar (item() needs a \
+                 one-element tensor, this one has shape {:?})",
+                t.numel(),
                 t.shape()
             )));
         }
-        self.numpy(py)?.call_method0("item")
+        to_numpy(py, &t)?.call_method0("item")
     }
 
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
-        self.item(py)?.extract()
+        self.scalar(py)?.extract()
     }
 
     fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
+        self.scalar(py)?.call_method0("__int__")?.extract()
+    }
+
+    /// `operator.index(t)` of a one-element integer or Bool tensor, as PyTorch's (so
+    /// `[10, 20][flow.tensor(1)]` works); other tensors are a `TypeError`.
+    fn __index__(&self, py: Python<'_>) -> PyResult<i64> {
+        let t = self.get();
+        if t.numel() != 1 || t.dtype().is_float() {
+            return Err(PyTypeError::new_err(
+                "only integer tensors of a single element can be converted to an index",
+            ));
+        }
         self.item(py)?.call_method0("__int__")?.extract()
     }
 
@@ -531,6 +616,14 @@ impl PyTensor {
         PyTensor::new(self.get().detach())
     }
 
+    /// `x.detach_()`: this tensor (the same Python object) cut from its history, as PyTorch's:
+    /// it becomes a leaf that does not require grad; returns it.
+    fn detach_(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        let this = slf.get();
+        this.set(this.get().detach());
+        slf
+    }
+
     /// The same storage without history; setting it points this handle at another tensor's
     /// storage (keeping this handle's `requires_grad`), as PyTorch's `param.data = ...`.
     #[getter]
@@ -556,6 +649,7 @@ impl PyTensor {
     #[setter]
     fn set_requires_grad(&self, on: bool) -> PyResult<()> {
         let t = self.get();
+        check_requires_grad(t.dtype(), on)?;
         if !t.is_leaf() && !on {
             return Err(crate::error::InvalidArgumentError::new_err(
                 "requires_grad can only be cleared on a leaf tensor; use detach()",

