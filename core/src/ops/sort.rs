@@ -55,7 +55,7 @@ impl Tensor {
     /// ```
     /// use gflow_core::{Device, Tensor};
     /// let x = Tensor::from_vec(vec![3.0f32, 1.0, f32::NAN, 1.0, 2.0, 0.0], &[2, 3], Device::Cpu)?;
-    /// assert_eq!(x.argsort(1, false)?.to_vec::<i64>()?, [1, 0, 2, 2, 1, 0]);
+    /// assert_eq!(x.argsort(1, false)?.to_vec::<i64>()?, [1, 0, 2, 2, 0, 1]);
     /// assert_eq!(x.argsort(1, true)?.to_vec::<i64>()?, [2, 0, 1, 1, 0, 2]);
     /// # Ok::<(), gflow_core::Error>(())
     /// ```
