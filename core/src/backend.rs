@@ -31,6 +31,18 @@ use crate::error::Result;
 use crate::shape::StridedCopy;
 use crate::storage::{Buffer, HostData};
 
+/// Bitwise operators of integer and Bool tensors (computed on the host: devices hold integers
+/// but compute in floats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BitwiseOp {
+    /// `a & b`.
+    And,
+    /// `a | b`.
+    Or,
+    /// `a ^ b`.
+    Xor,
+}
+
 /// One Adam or AdamW step's constants, as core's host update uses them (derived in f64, each
 /// rounded once to the parameter's dtype): for every element, with `g` the gradient,
 /// `p *= shrink` when `decoupled` (AdamW) else `g += weight_decay * p`; then
@@ -892,6 +904,19 @@ kernel_table!(faces {
     /// product is stored: a linear layer's `x Wᵀ + b`, its output written once.
     fn linear(&self, a: &Buffer, b: &Buffer, bias: &Buffer, dims: MatmulDims) -> Result<Buffer> {
         crate::cpu::linear(a.host()?, b.host()?, bias.host()?, dims).map(Buffer::from)
+    }
+    /// `a op b` bitwise for integer or Bool buffers of one dtype, shapes broadcasting to
+    /// `out_shape`.
+    fn bitwise(
+        &self,
+        op: BitwiseOp,
+        a: &Buffer,
+        a_shape: &[usize],
+        b: &Buffer,
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Result<Buffer> {
+        select::bitwise(op, a.host()?, a_shape, b.host()?, b_shape, out_shape).map(Buffer::from)
     }
     /// `x^e` elementwise.
     fn pow_scalar(&self, x: &Buffer, e: f64) -> Result<Buffer> {

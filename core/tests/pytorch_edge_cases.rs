@@ -790,3 +790,41 @@ fn std_gradient_is_zero_for_a_constant() -> Result<()> {
     }
     Ok(())
 }
+
+/// Bitwise and / or / xor as PyTorch's: I32 with an I64 0-d operand stays I32, Bool is
+/// logical, broadcasting rows against a column; a split input on 3 ranks gives the local
+/// result; floats are refused.
+#[test]
+fn bitwise_ops_follow_pytorch() -> Result<()> {
+    let a = Tensor::from_vec(vec![12i32, -1, 5, 0, 255, -128], &[2, 3], Device::Cpu)?;
+    let b = Tensor::from_vec(vec![10i64], &[], Device::Cpu)?;
+    let r = a.bitwise_and(&b)?;
+    assert_eq!(
+        (r.dtype(), r.to_vec::<i32>()?),
+        (DType::I32, vec![8, 10, 0, 0, 10, 0])
+    );
+    let col = Tensor::from_vec(vec![1i32, 2], &[2, 1], Device::Cpu)?;
+    assert_eq!(
+        a.bitwise_xor(&col)?.to_vec::<i32>()?,
+        [13, -2, 4, 2, 253, -126]
+    );
+    let t = Tensor::from_vec(vec![true, false, true], &[3], Device::Cpu)?;
+    let f = Tensor::from_vec(vec![false, false, true], &[3], Device::Cpu)?;
+    assert_eq!(t.bitwise_or(&f)?.to_vec::<bool>()?, [true, false, true]);
+    assert_eq!(t.bitwise_xor(&f)?.to_vec::<bool>()?, [true, false, false]);
+    let x = Tensor::from_vec(vec![1.0f32], &[1], Device::Cpu)?;
+    assert!(matches!(
+        x.bitwise_and(&x),
+        Err(Error::UnsupportedDType { .. })
+    ));
+    let v: Vec<i64> = (0..12).map(|i| i * 37 - 200).collect();
+    let want: Vec<i64> = v.iter().map(|x| x | 0x55).collect();
+    let got = simulate(3, |_| {
+        let p = Placement::new("cpu", [0, 1, 2])?;
+        let x = Tensor::from_vec(v.clone(), &[4, 3], (&p, Sbp::split(0)))?;
+        let m = Tensor::from_vec(vec![0x55i64], &[1], (&p, Sbp::broadcast()))?;
+        x.bitwise_or(&m)?.to_vec::<i64>()
+    })?;
+    assert!(got.iter().all(|g| *g == want), "{got:?}");
+    Ok(())
+}

@@ -1205,15 +1205,6 @@ impl Bitwise {
             Bitwise::Xor => "bitwise_xor",
         }
     }
-
-    /// The operator on Bool tensors (broadcasting): `*` is a logical and, `+` a logical or.
-    fn on_bools(self, a: &Tensor, b: &Tensor) -> gflow::Result<Tensor> {
-        match self {
-            Bitwise::And => a.mul(b),
-            Bitwise::Or => a.add(b),
-            Bitwise::Xor => a.ne(b),
-        }
-    }
 }
 
 /// The dtype of `a op b` for a bitwise `op`, as PyTorch's (its result type; a Python number
@@ -1232,44 +1223,15 @@ pub(crate) fn bitwise_dtype(op: Bitwise, a: &Tensor, b: &Tensor) -> PyResult<DTy
     Ok(dtype)
 }
 
-/// `a op b` bitwise (broadcasting) in `dtype` (from [`bitwise_dtype`]), exactly as PyTorch's:
-/// Bool operands logically; integers through int64 bit by bit, with wrapping int64 products
-/// and comparisons only. Bit `k` of `x` is the sign of `x * 2^(63 - k)` (a left shift, wrapping);
-/// the result is the sum of `2^k` over the bits where `op` of the operands' bits holds (distinct
-/// powers of two, so the wrapping sum is exact, the sign bit included). Eight bits at a time,
-/// so the intermediates are eight times the operands.
+/// `a op b` bitwise (broadcasting) in `dtype` (from [`bitwise_dtype`]), as PyTorch's: gflow's
+/// bitwise kernel (Bool operands logically).
 pub(crate) fn bitwise(op: Bitwise, a: &Tensor, b: &Tensor, dtype: DType) -> gflow::Result<Tensor> {
-    if dtype == DType::Bool {
-        return op.on_bools(&a.to_dtype(DType::Bool)?, &b.to_dtype(DType::Bool)?);
+    let (a, b) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
+    match op {
+        Bitwise::And => a.bitwise_and(&b),
+        Bitwise::Or => a.bitwise_or(&b),
+        Bitwise::Xor => a.bitwise_xor(&b),
     }
-    gflow::no_grad(|| {
-        let target = target_like(if a.is_global() { a } else { b });
-        let bits_of = |t: &Tensor| t.to_dtype(DType::I64)?.unsqueeze(t.ndim());
-        let (x, y) = (bits_of(a)?, bits_of(b)?);
-        let zero = Tensor::full_dtype(&[], 0.0, DType::I64, target.clone())?;
-        let mut out: Option<Tensor> = None;
-        for group in 0..8u32 {
-            let ks = (0..8).map(|j| group * 8 + j);
-            // 2^(63 - k) and 2^k as int64 (2^63 wraps to i64::MIN: the sign bit)
-            let shift: Vec<i64> = ks
-                .clone()
-                .map(|k| 1u64.wrapping_shl(63 - k) as i64)
-                .collect();
-            let weight: Vec<i64> = ks.map(|k| 1u64.wrapping_shl(k) as i64).collect();
-            let shift = Tensor::from_vec(shift, &[8], target.clone())?;
-            let weight = Tensor::from_vec(weight, &[8], target.clone())?;
-            let bit = |v: &Tensor| v.mul(&shift)?.lt(&zero);
-            let hits = op.on_bools(&bit(&x)?, &bit(&y)?)?.to_dtype(DType::I64)?;
-            let last = hits.ndim() - 1;
-            let part = hits.mul(&weight)?.sum(vec![last], false)?;
-            out = Some(match out {
-                Some(o) => o.add(&part)?,
-                None => part,
-            });
-        }
-        out.ok_or_else(|| gflow::Error::Internal("bitwise: no bits".into()))?
-            .to_dtype(dtype)
-    })
 }
 
 impl PyTensor {

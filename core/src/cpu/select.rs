@@ -326,6 +326,48 @@ pub(crate) fn cumsum(x: &HostData, shape: &[usize], dim: usize) -> HostData {
     }
 }
 
+/// `a op b` bitwise for integer or Bool data of one dtype, broadcast to `out_shape`.
+pub(crate) fn bitwise(
+    op: crate::backend::BitwiseOp,
+    a: &HostData,
+    a_shape: &[usize],
+    b: &HostData,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<HostData> {
+    use crate::backend::BitwiseOp;
+    use std::ops::{BitAnd, BitOr, BitXor};
+    fn go<T: Copy + BitAnd<Output = T> + BitOr<Output = T> + BitXor<Output = T>>(
+        op: BitwiseOp,
+        a: &[T],
+        b: &[T],
+        shapes: [&[usize]; 3],
+    ) -> Vec<T> {
+        let mut out = Vec::with_capacity(shapes[2].iter().product());
+        for_each_broadcast(shapes[2], &shapes[..2], |_, at| {
+            let (x, y) = (a[at[0]], b[at[1]]);
+            out.push(match op {
+                BitwiseOp::And => x & y,
+                BitwiseOp::Or => x | y,
+                BitwiseOp::Xor => x ^ y,
+            });
+        });
+        out
+    }
+    let shapes = [a_shape, b_shape, out_shape];
+    Ok(match (a, b) {
+        (HostData::I64(x), HostData::I64(y)) => HostData::I64(go(op, x, y, shapes)),
+        (HostData::I32(x), HostData::I32(y)) => HostData::I32(go(op, x, y, shapes)),
+        (HostData::Bool(x), HostData::Bool(y)) => HostData::Bool(go(op, x, y, shapes)),
+        (x, y) => {
+            return Err(Error::DTypeMismatch {
+                expected: x.dtype(),
+                got: y.dtype(),
+            });
+        }
+    })
+}
+
 /// Integer indices as i64 (I64 or I32 data).
 pub(crate) fn indices(idx: &HostData) -> Result<Vec<i64>> {
     match idx {

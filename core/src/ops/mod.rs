@@ -10,6 +10,7 @@
 
 mod attention;
 mod binary;
+mod bitwise;
 mod gather;
 mod index;
 mod layout;
