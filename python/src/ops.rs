@@ -109,6 +109,21 @@ fn rounded_div(a: &Tensor, b: &Tensor, mode: &str) -> gflow::Result<Tensor> {
     }
     let work = if dtype.is_float() { dtype } else { DType::F64 };
     let (x, y) = (a.to_dtype(work)?, b.to_dtype(work)?);
+    if !dtype.is_float() {
+        // as PyTorch: an integer division or remainder by zero is an error, not a value (a
+        // collective check on a global divisor: every rank runs the same operators)
+        let zeros = y.eq(&y.scalar(0.0)?)?.sum(Vec::<usize>::new(), false)?;
+        if zeros.to_vec::<i64>()?.first().is_some_and(|&n| n > 0) {
+            return Err(gflow::Error::InvalidArgument {
+                op: if mode == "remainder" {
+                    "remainder"
+                } else {
+                    "div"
+                },
+                reason: "ZeroDivisionError: integer division or remainder by zero".into(),
+            });
+        }
+    }
     let q = x.div(&y)?;
     let out = match mode {
         "trunc" => trunc(&q)?,

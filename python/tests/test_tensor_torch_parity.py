@@ -754,3 +754,14 @@ def test_detach_in_place_as_torch():
         return (y.requires_grad, y.is_leaf, y.grad_fn is None, y.tolist())
     assert_as_torch(detached)
     assert_as_torch(lambda L: L.ones(2, requires_grad=True).numpy(force=True).tolist())
+
+
+def test_integer_division_by_zero_is_an_error_as_pytorchs():
+    for f in (lambda: flow.tensor([-7, 3]) // 0, lambda: flow.tensor([5]) % 0,
+              lambda: flow.tensor([5, 2]).div(flow.tensor([1, 0]), rounding_mode="trunc"),
+              lambda: flow.tensor([5], dtype=flow.int32).remainder(flow.tensor([0]))):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            f()
+    np.testing.assert_array_equal((flow.tensor([7, -7]) // flow.tensor([2, 2])).numpy(), [3, -4])
+    np.testing.assert_array_equal((flow.tensor([7, -7]) % 3).numpy(), [1, 2])
+    assert np.isinf((flow.tensor([5.0]) // 0).numpy()[0])
