@@ -259,7 +259,8 @@ for _name in (
     "logical_xor remainder var std flip cumsum topk multinomial floor ceil round trunc "
     "isnan isinf isfinite unbind reciprocal numel sort argsort sign log1p expm1 broadcast_to roll "
     "diag diagonal trace tile repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv "
-    "true_divide log2 log10 sinh cosh fmod diff count_nonzero dist select"
+    "true_divide log2 log10 sinh cosh fmod diff count_nonzero dist select masked_select "
+    "nonzero argwhere bitwise_and bitwise_or bitwise_xor"
 ).split():
     globals()[_name] = _method(_name)
 del _name

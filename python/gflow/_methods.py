@@ -4,7 +4,8 @@ PyTorch's names and semantics: ``expand_as view_as type_as new_zeros new_ones ne
 new_empty new_tensor unbind select is_contiguous reciprocal isnan isinf isfinite norm``, the
 shape, linear-algebra and math sugar ``broadcast_to roll diag diagonal trace tile
 repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv true_divide log2 log10 sinh
-cosh fmod diff count_nonzero dist softplus nelement ndimension element_size type``, and
+cosh fmod diff count_nonzero dist softplus nelement ndimension element_size type``, the
+value-dependent ``masked_select nonzero argwhere``, and
 ``flow.eye outer norm equal isclose hstack vstack einsum``."""
 
 import math
@@ -490,9 +491,51 @@ def _type(self, dtype=None, non_blocking=False):
     return out
 
 
+def _broadcast_shape(a, b):
+    """NumPy's broadcast shape of two shapes (PyTorch's ``RuntimeError`` when they clash)."""
+    import numpy as np
+
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError as e:
+        raise _gflow.ShapeError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast") from e
+
+
+def masked_select(self, mask):
+    """The elements of ``self`` where ``mask`` (Bool, broadcasting with ``self``) is true, as a
+    1-D tensor, as ``torch.masked_select``; differentiable (an ``index_select`` of positions
+    read from the mask: for a global mask a collective, as ``numpy()``)."""
+    if mask.dtype != _gflow.bool:
+        raise _gflow.DTypeError(f"masked_select: expected a bool mask, got {mask.dtype}")
+    shape = _broadcast_shape(self.shape, mask.shape)
+    return self.expand(*shape)[mask.expand(*shape)]
+
+
+def nonzero(self, *, as_tuple=False):
+    """The indices of the nonzero elements, as ``torch.nonzero``: an int64 tensor of shape
+    ``(n, ndim)`` in row-major order, or with ``as_tuple`` one 1-D tensor per dim. The count
+    depends on the values, which are read (for a global tensor a collective, as ``numpy()``);
+    the result is placed where ``self`` is (broadcast)."""
+    import numpy as np
+
+    hits = np.nonzero(np.atleast_1d(self.numpy()))
+    if as_tuple:
+        return tuple(_gflow.tensor(h.astype(np.int64), **where(self)) for h in hits)
+    if self.dim() == 0:
+        return _gflow.tensor(np.zeros((len(hits[0]), 0), np.int64), **where(self))
+    return _gflow.tensor(np.stack(hits, axis=1).astype(np.int64).reshape(-1, self.dim()),
+                         **where(self))
+
+
+def argwhere(self):
+    """``nonzero(self)``: the ``(n, ndim)`` indices of the nonzero elements."""
+    return nonzero(self)
+
+
 for _name in ("broadcast_to roll diagonal diag trace tile repeat_interleave unflatten dot addmm "
               "baddbmm lerp addcmul addcdiv true_divide log2 log10 cosh sinh fmod diff "
-              "count_nonzero dist softplus nelement ndimension element_size").split():
+              "count_nonzero dist softplus nelement ndimension element_size masked_select nonzero "
+              "argwhere").split():
     setattr(Tensor, _name, globals()[_name])
 del _name
 Tensor.type = _type

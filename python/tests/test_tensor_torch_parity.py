@@ -765,3 +765,26 @@ def test_integer_division_by_zero_is_an_error_as_pytorchs():
     np.testing.assert_array_equal((flow.tensor([7, -7]) // flow.tensor([2, 2])).numpy(), [3, -4])
     np.testing.assert_array_equal((flow.tensor([7, -7]) % 3).numpy(), [1, 2])
     assert np.isinf((flow.tensor([5.0]) // 0).numpy()[0])
+
+
+def test_masked_select_nonzero_argwhere_as_pytorchs():
+    a = np.array([[1.0, 0.0, 3.0], [0.0, 5.0, 6.0]])
+    x = flow.tensor(a, requires_grad=True)
+    np.testing.assert_array_equal(x.masked_select(x > 2).numpy(), [3.0, 5.0, 6.0])
+    # the mask broadcasts over rows
+    row = flow.tensor([True, False, True])
+    np.testing.assert_array_equal(flow.masked_select(x, row).numpy(), [1.0, 3.0, 0.0, 6.0])
+    x.masked_select(x > 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), a > 2)
+    want = np.argwhere(a)
+    np.testing.assert_array_equal(flow.nonzero(x).numpy(), want)
+    np.testing.assert_array_equal(x.argwhere().numpy(), want)
+    rows, cols = x.nonzero(as_tuple=True)
+    np.testing.assert_array_equal(rows.numpy(), want[:, 0])
+    np.testing.assert_array_equal(cols.numpy(), want[:, 1])
+    assert flow.tensor(3.0).nonzero().shape == flow.Size([1, 0])
+    g = flow.tensor(a).to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.split(0))
+    np.testing.assert_array_equal(g.nonzero().numpy(), want)
+    np.testing.assert_array_equal(g.masked_select(g > 2).numpy(), [3.0, 5.0, 6.0])
+    with pytest.raises(RuntimeError):
+        x.masked_select(flow.tensor([1, 0, 1]))
