@@ -11,9 +11,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyEllipsis, PyFloat, PyList, PySlice, PyTuple};
 
 use crate::error::{Also, index_error, to_py};
-use crate::tensor::{PyTensor, op, to_numpy};
+use std::sync::Arc;
+
+use crate::tensor::{PyTensor, WriteBack, op, to_numpy};
 
 /// One operator of an indexing expression, on the dims of the tensor as it is by then.
+#[derive(Clone)]
 enum Step {
     /// A new dim of size 1 at this position (`None`).
     Unsqueeze(usize),
@@ -86,8 +89,9 @@ fn plain_int(item: &Bound<'_, PyAny>) -> Option<i64> {
     item.extract().ok()
 }
 
-/// The operators of `x[key]` for a tensor of `shape`.
-fn plan(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Step>> {
+/// The operators of `x[key]` for a tensor of `shape`, and whether the result is a view of `x`
+/// (PyTorch's basic indexing: no index list, whose result is a copy).
+fn plan(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<(Vec<Step>, bool)> {
     let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
         Ok(t) => t.iter().collect(),
         Err(_) => vec![key.clone()],
@@ -186,7 +190,7 @@ fn plan(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Step>> {
             }
         }
     }
-    Ok(steps)
+    Ok((steps, lists == 0))
 }
 
 /// Applies `steps` to `t`.
@@ -258,6 +262,17 @@ fn mask_rows(py: Python<'_>, mask: &Tensor, t: &Tensor) -> PyResult<Vec<i64>> {
         .extract()
 }
 
+/// `t` with `v` in place of its elements `start..start + v.shape()[dim]` of `dim` (a narrowed
+/// view's write-back).
+pub(crate) fn assign_narrow(
+    t: &Tensor,
+    dim: usize,
+    start: usize,
+    v: &Tensor,
+) -> gflow::Result<Tensor> {
+    assign_at(t, vec![Step::Narrow(dim, start, v.shape()[dim])], v)
+}
+
 /// `t` with the elements `steps` select replaced by `v` (broadcast to the selection): the
 /// selection's flat positions (`steps` applied to an I64 range) scatter `v` and a hit mask
 /// into flat buffers, and `where` picks between them and `t`.
@@ -310,8 +325,8 @@ impl PyTensor {
     /// and one 1-D integer list / array / tensor; or a Bool mask (tensor or NumPy array) of the
     /// leading dims, selecting their true positions' rows (their number read on the host).
     /// Differentiable; on a global tensor every rank calls it.
-    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let t = self.get();
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let (py, t) = (slf.py(), slf.get().get());
         if let Some(mask) = bool_mask(py, key)? {
             let rows = mask_rows(py, &mask, &t)?;
             let lead = mask.ndim();
@@ -323,8 +338,17 @@ impl PyTensor {
                     .index_select(0, &Tensor::from_vec(rows, &[n], index_target(&t))?)
             });
         }
-        let steps = plan(key, t.shape())?;
-        op(py, t.is_global(), move || apply(t, steps))
+        let (steps, view) = plan(key, t.shape())?;
+        let out = op(py, t.is_global(), {
+            let steps = steps.clone();
+            move || apply(t, steps)
+        })?;
+        if !view {
+            return Ok(out);
+        }
+        // basic indexing gives a view: an in-place change of it reaches `x` (as PyTorch's)
+        let back: WriteBack = Arc::new(move |b, v| assign_at(b, steps.clone(), v));
+        Ok(PyTensor::viewing(out, slf, back))
     }
 
     /// `x[key] = value` in place (as the in-place operators: the same tensor, its gradient
@@ -354,7 +378,7 @@ impl PyTensor {
             })
             .map(drop);
         }
-        let steps = plan(key, t.shape())?;
+        let (steps, _) = plan(key, t.shape())?;
         for step in &steps {
             if let Step::Take(_, picks) = step {
                 let mut seen = std::collections::HashSet::new();

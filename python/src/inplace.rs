@@ -16,6 +16,10 @@
 //! a result recorded for autograd (or a tensor given a recorded value) is updated on the graph,
 //! the Python object now naming the recorded result. A handle read from `w.grad` gives `w` a
 //! new gradient instead of writing into storage that backward may share between gradients.
+//! An in-place operator on a view (`x[0]`, `x[:, 1:3]`, `x.narrow`, `x.view`, `x.t()`,
+//! `x.permute`, ...) also changes the tensor it was taken from, through the view's write-back
+//! (as PyTorch's views share storage; a change of that tensor does not reach a view taken
+//! before it, as gflow's views hold copies).
 
 use gflow::{Target, Tensor};
 use pyo3::exceptions::PyRuntimeError;
@@ -86,6 +90,9 @@ fn random_dtype(t: &Tensor, op: &'static str) -> gflow::Result<gflow::DType> {
     }
 }
 
+/// The function of an in-place update: the tensor's new value from its current one.
+type NewValue<'a> = Box<dyn FnOnce(&Tensor) -> gflow::Result<Tensor> + Send + 'a>;
+
 impl PyTensor {
     /// Replaces the value of the tensor behind `slf` with `f(value)` in place (see the module
     /// docs); `global`: some operand is global (a collective).
@@ -94,6 +101,17 @@ impl PyTensor {
         name: &'static str,
         global: bool,
         f: impl FnOnce(&Tensor) -> gflow::Result<Tensor> + Send,
+    ) -> PyResult<Bound<'py, Self>> {
+        Self::update_boxed(slf, name, global, Box::new(f))
+    }
+
+    /// [`PyTensor::update`] with the new value's function boxed (a view's write-back updates
+    /// its base the same way, recursively).
+    fn update_boxed<'py>(
+        slf: &Bound<'py, Self>,
+        name: &'static str,
+        global: bool,
+        f: NewValue<'_>,
     ) -> PyResult<Bound<'py, Self>> {
         let py = slf.py();
         let this = slf.get();
@@ -104,6 +122,20 @@ impl PyTensor {
                 "a leaf tensor that requires grad is used in an in-place operation ({name}); \
                  change it under `with flow.no_grad():`"
             )));
+        }
+        // a view writes through to the tensors it was taken from: refuse before changing
+        // anything when one of them is a leaf that requires grad (as PyTorch)
+        let mut up = this.view_of().map(|(b, _)| b.clone_ref(py));
+        while let Some(b) = up {
+            let base = b.bind(py).get();
+            let bt = base.get();
+            if grad_mode && bt.requires_grad() && bt.is_leaf() {
+                return Err(PyRuntimeError::new_err(format!(
+                    "a view of a leaf tensor that requires grad is used in an in-place \
+                     operation ({name}); change it under `with flow.no_grad():`"
+                )));
+            }
+            up = base.view_of().map(|(b, _)| b.clone_ref(py));
         }
         let global = global || t.is_global();
         let dst = t.clone();
@@ -117,6 +149,15 @@ impl PyTensor {
             run(py, global, move || {
                 gflow_core::state_dict::assign(&t, &value)
             })?;
+        }
+        if let Some((base, back)) = this.view_of() {
+            let (now, back) = (this.get(), back.clone());
+            Self::update_boxed(
+                base.bind(py),
+                name,
+                global,
+                Box::new(move |b| back(b, &now)),
+            )?;
         }
         Ok(slf.clone())
     }

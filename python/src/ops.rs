@@ -12,7 +12,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-use crate::tensor::{PyTensor, along, dim, op};
+use std::sync::Arc;
+
+use crate::tensor::{PyTensor, WriteBack, along, dim, op};
 
 /// Where a scalar operand of `t` goes: `t`'s device, or `t`'s placement, broadcast.
 pub fn target_like(t: &Tensor) -> Target {
@@ -750,30 +752,51 @@ impl PyTensor {
     /// or `x.reshape(shape=(2, 3))`.
     #[pyo3(signature = (*shape, **kw))]
     fn reshape(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         shape: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyTensor> {
         let raw = int_args(shape, kw, "shape")?;
-        self.reshaped(py, raw)
+        let out = slf.get().reshaped(slf.py(), raw)?;
+        Ok(PyTensor::reshaped_view(slf, out))
     }
 
     /// As `reshape` (the keyword is `size`, as PyTorch's `view`).
     #[pyo3(signature = (*shape, **kw))]
     fn view(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         shape: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyTensor> {
         let raw = int_args(shape, kw, "size")?;
-        self.reshaped(py, raw)
+        let out = slf.get().reshaped(slf.py(), raw)?;
+        Ok(PyTensor::reshaped_view(slf, out))
     }
 
     /// Dims `start..=end` merged into one.
     #[pyo3(signature = (start_dim = 0, end_dim = -1))]
-    fn flatten(&self, py: Python<'_>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
+    fn flatten(slf: &Bound<'_, Self>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
+        let out = slf.get().flattened(slf.py(), start_dim, end_dim)?;
+        Ok(PyTensor::reshaped_view(slf, out))
+    }
+
+    /// A new dim of size 1 at `dim`.
+    fn unsqueeze(slf: &Bound<'_, Self>, dim: isize) -> PyResult<PyTensor> {
+        let out = slf.get().unsqueezed(slf.py(), dim)?;
+        Ok(PyTensor::reshaped_view(slf, out))
+    }
+
+    /// Dims of size 1 removed (only those of `dim`, an int or a tuple of ints, when given).
+    #[pyo3(signature = (dim = None))]
+    fn squeeze(slf: &Bound<'_, Self>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        let out = slf.get().squeezed(slf.py(), dim)?;
+        Ok(PyTensor::reshaped_view(slf, out))
+    }
+}
+
+impl PyTensor {
+    /// [`flatten`](Self::flatten)'s value.
+    fn flattened(&self, py: Python<'_>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
         let (s, e) = (dim(start_dim, t.ndim())?, dim(end_dim, t.ndim())?);
         if t.ndim() == 0 {
@@ -793,8 +816,8 @@ impl PyTensor {
         op(py, t.is_global(), move || t.reshape(&out))
     }
 
-    /// A new dim of size 1 at `dim`.
-    fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+    /// [`unsqueeze`](Self::unsqueeze)'s value.
+    fn unsqueezed(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
         let t = self.get();
         let d = self::dim(dim, t.ndim() + 1)?;
         let mut s = t.shape().to_vec();
@@ -802,9 +825,8 @@ impl PyTensor {
         op(py, t.is_global(), move || t.reshape(&s))
     }
 
-    /// Dims of size 1 removed (only those of `dim`, an int or a tuple of ints, when given).
-    #[pyo3(signature = (dim = None))]
-    fn squeeze(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    /// [`squeeze`](Self::squeeze)'s value.
+    fn squeezed(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
         let t = self.get();
         let chosen: Option<Vec<usize>> = match dim {
             None => None,
@@ -835,12 +857,22 @@ impl PyTensor {
             .collect();
         op(py, t.is_global(), move || t.reshape(&s))
     }
+}
 
+#[pymethods]
+impl PyTensor {
     /// Dims `dim0` and `dim1` swapped.
-    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
-        let t = self.get();
+    fn transpose(slf: &Bound<'_, Self>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
+        let t = slf.get().get();
         let (a, b) = (dim(dim0, t.ndim())?, dim(dim1, t.ndim())?);
-        op(py, t.is_global(), move || along(&t, |t| t.transpose(a, b)))
+        let out = op(slf.py(), t.is_global(), move || {
+            along(&t, |t| t.transpose(a, b))
+        })?;
+        Ok(PyTensor::viewing(
+            out,
+            slf,
+            Arc::new(move |base, v| along(v, |v| v.transpose(a, b))?.reshape(base.shape())),
+        ))
     }
 
     /// `x.T`: the dims reversed (the transpose of a 2-D tensor; a 0-d or 1-D tensor is
@@ -849,25 +881,37 @@ impl PyTensor {
     fn t_prop(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
         let t = slf.get().get();
         let rev: Vec<usize> = (0..t.ndim()).rev().collect();
-        match t.ndim() {
-            0 | 1 => Ok(PyTensor::new(t)),
-            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1)),
-            _ => op(slf.py(), t.is_global(), move || t.permute(&rev)),
-        }
+        let back: WriteBack = Arc::new(|b, v| {
+            let rev: Vec<usize> = (0..v.ndim()).rev().collect();
+            v.permute(&rev)?.reshape(b.shape())
+        });
+        let out = match t.ndim() {
+            0 | 1 => PyTensor::new(t),
+            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1))?,
+            _ => op(slf.py(), t.is_global(), move || t.permute(&rev))?,
+        };
+        Ok(PyTensor::viewing(out, slf, back))
     }
 
     /// The transpose of a 2-D tensor (a 0-d or 1-D tensor is itself, as PyTorch).
     fn t(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
         let t = slf.get().get();
-        match t.ndim() {
-            0 | 1 => Ok(PyTensor::new(t)),
-            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1)),
-            _ => Err(crate::error::to_py(gflow::Error::ShapeMismatch {
-                op: "t",
-                shapes: vec![t.shape().to_vec()],
-                reason: "t() needs a tensor of at most 2 dims".into(),
-            })),
-        }
+        let out = match t.ndim() {
+            0 | 1 => PyTensor::new(t),
+            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1))?,
+            _ => {
+                return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                    op: "t",
+                    shapes: vec![t.shape().to_vec()],
+                    reason: "t() needs a tensor of at most 2 dims".into(),
+                }));
+            }
+        };
+        let back: WriteBack = Arc::new(|b, v| match v.ndim() {
+            2 => v.transpose(0, 1),
+            _ => v.reshape(b.shape()),
+        });
+        Ok(PyTensor::viewing(out, slf, back))
     }
 
     /// `x @ y`: matrix product as PyTorch's `matmul` (2-D, batched, and 1-D operands: a dot
@@ -924,13 +968,12 @@ impl PyTensor {
     /// `length` elements of `dim` from `start` (negative counts from the end), as PyTorch's:
     /// a start outside `[-size, size]` is an `IndexError` (`flow.IndexOutOfRangeError`).
     fn narrow(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         dim: isize,
         start: isize,
         length: isize,
     ) -> PyResult<PyTensor> {
-        let t = self.get();
+        let (py, t) = (slf.py(), slf.get().get());
         if t.ndim() == 0 {
             return Err(crate::error::InvalidArgumentError::new_err(
                 "narrow() cannot be applied to a 0-dim tensor.",
@@ -951,7 +994,9 @@ impl PyTensor {
             ));
         };
         let start = if start < 0 { start + size } else { start } as usize;
-        op(py, t.is_global(), move || t.narrow(d, start, length))
+        let out = op(py, t.is_global(), move || t.narrow(d, start, length))?;
+        let back: WriteBack = Arc::new(move |b, v| crate::index::assign_narrow(b, d, start, v));
+        Ok(PyTensor::viewing(out, slf, back))
     }
 
     /// Size-1 dims repeated to `sizes` (`-1` keeps a dim); also `x.expand(size=(3, 4))`.

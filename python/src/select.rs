@@ -244,14 +244,20 @@ impl PyTensor {
     /// `x.permute(dims=(2, 0, 1))`.
     #[pyo3(signature = (*dims, **kw))]
     fn permute(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         dims: &Bound<'_, PyTuple>,
         kw: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<PyTensor> {
-        let t = self.get();
+        let t = slf.get().get();
         let p = dims_arg(dims, kw, t.ndim())?;
-        op(py, t.is_global(), move || t.permute(&p))
+        // the write-back of the view: the inverse permutation
+        let mut inverse = vec![0; p.len()];
+        for (i, &d) in p.iter().enumerate() {
+            inverse[d] = i;
+        }
+        let out = op(slf.py(), t.is_global(), move || t.permute(&p))?;
+        let back: crate::tensor::WriteBack = std::sync::Arc::new(move |_, v| v.permute(&inverse));
+        Ok(PyTensor::viewing(out, slf, back))
     }
 
     /// Pieces of `split_size` along `dim` (the last one shorter), or pieces of the sizes of a

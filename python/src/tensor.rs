@@ -4,7 +4,7 @@
 //! follow the conversion.
 
 use std::cell::Cell;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use gflow::{DType, Device, Tensor};
 use numpy::PyArray1;
@@ -29,7 +29,15 @@ pub struct PyTensor {
     /// that tensor a new gradient rather than writing into storage that backward may have
     /// shared between several leaves' gradients.
     grad_of: Option<Tensor>,
+    /// For a view (a basic index, `narrow`, `view`/`reshape`, a transpose or permutation): the
+    /// tensor it was taken from and how its new value writes back there, so that an in-place
+    /// operator on the view changes that tensor too, as PyTorch's views do (gflow's storage
+    /// has no strides: the view holds its own copy, and the base is changed through it).
+    view_of: Option<(Py<PyTensor>, WriteBack)>,
 }
+
+/// A view's write-back: the base's new value from its current one and the view's new one.
+pub type WriteBack = Arc<dyn Fn(&Tensor, &Tensor) -> gflow::Result<Tensor> + Send + Sync>;
 
 impl PyTensor {
     /// Wraps a tensor.
@@ -37,7 +45,29 @@ impl PyTensor {
         PyTensor {
             inner: RwLock::new(t),
             grad_of: None,
+            view_of: None,
         }
+    }
+
+    /// `view` (a new tensor) as a view of `base`: an in-place operator on it reaches `base`
+    /// through `back` (see [`PyTensor::view_of`]).
+    pub fn viewing(view: PyTensor, base: &Bound<'_, PyTensor>, back: WriteBack) -> PyTensor {
+        PyTensor {
+            inner: RwLock::new(view.get()),
+            grad_of: None,
+            view_of: Some((base.clone().unbind(), back)),
+        }
+    }
+
+    /// `out` as a view of `base` whose new values reach `base` reshaped back (for `view`,
+    /// `reshape`, `flatten`, `squeeze`, `unsqueeze`: the same elements in another shape).
+    pub fn reshaped_view(base: &Bound<'_, PyTensor>, out: PyTensor) -> PyTensor {
+        PyTensor::viewing(out, base, Arc::new(|b, v| v.reshape(b.shape())))
+    }
+
+    /// The tensor this one is a view of, and its write-back (see [`PyTensor::viewing`]).
+    pub fn view_of(&self) -> Option<&(Py<PyTensor>, WriteBack)> {
+        self.view_of.as_ref()
     }
 
     /// The tensor whose gradient this handle was read from (see [`PyTensor::grad_of`]).
@@ -631,6 +661,7 @@ impl PyTensor {
         PyTensor {
             inner: RwLock::new(self.get().detach()),
             grad_of: self.grad_of.clone(),
+            view_of: None,
         }
     }
 
@@ -694,6 +725,7 @@ impl PyTensor {
         t.grad().map(|g| PyTensor {
             inner: RwLock::new(g),
             grad_of: Some(t),
+            view_of: None,
         })
     }
 

@@ -788,3 +788,69 @@ def test_masked_select_nonzero_argwhere_as_pytorchs():
     np.testing.assert_array_equal(g.masked_select(g > 2).numpy(), [3.0, 5.0, 6.0])
     with pytest.raises(RuntimeError):
         x.masked_select(flow.tensor([1, 0, 1]))
+
+
+def _view_cases(lib):
+    """In-place changes through views (basic indexing, narrow, view, transpose, t, permute,
+    chains of them), each returning the base after the change."""
+    def zeros(*s):
+        return lib.zeros(*s, dtype=lib.float64)
+
+    out = []
+    x = lib.ones(2, 2, dtype=lib.float64)
+    x[:, 0].zero_()
+    out.append(x)
+    x = zeros(2, 2)
+    x[0].add_(1)
+    out.append(x)
+    x = zeros(2, 2)
+    x.view(4).fill_(3.0)
+    out.append(x)
+    x = zeros(2, 3)
+    x.t()[1].fill_(5)
+    out.append(x)
+    x = zeros(2, 3)
+    x.transpose(0, 1)[2, 1] = 7
+    out.append(x)
+    x = zeros(2, 3, 4)
+    x.permute(2, 0, 1)[3].fill_(1)
+    out.append(x)
+    x = zeros(3, 4)
+    x.narrow(1, 1, 2).mul_(0).add_(2)
+    x[1:2, ::2].fill_(9)
+    x.reshape(12)[5:7].sub_(1)
+    out.append(x)
+    x = zeros(3)
+    x[[0, 2]].fill_(1)  # an index list gives a copy: x stays
+    out.append(x)
+    x = zeros(2, 3)
+    x.unsqueeze(0).squeeze(0).flatten()[4] += 8
+    out.append(x)
+    return out
+
+
+def test_in_place_changes_of_views_reach_their_base_as_pytorchs():
+    got = _view_cases(flow)
+    assert got[0].numpy().tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    assert got[-2].numpy().tolist() == [0.0, 0.0, 0.0]
+    torch = pytest.importorskip("torch")
+    for g, t in zip(got, _view_cases(torch)):
+        np.testing.assert_array_equal(g.numpy(), t.numpy())
+
+
+def test_views_of_leaves_and_gradients_through_view_changes():
+    w = flow.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="view of a leaf"):
+        w[0].fill_(1)
+    with flow.no_grad():
+        w[1].fill_(2)
+        flow.nn.init.ones_(w[2:])
+    assert w.numpy().tolist() == [0.0, 2.0, 1.0] and w.is_leaf and w.requires_grad
+    a = flow.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = a * 2
+    b[0].mul_(10)
+    b.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [20.0, 2.0, 2.0])
+    g = flow.zeros(2, 3).to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.split(1))
+    g[:, 1].fill_(4)
+    assert g.numpy().tolist() == [[0.0, 4.0, 0.0], [0.0, 4.0, 0.0]]
