@@ -2,7 +2,7 @@
 //! the sum of its squared gradients so far.
 
 use super::{
-    Optimizer, ParamState, bump_step, clear, flat, grad_of, hyper, named_state, non_negative,
+    Optimizer, ParamState, clear, each_param, flat, named_state, non_negative_all,
     update_component, with_buffers,
 };
 use crate::backend::{BinaryOp, Kernels, UnaryOp};
@@ -101,21 +101,18 @@ impl Adagrad {
     }
 
     fn update(&mut self) -> Result<()> {
-        const OP: &str = "Adagrad::step";
         let h = self.h;
-        for (name, v) in [
-            ("lr", h.lr),
-            ("lr_decay", h.lr_decay),
-            ("weight_decay", h.wd),
-            ("initial_accumulator_value", h.initial),
-            ("eps", h.eps),
-        ] {
-            hyper(OP, name, v, non_negative(v), "a finite number >= 0")?;
-        }
-        for (p, st) in self.params.iter().zip(&self.state) {
-            let Some(g) = grad_of(p)? else { continue };
-            let (step, bufs) = st.tensors(p)?;
-            let Some(n) = bump_step(&step)? else { continue };
+        non_negative_all(
+            "Adagrad::step",
+            &[
+                ("lr", h.lr),
+                ("lr_decay", h.lr_decay),
+                ("weight_decay", h.wd),
+                ("initial_accumulator_value", h.initial),
+                ("eps", h.eps),
+            ],
+        )?;
+        each_param(&self.params, &self.state, |p, g, n, bufs| {
             let t = Step {
                 lr: h.lr / (1.0 + (n - 1) as f64 * h.lr_decay),
                 start: if n == 1 { h.initial } else { 0.0 },
@@ -123,15 +120,14 @@ impl Adagrad {
             with_buffers(&bufs, |s| {
                 update_component(
                     p,
-                    &g,
+                    g,
                     s,
                     |p, g, s| adagrad(p, g, s, &h, t),
                     |p, g, s| adagrad(p, g, s, &h, t),
                     &|k, p, g, s| on_device(k, p, g, s, &h, t),
                 )
-            })?;
-        }
-        Ok(())
+            })
+        })
     }
 }
 

@@ -391,6 +391,31 @@ fn hyper(op: &'static str, name: &str, value: f64, ok: bool, expected: &str) -> 
     })
 }
 
+/// [`hyper`] for each `(name, value)` of `op` that must be a finite number >= 0.
+fn non_negative_all(op: &'static str, values: &[(&str, f64)]) -> Result<()> {
+    for &(name, v) in values {
+        hyper(op, name, v, non_negative(v), "a finite number >= 0")?;
+    }
+    Ok(())
+}
+
+/// Runs `update(p, g, step, buffers)` for every parameter `p` with a gradient `g` (in `p`'s
+/// layout) on a rank of its placement, after counting the step (`step` is then 1 on the
+/// first), with `p`'s state buffers.
+fn each_param(
+    params: &[Tensor],
+    state: &[ParamState],
+    mut update: impl FnMut(&Tensor, &Tensor, i64, Vec<Tensor>) -> Result<()>,
+) -> Result<()> {
+    for (p, st) in params.iter().zip(state) {
+        let Some(g) = grad_of(p)? else { continue };
+        let (step, bufs) = st.tensors(p)?;
+        let Some(n) = bump_step(&step)? else { continue };
+        update(p, &g, n, bufs)?;
+    }
+    Ok(())
+}
+
 /// A learning rate, momentum, weight decay or epsilon: finite and not negative (NaN refused).
 fn non_negative(v: f64) -> bool {
     v >= 0.0 && v.is_finite()
@@ -489,15 +514,15 @@ impl Sgd {
     /// negative, NaN or infinite, or Nesterov momentum without a momentum or with dampening.
     fn check(&self) -> Result<()> {
         const OP: &str = "Sgd::step";
-        const EXPECTED: &str = "a finite number >= 0";
-        for (name, v) in [
-            ("lr", self.lr),
-            ("momentum", self.momentum),
-            ("dampening", self.dampening),
-            ("weight_decay", self.weight_decay),
-        ] {
-            hyper(OP, name, v, non_negative(v), EXPECTED)?;
-        }
+        non_negative_all(
+            OP,
+            &[
+                ("lr", self.lr),
+                ("momentum", self.momentum),
+                ("dampening", self.dampening),
+                ("weight_decay", self.weight_decay),
+            ],
+        )?;
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::InvalidArgument {
                 op: OP,
@@ -522,16 +547,13 @@ impl Sgd {
             wd: self.weight_decay,
         };
         let (lr, mu, wd) = (h.lr, h.mu, h.wd);
-        for (p, st) in self.params.iter().zip(&self.state) {
-            let Some(g) = grad_of(p)? else { continue };
-            let (step, bufs) = st.tensors(p)?;
-            let Some(n) = bump_step(&step)? else { continue };
+        each_param(&self.params, &self.state, |p, g, n, bufs| {
             let fresh = n == 1;
             let bufs = if mu == 0.0 { &[][..] } else { &bufs[..] };
             with_buffers(bufs, |state| {
                 update_component(
                     p,
-                    &g,
+                    g,
                     state,
                     |p, g, s| sgd(p, g, s, h, fresh),
                     |p, g, s| sgd(p, g, s, h, fresh),
@@ -566,9 +588,8 @@ impl Sgd {
                         Ok(())
                     },
                 )
-            })?;
-        }
-        Ok(())
+            })
+        })
     }
 
     /// Clears the parameters' gradients.

@@ -3,7 +3,7 @@
 //! momentum.
 
 use super::{
-    Optimizer, ParamState, bump_step, clear, flat, grad_of, hyper, named_state, non_negative,
+    Optimizer, ParamState, clear, each_param, flat, named_state, non_negative_all,
     update_component, with_buffers,
 };
 use crate::backend::{BinaryOp, Kernels, UnaryOp};
@@ -130,35 +130,29 @@ impl RmsProp {
     }
 
     fn update(&mut self) -> Result<()> {
-        const OP: &str = "RmsProp::step";
         let h = self.h;
-        for (name, v) in [
-            ("lr", h.lr),
-            ("alpha", h.alpha),
-            ("eps", h.eps),
-            ("weight_decay", h.wd),
-            ("momentum", h.momentum),
-        ] {
-            hyper(OP, name, v, non_negative(v), "a finite number >= 0")?;
-        }
-        for (p, st) in self.params.iter().zip(&self.state) {
-            let Some(g) = grad_of(p)? else { continue };
-            let (step, bufs) = st.tensors(p)?;
-            if bump_step(&step)?.is_none() {
-                continue;
-            }
+        non_negative_all(
+            "RmsProp::step",
+            &[
+                ("lr", h.lr),
+                ("alpha", h.alpha),
+                ("eps", h.eps),
+                ("weight_decay", h.wd),
+                ("momentum", h.momentum),
+            ],
+        )?;
+        each_param(&self.params, &self.state, |p, g, _, bufs| {
             with_buffers(&bufs, |s| {
                 update_component(
                     p,
-                    &g,
+                    g,
                     s,
                     |p, g, s| rmsprop(p, g, s, &h),
                     |p, g, s| rmsprop(p, g, s, &h),
                     &|k, p, g, s| on_device(k, p, g, s, &h),
                 )
-            })?;
-        }
-        Ok(())
+            })
+        })
     }
 }
 
