@@ -193,8 +193,7 @@ impl WgpuBackend {
 }
 
 /// [`Backend::cumsum`](gflow_core::backend::Backend::cumsum) on this device: one thread per
-/// line, in passes of at most [`LOOP_MAX`] indices over blocks of whole outer rows (as
-/// `arg_reduce`), the running sums carried between passes.
+/// line, in the passes of [`super::line_passes`], the running sums carried between them.
 pub(crate) fn cumsum(
     w: &WgpuBackend,
     x: &WgpuStorage,
@@ -216,37 +215,22 @@ pub(crate) fn cumsum(
     }
     let lines = x.len / len;
     let acc = w.new_storage(lines, DType::F32)?;
-    let chunk = LOOP_MAX.min(len).min(room / inner);
-    let block = if chunk == len {
-        (room / (len * inner)).max(1)
-    } else {
-        1
-    };
-    let outer = lines / inner;
-    let mut o0 = 0;
-    while o0 < outer {
-        let nb = block.min(outer - o0);
-        let mut lo = 0;
-        while lo < len {
-            let hi = (lo + chunk).min(len);
-            let span = ((nb - 1) * len + hi - lo) * inner;
-            let (xb, x_base) = w.window(&x.buf, (o0 * len + lo) * inner, span, 4)?;
-            let (ob, out_base) = w.window(&out.buf, (o0 * len + lo) * inner, span, 4)?;
-            let (ab, a_base) = w.window(&acc.buf, o0 * inner, nb * inner, 4)?;
-            let p = [
-                (nb * inner) as u32,
-                len as u32,
-                inner as u32,
-                lo as u32,
-                hi as u32,
-                x_base,
-                out_base,
-                a_base,
-            ];
-            w.dispatch("cumsum", nb * inner, &p, &[xb, ob, ab])?;
-            lo = hi;
-        }
-        o0 += nb;
-    }
+    super::line_passes((lines / inner, len, inner), room, |o0, nb, lo, hi| {
+        let span = ((nb - 1) * len + hi - lo) * inner;
+        let (xb, x_base) = w.window(&x.buf, (o0 * len + lo) * inner, span, 4)?;
+        let (ob, out_base) = w.window(&out.buf, (o0 * len + lo) * inner, span, 4)?;
+        let (ab, a_base) = w.window(&acc.buf, o0 * inner, nb * inner, 4)?;
+        let p = [
+            (nb * inner) as u32,
+            len as u32,
+            inner as u32,
+            lo as u32,
+            hi as u32,
+            x_base,
+            out_base,
+            a_base,
+        ];
+        w.dispatch("cumsum", nb * inner, &p, &[xb, ob, ab])
+    })?;
     Ok(out)
 }

@@ -77,7 +77,7 @@ pub(crate) fn triangle(
 }
 
 /// [`Backend::arg_reduce`](gflow_core::backend::Backend::arg_reduce) on this device: one
-/// thread per line, in passes of at most [`LOOP_MAX`] indices.
+/// thread per line, in the passes of [`super::line_passes`].
 pub(crate) fn arg_reduce(
     w: &WgpuBackend,
     x: &WgpuStorage,
@@ -103,40 +103,25 @@ pub(crate) fn arg_reduce(
         ));
     }
     let best_val = w.new_storage(lines, DType::F32)?;
-    let chunk = LOOP_MAX.min(len).min(room / inner);
-    // outer rows per block: whole lines when a pass covers them, else one
-    let block = if chunk == len {
-        (room / 2 / (len * inner)).max(1)
-    } else {
-        1
-    };
-    let outer = lines / inner;
-    let mut o0 = 0;
-    while o0 < outer {
-        let nb = block.min(outer - o0);
-        let mut lo = 0;
-        while lo < len {
-            let hi = (lo + chunk).min(len);
-            let span = ((nb - 1) * len + hi - lo) * inner;
-            let (xb, x_base) = w.window(&x.buf, (o0 * len + lo) * inner, span, 4)?;
-            let (ob, out_base) = w.window(&out.buf, o0 * inner, nb * inner, 8)?;
-            let (vb, v_base) = w.window(&best_val.buf, o0 * inner, nb * inner, 4)?;
-            let p = [
-                (nb * inner) as u32,
-                len as u32,
-                inner as u32,
-                lo as u32,
-                hi as u32,
-                u32::from(max),
-                x_base,
-                out_base,
-                v_base,
-            ];
-            w.dispatch("arg_reduce", nb * inner, &p, &[xb, ob, vb])?;
-            lo = hi;
-        }
-        o0 += nb;
-    }
+    // half the room: a line's index (8 bytes) is bound beside its elements
+    super::line_passes((lines / inner, len, inner), room / 2, |o0, nb, lo, hi| {
+        let span = ((nb - 1) * len + hi - lo) * inner;
+        let (xb, x_base) = w.window(&x.buf, (o0 * len + lo) * inner, span, 4)?;
+        let (ob, out_base) = w.window(&out.buf, o0 * inner, nb * inner, 8)?;
+        let (vb, v_base) = w.window(&best_val.buf, o0 * inner, nb * inner, 4)?;
+        let p = [
+            (nb * inner) as u32,
+            len as u32,
+            inner as u32,
+            lo as u32,
+            hi as u32,
+            u32::from(max),
+            x_base,
+            out_base,
+            v_base,
+        ];
+        w.dispatch("arg_reduce", nb * inner, &p, &[xb, ob, vb])
+    })?;
     Ok(out)
 }
 
