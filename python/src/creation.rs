@@ -258,12 +258,38 @@ pub fn from_data(
     }
 }
 
+/// The shape given as PyTorch's `size=` keyword (`flow.ones(size=(2, 3))`), when it is; any
+/// other keyword, or a shape given both ways, is a `TypeError` naming `func`.
+fn size_keyword<'py>(
+    func: &str,
+    args: &Bound<'py, PyTuple>,
+    kw: Option<&Bound<'py, pyo3::types::PyDict>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some(kw) = kw else { return Ok(None) };
+    for key in kw.keys() {
+        let key: String = key.extract()?;
+        if key != "size" {
+            return Err(PyTypeError::new_err(format!(
+                "{func}() got an unexpected keyword argument '{key}'"
+            )));
+        }
+    }
+    let size = kw.get_item("size")?;
+    if size.is_some() && !args.is_empty() {
+        return Err(PyTypeError::new_err(format!(
+            "{func}() got the shape both positionally and as size="
+        )));
+    }
+    Ok(size)
+}
+
 /// Keyword arguments shared by the creation functions.
 macro_rules! creator {
     ($(#[$doc:meta])* $name:ident, |$shape:ident, $dtype:ident, $target:ident| $body:expr) => {
         $(#[$doc])*
         #[pyfunction]
-        #[pyo3(signature = (*size, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+        #[pyo3(signature = (*size, dtype = None, placement = None, sbp = None, device = None, requires_grad = false, **kw))]
+        #[allow(clippy::too_many_arguments)]
         pub fn $name(
             py: Python<'_>,
             size: &Bound<'_, PyTuple>,
@@ -272,8 +298,12 @@ macro_rules! creator {
             sbp: Option<&Bound<'_, PyAny>>,
             device: Option<&Bound<'_, PyAny>>,
             requires_grad: bool,
+            kw: Option<&Bound<'_, pyo3::types::PyDict>>,
         ) -> PyResult<PyTensor> {
-            let $shape = shape_args(size)?;
+            let $shape = match size_keyword(stringify!($name), size, kw)? {
+                Some(s) => shape_of(&s)?,
+                None => shape_args(size)?,
+            };
             let $dtype = dtype.map_or(DType::F32, |d| d.inner);
             let target = target(placement.as_ref(), sbp, device)?;
             create(py, target, requires_grad, move |$target| $body)
@@ -303,20 +333,21 @@ creator!(
     empty, |s, d, t| Tensor::full_dtype(&s, 0.0, d, t)
 );
 
-/// A tensor of `size` filled with `value` (of `value`'s dtype, as PyTorch, unless `dtype`).
+/// A tensor of `size` filled with `fill_value` (of its dtype, as PyTorch, unless `dtype`).
 #[pyfunction]
-#[pyo3(signature = (size, value, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[pyo3(signature = (size, fill_value, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn full(
     py: Python<'_>,
     size: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
+    fill_value: &Bound<'_, PyAny>,
     dtype: Option<PyDType>,
     placement: Option<PyPlacement>,
     sbp: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<PyTensor> {
+    let value = fill_value;
     // as PyTorch: the dtype of the fill value when none is given (bool, int64, float32)
     let natural = if value.is_instance_of::<pyo3::types::PyBool>() {
         DType::Bool
@@ -343,11 +374,11 @@ pub fn full(
 /// `end` (excluded), as PyTorch: int64 when every bound is an integer, else float32, unless
 /// `dtype` says otherwise. Values are computed in float64 (exact for integers below 2^53).
 #[pyfunction]
-#[pyo3(signature = (start, end = None, step = None, *, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
+#[pyo3(signature = (start = None, end = None, step = None, *, dtype = None, placement = None, sbp = None, device = None, requires_grad = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn arange(
     py: Python<'_>,
-    start: &Bound<'_, PyAny>,
+    start: Option<&Bound<'_, PyAny>>,
     end: Option<&Bound<'_, PyAny>>,
     step: Option<&Bound<'_, PyAny>>,
     dtype: Option<PyDType>,
@@ -363,10 +394,13 @@ pub fn arange(
             .map_err(|_| PyTypeError::new_err("arange: start, end and step must be numbers"))?;
         Ok((v, integral))
     };
-    let (a, a_int) = number(start)?;
-    let ((start, s_int), (end, e_int)) = match end {
-        Some(e) => ((a, a_int), number(e)?),
-        None => ((0.0, true), (a, a_int)),
+    // `arange(end)`, `arange(start, end)`, or `arange(end=n)` as PyTorch's keyword
+    let ((start, s_int), (end, e_int)) = match (start, end) {
+        (Some(s), Some(e)) => (number(s)?, number(e)?),
+        (Some(e), None) | (None, Some(e)) => ((0.0, true), number(e)?),
+        (None, None) => {
+            return Err(PyTypeError::new_err("arange() missing its end argument"));
+        }
     };
     let (step, p_int) = match step {
         Some(s) => number(s)?,

@@ -854,3 +854,16 @@ def test_views_of_leaves_and_gradients_through_view_changes():
     g = flow.zeros(2, 3).to_global(placement=flow.placement("cpu", [0]), sbp=flow.sbp.split(1))
     g[:, 1].fill_(4)
     assert g.numpy().tolist() == [[0.0, 4.0, 0.0], [0.0, 4.0, 0.0]]
+
+
+def test_creation_keywords_as_pytorchs():
+    assert flow.full((2, 3), fill_value=1.5).numpy().tolist() == [[1.5] * 3] * 2
+    assert flow.full(size=(2,), fill_value=3).dtype == flow.int64
+    for make in (flow.ones, flow.zeros, flow.empty, flow.randn, flow.rand):
+        assert make(size=(2, 3)).shape == flow.Size([2, 3])
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            make(2, bad=1)
+        with pytest.raises(TypeError, match="both"):
+            make(2, size=(2,))
+    assert flow.arange(end=3).numpy().tolist() == [0, 1, 2]
+    assert flow.arange(start=1, end=4).numpy().tolist() == [1, 2, 3]
