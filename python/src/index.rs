@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyEllipsis, PyFloat, PyList, PySlice, PyTuple};
 use crate::error::{Also, index_error, to_py};
 use std::sync::Arc;
 
-use crate::tensor::{PyTensor, WriteBack, op, to_numpy};
+use crate::tensor::{PyTensor, ReadOut, WriteBack, op, to_numpy};
 
 /// One operator of an indexing expression, on the dims of the tensor as it is by then.
 #[derive(Clone)]
@@ -325,18 +325,22 @@ impl PyTensor {
     /// and one 1-D integer list / array / tensor; or a Bool mask (tensor or NumPy array) of the
     /// leading dims, selecting their true positions' rows (their number read on the host).
     /// Differentiable; on a global tensor every rank calls it.
-    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    fn __getitem__<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let (py, t) = (slf.py(), slf.get().get());
         if let Some(mask) = bool_mask(py, key)? {
             let rows = mask_rows(py, &mask, &t)?;
             let lead = mask.ndim();
-            return op(py, t.is_global(), move || {
+            let out = op(py, t.is_global(), move || {
                 let mut shape = vec![t.shape()[..lead].iter().product()];
                 shape.extend_from_slice(&t.shape()[lead..]);
                 let n = rows.len();
                 t.reshape(&shape)?
                     .index_select(0, &Tensor::from_vec(rows, &[n], index_target(&t))?)
-            });
+            })?;
+            return Bound::new(py, out);
         }
         let (steps, view) = plan(key, t.shape())?;
         let out = op(py, t.is_global(), {
@@ -344,11 +348,14 @@ impl PyTensor {
             move || apply(t, steps)
         })?;
         if !view {
-            return Ok(out);
+            return Bound::new(py, out);
         }
-        // basic indexing gives a view: an in-place change of it reaches `x` (as PyTorch's)
+        // basic indexing gives a view: an in-place change of it reaches `x` and one of `x`
+        // reaches it (as PyTorch's)
+        let read_steps = steps.clone();
         let back: WriteBack = Arc::new(move |b, v| assign_at(b, steps.clone(), v));
-        Ok(PyTensor::viewing(out, slf, back))
+        let read: ReadOut = Arc::new(move |b| apply(b.clone(), read_steps.clone()));
+        PyTensor::viewing(out, slf, back, read)
     }
 
     /// `x[key] = value` in place (as the in-place operators: the same tensor, its gradient

@@ -17,9 +17,9 @@
 //! the Python object now naming the recorded result. A handle read from `w.grad` gives `w` a
 //! new gradient instead of writing into storage that backward may share between gradients.
 //! An in-place operator on a view (`x[0]`, `x[:, 1:3]`, `x.narrow`, `x.view`, `x.t()`,
-//! `x.permute`, ...) also changes the tensor it was taken from, through the view's write-back
-//! (as PyTorch's views share storage; a change of that tensor does not reach a view taken
-//! before it, as gflow's views hold copies).
+//! `x.permute`, ...) also changes the tensor it was taken from, through the view's write-back,
+//! and one on a tensor refreshes its live views (and theirs), as PyTorch's views sharing
+//! storage behave (gflow's views hold copies, kept in step this way).
 
 use gflow::{Target, Tensor};
 use pyo3::exceptions::PyRuntimeError;
@@ -125,7 +125,7 @@ impl PyTensor {
         }
         // a view writes through to the tensors it was taken from: refuse before changing
         // anything when one of them is a leaf that requires grad (as PyTorch)
-        let mut up = this.view_of().map(|(b, _)| b.clone_ref(py));
+        let mut up = this.view_of().map(|v| v.base.clone_ref(py));
         while let Some(b) = up {
             let base = b.bind(py).get();
             let bt = base.get();
@@ -135,7 +135,7 @@ impl PyTensor {
                      operation ({name}); change it under `with flow.no_grad():`"
                 )));
             }
-            up = base.view_of().map(|(b, _)| b.clone_ref(py));
+            up = base.view_of().map(|v| v.base.clone_ref(py));
         }
         let global = global || t.is_global();
         let dst = t.clone();
@@ -150,16 +150,35 @@ impl PyTensor {
                 gflow_core::state_dict::assign(&t, &value)
             })?;
         }
-        if let Some((base, back)) = this.view_of() {
-            let (now, back) = (this.get(), back.clone());
+        if let Some(view) = this.view_of() {
+            // the base changes through the write-back, and refreshes its views (this one too)
+            let (now, back) = (this.get(), view.back.clone());
             Self::update_boxed(
-                base.bind(py),
+                view.base.bind(py),
                 name,
                 global,
                 Box::new(move |b| back(b, &now)),
             )?;
+        } else {
+            Self::refresh_views(slf, global)?;
         }
         Ok(slf.clone())
+    }
+
+    /// Reads every live view of `slf` (and theirs) again from its new value.
+    fn refresh_views(slf: &Bound<'_, Self>, global: bool) -> PyResult<()> {
+        let py = slf.py();
+        let base = slf.get().get();
+        for v in slf.get().live_views(py) {
+            let Some(read) = v.get().view_of().map(|w| w.read.clone()) else {
+                continue;
+            };
+            let b = base.clone();
+            let value = run(py, global, move || read(&b))?;
+            v.get().set(value);
+            Self::refresh_views(&v, global)?;
+        }
+        Ok(())
     }
 
     /// `self op= other` for a bitwise `op` (see [`crate::ops::bitwise`]): a result of a higher

@@ -751,46 +751,53 @@ impl PyTensor {
     /// The same data in a new shape (`-1`: inferred): `x.reshape(2, 3)`, `x.reshape((2, 3))`
     /// or `x.reshape(shape=(2, 3))`.
     #[pyo3(signature = (*shape, **kw))]
-    fn reshape(
-        slf: &Bound<'_, Self>,
-        shape: &Bound<'_, PyTuple>,
-        kw: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<PyTensor> {
+    fn reshape<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'py, PyTuple>,
+        kw: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let raw = int_args(shape, kw, "shape")?;
         let out = slf.get().reshaped(slf.py(), raw)?;
-        Ok(PyTensor::reshaped_view(slf, out))
+        PyTensor::reshaped_view(slf, out)
     }
 
     /// As `reshape` (the keyword is `size`, as PyTorch's `view`).
     #[pyo3(signature = (*shape, **kw))]
-    fn view(
-        slf: &Bound<'_, Self>,
-        shape: &Bound<'_, PyTuple>,
-        kw: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<PyTensor> {
+    fn view<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'py, PyTuple>,
+        kw: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let raw = int_args(shape, kw, "size")?;
         let out = slf.get().reshaped(slf.py(), raw)?;
-        Ok(PyTensor::reshaped_view(slf, out))
+        PyTensor::reshaped_view(slf, out)
     }
 
     /// Dims `start..=end` merged into one.
     #[pyo3(signature = (start_dim = 0, end_dim = -1))]
-    fn flatten(slf: &Bound<'_, Self>, start_dim: isize, end_dim: isize) -> PyResult<PyTensor> {
+    fn flatten<'py>(
+        slf: &Bound<'py, Self>,
+        start_dim: isize,
+        end_dim: isize,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let out = slf.get().flattened(slf.py(), start_dim, end_dim)?;
-        Ok(PyTensor::reshaped_view(slf, out))
+        PyTensor::reshaped_view(slf, out)
     }
 
     /// A new dim of size 1 at `dim`.
-    fn unsqueeze(slf: &Bound<'_, Self>, dim: isize) -> PyResult<PyTensor> {
+    fn unsqueeze<'py>(slf: &Bound<'py, Self>, dim: isize) -> PyResult<Bound<'py, PyTensor>> {
         let out = slf.get().unsqueezed(slf.py(), dim)?;
-        Ok(PyTensor::reshaped_view(slf, out))
+        PyTensor::reshaped_view(slf, out)
     }
 
     /// Dims of size 1 removed (only those of `dim`, an int or a tuple of ints, when given).
     #[pyo3(signature = (dim = None))]
-    fn squeeze(slf: &Bound<'_, Self>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    fn squeeze<'py>(
+        slf: &Bound<'py, Self>,
+        dim: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let out = slf.get().squeezed(slf.py(), dim)?;
-        Ok(PyTensor::reshaped_view(slf, out))
+        PyTensor::reshaped_view(slf, out)
     }
 }
 
@@ -862,56 +869,60 @@ impl PyTensor {
 #[pymethods]
 impl PyTensor {
     /// Dims `dim0` and `dim1` swapped.
-    fn transpose(slf: &Bound<'_, Self>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
+    fn transpose<'py>(
+        slf: &Bound<'py, Self>,
+        dim0: isize,
+        dim1: isize,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let t = slf.get().get();
         let (a, b) = (dim(dim0, t.ndim())?, dim(dim1, t.ndim())?);
-        let out = op(slf.py(), t.is_global(), move || {
-            along(&t, |t| t.transpose(a, b))
-        })?;
-        Ok(PyTensor::viewing(
+        // swapping two dims is its own inverse: it reads the view and writes it back
+        let swap = move |x: &Tensor| along(x, |x| x.transpose(a, b));
+        let out = op(slf.py(), t.is_global(), move || swap(&t))?;
+        PyTensor::viewing(
             out,
             slf,
-            Arc::new(move |base, v| along(v, |v| v.transpose(a, b))?.reshape(base.shape())),
-        ))
+            Arc::new(move |base, v| swap(v)?.reshape(base.shape())),
+            Arc::new(swap),
+        )
     }
 
     /// `x.T`: the dims reversed (the transpose of a 2-D tensor; a 0-d or 1-D tensor is
     /// itself), as PyTorch.
     #[getter(T)]
-    fn t_prop(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+    fn t_prop<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTensor>> {
         let t = slf.get().get();
-        let rev: Vec<usize> = (0..t.ndim()).rev().collect();
-        let back: WriteBack = Arc::new(|b, v| {
-            let rev: Vec<usize> = (0..v.ndim()).rev().collect();
-            v.permute(&rev)?.reshape(b.shape())
-        });
-        let out = match t.ndim() {
-            0 | 1 => PyTensor::new(t),
-            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1))?,
-            _ => op(slf.py(), t.is_global(), move || t.permute(&rev))?,
+        // reversing the dims is its own inverse: it reads the view and writes it back
+        let reverse = |x: &Tensor| {
+            let rev: Vec<usize> = (0..x.ndim()).rev().collect();
+            x.permute(&rev)
         };
-        Ok(PyTensor::viewing(out, slf, back))
+        let out = op(slf.py(), t.is_global(), move || reverse(&t))?;
+        PyTensor::viewing(
+            out,
+            slf,
+            Arc::new(move |b, v| reverse(v)?.reshape(b.shape())),
+            Arc::new(reverse),
+        )
     }
 
     /// The transpose of a 2-D tensor (a 0-d or 1-D tensor is itself, as PyTorch).
-    fn t(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+    fn t<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTensor>> {
         let t = slf.get().get();
-        let out = match t.ndim() {
-            0 | 1 => PyTensor::new(t),
-            2 => op(slf.py(), t.is_global(), move || t.transpose(0, 1))?,
-            _ => {
-                return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
-                    op: "t",
-                    shapes: vec![t.shape().to_vec()],
-                    reason: "t() needs a tensor of at most 2 dims".into(),
-                }));
-            }
+        if t.ndim() > 2 {
+            return Err(crate::error::to_py(gflow::Error::ShapeMismatch {
+                op: "t",
+                shapes: vec![t.shape().to_vec()],
+                reason: "t() needs a tensor of at most 2 dims".into(),
+            }));
+        }
+        // a transpose of at most 2 dims is its own inverse
+        let flip = |x: &Tensor| match x.ndim() {
+            2 => x.transpose(0, 1),
+            _ => Ok(x.clone()),
         };
-        let back: WriteBack = Arc::new(|b, v| match v.ndim() {
-            2 => v.transpose(0, 1),
-            _ => v.reshape(b.shape()),
-        });
-        Ok(PyTensor::viewing(out, slf, back))
+        let out = op(slf.py(), t.is_global(), move || flip(&t))?;
+        PyTensor::viewing(out, slf, Arc::new(move |_, v| flip(v)), Arc::new(flip))
     }
 
     /// `x @ y`: matrix product as PyTorch's `matmul` (2-D, batched, and 1-D operands: a dot
@@ -967,12 +978,12 @@ impl PyTensor {
 
     /// `length` elements of `dim` from `start` (negative counts from the end), as PyTorch's:
     /// a start outside `[-size, size]` is an `IndexError` (`flow.IndexOutOfRangeError`).
-    fn narrow(
-        slf: &Bound<'_, Self>,
+    fn narrow<'py>(
+        slf: &Bound<'py, Self>,
         dim: isize,
         start: isize,
         length: isize,
-    ) -> PyResult<PyTensor> {
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let (py, t) = (slf.py(), slf.get().get());
         if t.ndim() == 0 {
             return Err(crate::error::InvalidArgumentError::new_err(
@@ -996,7 +1007,12 @@ impl PyTensor {
         let start = if start < 0 { start + size } else { start } as usize;
         let out = op(py, t.is_global(), move || t.narrow(d, start, length))?;
         let back: WriteBack = Arc::new(move |b, v| crate::index::assign_narrow(b, d, start, v));
-        Ok(PyTensor::viewing(out, slf, back))
+        PyTensor::viewing(
+            out,
+            slf,
+            back,
+            Arc::new(move |b| b.narrow(d, start, length)),
+        )
     }
 
     /// Size-1 dims repeated to `sizes` (`-1` keeps a dim); also `x.expand(size=(3, 4))`.

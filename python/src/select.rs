@@ -243,11 +243,11 @@ impl PyTensor {
     /// The dims reordered: `x.permute(2, 0, 1)`, `x.permute((2, 0, 1))` or
     /// `x.permute(dims=(2, 0, 1))`.
     #[pyo3(signature = (*dims, **kw))]
-    fn permute(
-        slf: &Bound<'_, Self>,
-        dims: &Bound<'_, PyTuple>,
-        kw: Option<&Bound<'_, pyo3::types::PyDict>>,
-    ) -> PyResult<PyTensor> {
+    fn permute<'py>(
+        slf: &Bound<'py, Self>,
+        dims: &Bound<'py, PyTuple>,
+        kw: Option<&Bound<'py, pyo3::types::PyDict>>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
         let t = slf.get().get();
         let p = dims_arg(dims, kw, t.ndim())?;
         // the write-back of the view: the inverse permutation
@@ -255,9 +255,15 @@ impl PyTensor {
         for (i, &d) in p.iter().enumerate() {
             inverse[d] = i;
         }
+        let read = p.clone();
         let out = op(slf.py(), t.is_global(), move || t.permute(&p))?;
         let back: crate::tensor::WriteBack = std::sync::Arc::new(move |_, v| v.permute(&inverse));
-        Ok(PyTensor::viewing(out, slf, back))
+        PyTensor::viewing(
+            out,
+            slf,
+            back,
+            std::sync::Arc::new(move |b| b.permute(&read)),
+        )
     }
 
     /// Pieces of `split_size` along `dim` (the last one shorter), or pieces of the sizes of a

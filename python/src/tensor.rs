@@ -4,7 +4,7 @@
 //! follow the conversion.
 
 use std::cell::Cell;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use gflow::{DType, Device, Tensor};
 use numpy::PyArray1;
@@ -30,14 +30,30 @@ pub struct PyTensor {
     /// shared between several leaves' gradients.
     grad_of: Option<Tensor>,
     /// For a view (a basic index, `narrow`, `view`/`reshape`, a transpose or permutation): the
-    /// tensor it was taken from and how its new value writes back there, so that an in-place
-    /// operator on the view changes that tensor too, as PyTorch's views do (gflow's storage
-    /// has no strides: the view holds its own copy, and the base is changed through it).
-    view_of: Option<(Py<PyTensor>, WriteBack)>,
+    /// tensor it was taken from, how its new value writes back there and how it reads itself
+    /// from there, so that an in-place operator on the view changes that tensor and one on that
+    /// tensor changes the view, as PyTorch's views do (gflow's storage has no strides: the view
+    /// holds its own copy, kept in step through these).
+    view_of: Option<View>,
+    /// The views taken of this tensor, held weakly: refreshed after an in-place change of it.
+    views: Mutex<Vec<Py<pyo3::types::PyWeakrefReference>>>,
 }
 
 /// A view's write-back: the base's new value from its current one and the view's new one.
 pub type WriteBack = Arc<dyn Fn(&Tensor, &Tensor) -> gflow::Result<Tensor> + Send + Sync>;
+
+/// A view's read: its value from its base's.
+pub type ReadOut = Arc<dyn Fn(&Tensor) -> gflow::Result<Tensor> + Send + Sync>;
+
+/// What ties a view to the tensor it was taken from (see [`PyTensor::viewing`]).
+pub struct View {
+    /// The tensor the view was taken from.
+    pub base: Py<PyTensor>,
+    /// The base's new value from its current one and the view's.
+    pub back: WriteBack,
+    /// The view's value from the base's.
+    pub read: ReadOut,
+}
 
 impl PyTensor {
     /// Wraps a tensor.
@@ -46,28 +62,72 @@ impl PyTensor {
             inner: RwLock::new(t),
             grad_of: None,
             view_of: None,
+            views: Mutex::default(),
         }
     }
 
-    /// `view` (a new tensor) as a view of `base`: an in-place operator on it reaches `base`
-    /// through `back` (see [`PyTensor::view_of`]).
-    pub fn viewing(view: PyTensor, base: &Bound<'_, PyTensor>, back: WriteBack) -> PyTensor {
-        PyTensor {
-            inner: RwLock::new(view.get()),
-            grad_of: None,
-            view_of: Some((base.clone().unbind(), back)),
+    /// `view` (a new tensor, `read(base)`) as a view of `base`: an in-place operator on it
+    /// reaches `base` through `back`, and one on `base` reaches it through `read` (see
+    /// [`PyTensor::view_of`]).
+    pub fn viewing<'py>(
+        view: PyTensor,
+        base: &Bound<'py, PyTensor>,
+        back: WriteBack,
+        read: ReadOut,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let py = base.py();
+        let v = Bound::new(
+            py,
+            PyTensor {
+                inner: RwLock::new(view.get()),
+                grad_of: None,
+                view_of: Some(View {
+                    base: base.clone().unbind(),
+                    back,
+                    read,
+                }),
+                views: Mutex::default(),
+            },
+        )?;
+        let weak = pyo3::types::PyWeakrefReference::new(&v)?.unbind();
+        let mut views = base.get().views.lock().unwrap_or_else(|p| p.into_inner());
+        // drop the dead ones now and then, so a loop taking views keeps the list short
+        if views.len() >= 32 && views.len().is_power_of_two() {
+            views.retain(|w| w.bind(py).upgrade().is_some());
         }
+        views.push(weak);
+        Ok(v)
     }
 
-    /// `out` as a view of `base` whose new values reach `base` reshaped back (for `view`,
-    /// `reshape`, `flatten`, `squeeze`, `unsqueeze`: the same elements in another shape).
-    pub fn reshaped_view(base: &Bound<'_, PyTensor>, out: PyTensor) -> PyTensor {
-        PyTensor::viewing(out, base, Arc::new(|b, v| v.reshape(b.shape())))
+    /// `out` as a view of `base` in another shape (`view`, `reshape`, `flatten`, `squeeze`,
+    /// `unsqueeze`: the same elements): each reads and writes back by a reshape.
+    pub fn reshaped_view<'py>(
+        base: &Bound<'py, PyTensor>,
+        out: PyTensor,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let shape = out.get().shape().to_vec();
+        PyTensor::viewing(
+            out,
+            base,
+            Arc::new(|b, v| v.reshape(b.shape())),
+            Arc::new(move |b| b.reshape(&shape)),
+        )
     }
 
-    /// The tensor this one is a view of, and its write-back (see [`PyTensor::viewing`]).
-    pub fn view_of(&self) -> Option<&(Py<PyTensor>, WriteBack)> {
+    /// The tensor this one is a view of, with its write-back and read (see
+    /// [`PyTensor::viewing`]).
+    pub fn view_of(&self) -> Option<&View> {
         self.view_of.as_ref()
+    }
+
+    /// The live views of this tensor (see [`PyTensor::viewing`]), the dead ones dropped.
+    pub fn live_views<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyTensor>> {
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.retain(|w| w.bind(py).upgrade().is_some());
+        views
+            .iter()
+            .filter_map(|w| w.bind(py).upgrade()?.cast_into::<PyTensor>().ok())
+            .collect()
     }
 
     /// The tensor whose gradient this handle was read from (see [`PyTensor::grad_of`]).
@@ -662,6 +722,7 @@ impl PyTensor {
             inner: RwLock::new(self.get().detach()),
             grad_of: self.grad_of.clone(),
             view_of: None,
+            views: Mutex::default(),
         }
     }
 
@@ -726,6 +787,7 @@ impl PyTensor {
             inner: RwLock::new(g),
             grad_of: Some(t),
             view_of: None,
+            views: Mutex::default(),
         })
     }
 

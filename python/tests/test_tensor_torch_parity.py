@@ -867,3 +867,42 @@ def test_creation_keywords_as_pytorchs():
             make(2, size=(2,))
     assert flow.arange(end=3).numpy().tolist() == [0, 1, 2]
     assert flow.arange(start=1, end=4).numpy().tolist() == [1, 2, 3]
+
+
+def _base_change_cases(lib):
+    """Views taken before an in-place change of their base (or of a sibling view) see it."""
+    def zeros(*s):
+        return lib.zeros(*s, dtype=lib.float64)
+
+    out = []
+    x = zeros(2, 3)
+    h = x[:, 0]
+    x.add_(1)
+    out.append(h)
+    x = zeros(2, 3)
+    v, t = x.view(6), x.t()
+    x[1, 2] = 5
+    out += [v, t]
+    x = zeros(2, 3)
+    a, b = x[0], x[0]
+    a.fill_(7)
+    out.append(b)
+    x = zeros(4)
+    c = x[1:3]
+    d = c[0:1]
+    x.mul_(0).add_(2)
+    out.append(d)
+    x = zeros(2, 3, 4)
+    p, n = x.permute(2, 0, 1), x.narrow(2, 1, 2)
+    x[:, :, 1] = 3
+    out += [p, n]
+    return out
+
+
+def test_views_see_later_changes_of_their_base_as_pytorchs():
+    got = _base_change_cases(flow)
+    assert got[0].numpy().tolist() == [1.0, 1.0]
+    assert got[3].numpy().tolist() == [7.0, 7.0, 7.0]
+    torch = pytest.importorskip("torch")
+    for g, t in zip(got, _base_change_cases(torch)):
+        np.testing.assert_array_equal(g.numpy(), t.numpy())
