@@ -165,10 +165,15 @@ impl PyTensor {
         Ok(slf.clone())
     }
 
-    /// Reads every live view of `slf` (and theirs) again from its new value.
+    /// Reads every live view of `slf` (and theirs) again from its new value. Not for a global
+    /// tensor: which views are still alive depends on each process's garbage collection, and
+    /// reading a view of a global tensor may be a collective, which every rank must run alike.
     fn refresh_views(slf: &Bound<'_, Self>, global: bool) -> PyResult<()> {
         let py = slf.py();
         let base = slf.get().get();
+        if base.is_global() {
+            return Ok(());
+        }
         for v in slf.get().live_views(py) {
             let Some(read) = v.get().view_of().map(|w| w.read.clone()) else {
                 continue;

@@ -89,6 +89,10 @@ impl PyTensor {
                 views: Mutex::default(),
             },
         )?;
+        if base.get().get().is_global() {
+            // a global base does not refresh its views (see `PyTensor::update`)
+            return Ok(v);
+        }
         let weak = pyo3::types::PyWeakrefReference::new(&v)?.unbind();
         let mut views = base.get().views.lock().unwrap_or_else(|p| p.into_inner());
         // drop the dead ones now and then, so a loop taking views keeps the list short
