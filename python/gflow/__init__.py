@@ -260,7 +260,11 @@ for _name in (
     "isnan isinf isfinite unbind reciprocal numel sort argsort sign log1p expm1 broadcast_to roll "
     "diag diagonal trace tile repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv "
     "true_divide log2 log10 sinh cosh fmod diff count_nonzero dist select masked_select "
-    "nonzero argwhere bitwise_and bitwise_or bitwise_xor"
+    "nonzero argwhere bitwise_and bitwise_or bitwise_xor movedim moveaxis swapaxes swapdims "
+    "take_along_dim tensordot mv tensor_split nan_to_num nansum nanmean isposinf isneginf "
+    "logaddexp logit clamp_min clamp_max floor_divide float_power exp2 var_mean std_mean aminmax "
+    "median nanmedian kthvalue quantile nanquantile cummax cummin unique index_add index_fill "
+    "scatter"
 ).split():
     globals()[_name] = _method(_name)
 del _name

@@ -6,7 +6,13 @@ shape, linear-algebra and math sugar ``broadcast_to roll diag diagonal trace til
 repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv true_divide log2 log10 sinh
 cosh fmod diff count_nonzero dist softplus nelement ndimension element_size type``, the
 value-dependent ``masked_select nonzero argwhere``, and
-``flow.eye outer norm equal isclose hstack vstack einsum``."""
+``flow.eye outer norm equal isclose hstack vstack einsum``; and ``movedim moveaxis swapaxes
+swapdims take_along_dim tensordot mv reshape_as tensor_split nan_to_num nansum nanmean isposinf
+isneginf logaddexp logit clamp_min clamp_max floor_divide float_power exp2 var_mean std_mean
+aminmax median nanmedian kthvalue quantile nanquantile cummax cummin unique index_add index_fill
+scatter``, ``index_add_ index_fill_ scatter_`` and the in-place unary methods ``abs_ neg_ exp_
+log_ sqrt_ rsqrt_ sigmoid_ tanh_ relu_ sin_ cos_ floor_ ceil_ round_ trunc_ sign_ reciprocal_
+square_ pow_ log1p_ expm1_ clamp_min_ clamp_max_ nan_to_num_`` (each ``self.copy_(op(self))``)."""
 
 import math
 
@@ -710,5 +716,776 @@ def einsum(equation, *operands):
         x, ls = _einsum_contract(x, ls, y, ly, needed[i], sizes)
     return x.permute(*[ls.index(l) for l in out]) if out else x
 
+
+
+
+# --- shape and linear-algebra sugar: movedim moveaxis swapaxes swapdims take_along_dim tensordot
+# mv reshape_as tensor_split ---
+
+
+def _dims(dims):
+    return list(dims) if isinstance(dims, (tuple, list)) else [dims]
+
+
+def movedim(self, source, destination):
+    """``self`` with the dims ``source`` moved to the positions ``destination`` (ints or
+    sequences), the other dims keeping their order, as ``torch.movedim``."""
+    src, dst = _dims(source), _dims(destination)
+    nd = self.dim()
+    if len(src) != len(dst):
+        raise _gflow.InvalidArgumentError(
+            f"movedim: Invalid source or destination dims: source ({src} dims) should contain "
+            f"the same number of dims as destination ({dst} dims)")
+    src = [_dim(d, nd) for d in src]
+    dst = [_dim(d, nd) for d in dst]
+    if len(set(src)) != len(src):
+        raise _gflow.InvalidArgumentError(f"movedim: repeated dim in `source` ({source})")
+    if len(set(dst)) != len(dst):
+        raise _gflow.InvalidArgumentError(f"movedim: repeated dim in `destination` ({destination})")
+    order = [None] * nd
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(nd) if d not in src)
+    order = [next(rest) if o is None else o for o in order]
+    return self.permute(*order) if nd else self
+
+
+def moveaxis(self, source, destination):
+    """``movedim`` (NumPy's name)."""
+    return movedim(self, source, destination)
+
+
+def swapaxes(self, axis0, axis1):
+    """``self`` with two dims exchanged (``transpose``)."""
+    return self.transpose(axis0, axis1)
+
+
+def swapdims(self, dim0, dim1):
+    """``self`` with two dims exchanged (``transpose``)."""
+    return self.transpose(dim0, dim1)
+
+
+def take_along_dim(self, indices, dim=None):
+    """The elements of ``self`` at ``indices`` along ``dim`` (the two broadcast over the other
+    dims), or of the flattened ``self`` when ``dim`` is ``None``, as ``torch.take_along_dim``;
+    differentiable in ``self``."""
+    if indices.dtype != _gflow.int64:
+        raise _gflow.DTypeError(
+            f"take_along_dim(): dtype of indices should be int64 but got {indices.dtype}")
+    if dim is None:
+        return self.reshape(-1).gather(0, indices.reshape(-1))
+    if self.dim() != indices.dim():
+        raise _gflow.ShapeError(
+            "take_along_dim(): input and indices should have the same number of dimensions, "
+            f"but got {self.dim()} dimensions for input, and {indices.dim()} dimensions for "
+            "indices")
+    d = _dim(dim, self.dim())
+    a, b = list(self.shape), list(indices.shape)
+    a[d] = b[d] = 1
+    shape = list(_broadcast_shape(a, b))
+    sa, sb = list(shape), list(shape)
+    sa[d], sb[d] = self.shape[d], indices.shape[d]
+    return self.expand(*sa).gather(d, indices.expand(*sb))
+
+
+def tensordot(a, b, dims=2, out=None):
+    """The sum of products of ``a`` and ``b`` over the last ``dims`` dims of ``a`` and the first
+    of ``b`` (an int), or over the dims listed in ``dims = (dims_a, dims_b)``, as
+    ``torch.tensordot``: a permute, reshape and one matmul."""
+    if out is not None:
+        raise _gflow.InvalidArgumentError("tensordot: out= is not supported")
+    if isinstance(dims, Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, int):
+        if dims < 0:
+            raise _gflow.InvalidArgumentError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > min(a.dim(), b.dim()):
+            raise _gflow.InvalidArgumentError(
+                f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
+        da, db = list(range(a.dim() - dims, a.dim())), list(range(dims))
+    else:
+        if len(dims) != 2:
+            raise _gflow.InvalidArgumentError("tensordot expects dims to be a pair of lists")
+        da, db = _dims(dims[0]), _dims(dims[1])
+        if len(da) != len(db):
+            raise _gflow.InvalidArgumentError(
+                "both dimension lists should have same length")
+        da = [_dim(d, a.dim()) for d in da]
+        db = [_dim(d, b.dim()) for d in db]
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise _gflow.ShapeError(
+                f"contracted dimensions need to match, but first has size {a.shape[i]} in dim "
+                f"{i} and second has size {b.shape[j]} in dim {j}")
+    ra = [d for d in range(a.dim()) if d not in da]
+    rb = [d for d in range(b.dim()) if d not in db]
+    k = _prod(a.shape[d] for d in da)
+    left = a.permute(*ra, *da).reshape(_prod(a.shape[d] for d in ra), k) if a.dim() else \
+        a.reshape(1, 1)
+    right = b.permute(*db, *rb).reshape(k, _prod(b.shape[d] for d in rb)) if b.dim() else \
+        b.reshape(1, 1)
+    return left.matmul(right).reshape(*[a.shape[d] for d in ra], *[b.shape[d] for d in rb])
+
+
+def mv(self, vec):
+    """The matrix ``self`` (n, m) times the vector ``vec`` (m,): a vector (n,)."""
+    if self.dim() != 2 or vec.dim() != 1:
+        raise _gflow.ShapeError(
+            f"vector + matrix @ vector expected, got {self.dim()}, {vec.dim()}")
+    if self.shape[1] != vec.shape[0]:
+        raise _gflow.ShapeError(
+            f"size mismatch, got input ({self.shape[0]}), mat ({self.shape[0]}x{self.shape[1]}), "
+            f"vec ({vec.shape[0]})")
+    return self.matmul(vec)
+
+
+def reshape_as(self, other):
+    """``self`` reshaped to ``other``'s shape."""
+    return self.reshape(*other.shape)
+
+
+def tensor_split(self, indices_or_sections, dim=0):
+    """``self`` split along ``dim`` into ``n`` near-equal parts (an int: the first ``size % n``
+    one longer) or at the given indices (a sequence, or a 1-D int64 tensor; a 0-d one is a
+    count), as ``torch.tensor_split``: a tuple of views (narrows)."""
+    if self.dim() == 0:
+        raise _gflow.ShapeError(
+            "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
+    d = _dim(dim, self.dim())
+    n = self.shape[d]
+    spec = indices_or_sections
+    if isinstance(spec, Tensor):
+        if spec.dtype != _gflow.int64:
+            raise _gflow.DTypeError(
+                "tensor_split expected tensor_indices_or_sections to have dtype of long, but "
+                f"got {spec.dtype}")
+        if spec.dim() > 1:
+            raise _gflow.ShapeError(
+                "tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
+                f"one-dimensional tensor, but got a tensor with {spec.dim()} dims")
+        spec = spec.tolist()
+    if isinstance(spec, int):
+        if spec <= 0:
+            raise _gflow.InvalidArgumentError(
+                f"number of sections must be larger than 0, got {spec}")
+        q, r = divmod(n, spec)
+        bounds, at = [], 0
+        for i in range(spec):
+            bounds.append(at)
+            at += q + (1 if i < r else 0)
+        bounds.append(n)
+    else:
+        bounds = [0] + [int(i) for i in spec] + [n]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        lo = min(max(lo + n if lo < 0 else lo, 0), n)
+        hi = min(max(hi + n if hi < 0 else hi, 0), n)
+        out.append(self.narrow(d, lo, max(hi - lo, 0)))
+    return tuple(out)
+
+
+# --- math: nan_to_num nansum nanmean isneginf isposinf logaddexp logit clamp_min clamp_max
+# floor_divide float_power exp2 ---
+
+
+def _float(t):
+    """``t``, as float32 when not floating (PyTorch's promotion for float-valued ops)."""
+    return t if t.is_floating_point() else t.to(_gflow.float32)
+
+
+def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+    """``self`` with NaN replaced by ``nan``, +inf by ``posinf`` and -inf by ``neginf`` (the
+    dtype's largest and lowest finite values unless told), as ``torch.nan_to_num``; the
+    gradient is zero at the replaced elements. Integer and bool tensors come back as a copy."""
+    if not self.is_floating_point():
+        return self.clone()
+    from ._runtime import finfo
+
+    info = finfo(self.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    out = _gflow.where(self == math.inf, posinf, self)
+    out = _gflow.where(self == -math.inf, neginf, out)
+    return _gflow.where(self != self, nan, out)
+
+
+def _reduce_kw(dim, keepdim):
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return {"keepdim": keepdim} if keepdim else {}
+    return {"dim": tuple(dim) if isinstance(dim, (tuple, list)) else dim, "keepdim": keepdim}
+
+
+def nansum(self, dim=None, keepdim=False, *, dtype=None):
+    """The sum over ``dim`` (all dims when ``None``) treating NaN as zero, as ``torch.nansum``;
+    the gradient is zero at the NaNs."""
+    x = self if dtype is None else self.to(dtype)
+    if x.is_floating_point():
+        x = _gflow.where(x != x, 0.0, x)
+    return x.sum(**_reduce_kw(dim, keepdim))
+
+
+def nanmean(self, dim=None, keepdim=False, *, dtype=None):
+    """The mean over ``dim`` of the non-NaN elements (NaN where there are none), as
+    ``torch.nanmean``; floating point only."""
+    x = self if dtype is None else self.to(dtype)
+    if not x.is_floating_point():
+        raise _gflow.DTypeError(
+            f"nanmean(): expected input to have floating point dtype but got {x.dtype}")
+    kw = _reduce_kw(dim, keepdim)
+    count = (x == x).to(x.dtype).sum(**kw)
+    return nansum(x, dim, keepdim) / count
+
+
+def isposinf(self):
+    """Where ``self`` is +inf (bool; never for integers)."""
+    if not self.is_floating_point():
+        return self != self
+    return self == math.inf
+
+
+def isneginf(self):
+    """Where ``self`` is -inf (bool; never for integers)."""
+    if not self.is_floating_point():
+        return self != self
+    return self == -math.inf
+
+
+def logaddexp(self, other):
+    """``log(e^self + e^other)`` without overflow: ``hi + log1p(e^(lo - hi))`` of the larger
+    and smaller of the two, so ``lo - hi <= 0`` everywhere (both branches finite for the
+    gradient); equal infinities give themselves, as PyTorch's."""
+    a, b = _float(self), other if isinstance(other, Tensor) else None
+    if b is None:
+        b = _gflow.full_like(a, other)
+    b = _float(b)
+    up = a >= b
+    hi, lo = _gflow.where(up, a, b), _gflow.where(up, b, a)
+    same_inf = (hi == lo).logical_and(hi.abs() == math.inf)
+    gap = _gflow.where(same_inf, 0.0, lo - hi)
+    return hi + gap.exp().log1p()
+
+
+def logit(self, eps=None):
+    """``log(p / (1 - p))`` of ``self`` clamped to ``[eps, 1 - eps]`` when ``eps`` is given,
+    as ``torch.logit`` (integers give floats)."""
+    x = _float(self)
+    if eps is not None:
+        x = x.clamp(eps, 1.0 - eps)
+    return (x / (1.0 - x)).log()
+
+
+def clamp_min(self, min):
+    """``self`` clamped below at ``min`` (a number or a tensor)."""
+    if isinstance(min, Tensor):
+        return self.maximum(min)
+    return self.clamp(min=min)
+
+
+def clamp_max(self, max):
+    """``self`` clamped above at ``max`` (a number or a tensor)."""
+    if isinstance(max, Tensor):
+        return self.minimum(max)
+    return self.clamp(max=max)
+
+
+def floor_divide(self, other):
+    """``self / other`` rounded toward minus infinity (Python's ``//``), as
+    ``torch.floor_divide``."""
+    return self.div(other, rounding_mode="floor")
+
+
+def float_power(self, exponent):
+    """``self ** exponent`` computed and returned in float64, as ``torch.float_power``."""
+    x = self.to(_gflow.float64)
+    if isinstance(exponent, Tensor):
+        exponent = exponent.to(_gflow.float64)
+    return x.pow(exponent)
+
+
+def exp2(self):
+    """``2 ** self`` (integers give floats)."""
+    return (_float(self) * math.log(2.0)).exp()
+
+
+def _correction(correction, unbiased):
+    if correction is not None and unbiased is not None:
+        raise _gflow.InvalidArgumentError("cannot specify both correction and unbiased")
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(var, mean)`` over ``dim`` (all dims when ``None``), as ``torch.var_mean``;
+    ``correction`` 1 unless ``correction=`` or ``unbiased=False`` says otherwise (a bool as
+    the second positional argument is ``unbiased``)."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    c = _correction(correction, unbiased)
+    kw = _reduce_kw(dim, keepdim)
+    return self.var(correction=c, **kw), self.mean(**kw)
+
+
+def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(std, mean)`` over ``dim``, as ``torch.std_mean`` (see ``var_mean``)."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    c = _correction(correction, unbiased)
+    kw = _reduce_kw(dim, keepdim)
+    return self.std(correction=c, **kw), self.mean(**kw)
+
+
+# --- order statistics: aminmax median nanmedian kthvalue quantile nanquantile cummax cummin
+# unique ---
+
+from collections import namedtuple  # noqa: E402
+
+aminmax_result = namedtuple("aminmax", ("min", "max"))
+median_result = namedtuple("median", ("values", "indices"))
+nanmedian_result = namedtuple("nanmedian", ("values", "indices"))
+kthvalue_result = namedtuple("kthvalue", ("values", "indices"))
+cummax_result = namedtuple("cummax", ("values", "indices"))
+cummin_result = namedtuple("cummin", ("values", "indices"))
+
+
+def aminmax(self, *, dim=None, keepdim=False):
+    """The named tuple ``(min, max)`` over ``dim`` (all dims when ``None``), as
+    ``torch.aminmax``."""
+    if self.numel() == 0 and dim is None:
+        raise _gflow.InvalidArgumentError(
+            "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+            "identity")
+    if dim is None:
+        if keepdim:
+            kw = {"dim": tuple(range(self.dim())), "keepdim": True} if self.dim() else {}
+        else:
+            kw = {}
+    else:
+        kw = {"dim": dim, "keepdim": keepdim}
+    return aminmax_result(self.amin(**kw), self.amax(**kw))
+
+
+def _check_nonempty(self, d, name):
+    if self.dim() and self.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+def _pick(sorted_, order, pos, d, keepdim):
+    """The values and indices of the sorted ``sorted_``/``order`` at the int64 positions
+    ``pos`` (shaped as the slices with ``d`` kept as 1)."""
+    v, i = sorted_.gather(d, pos), order.gather(d, pos)
+    return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+
+
+def _median(self, dim, keepdim, ignore_nan, result):
+    if dim is None:
+        if self.numel() == 0:
+            return _gflow.full((), math.nan, **_like(self, None))
+        flat = self.reshape(-1)
+        v, _ = _median(flat, 0, False, ignore_nan, result)
+        if not (self.is_floating_point() and self.requires_grad):
+            return v
+        # PyTorch's gradient: shared evenly by the elements equal to the median (the NaNs when
+        # it is NaN); the value kept exact by adding a zero that carries that gradient
+        v = v.detach()
+        hit = (flat == v).logical_or((flat != flat).logical_and(v != v))
+        carry = hit.logical_and(flat.abs() != math.inf)
+        count = hit.to(flat.dtype).sum()
+        zero = _gflow.where(carry, flat - flat.detach(), 0.0)
+        return v + (zero / count).sum()
+    nd = self.dim()
+    d = _dim(dim, nd)
+    x = self if nd else self.reshape(1)
+    _check_nonempty(x, d, result.__name__)
+    n = x.shape[d]
+    values, order = x.sort(dim=d)
+    if x.is_floating_point():
+        nans = (x != x).to(_gflow.int64).sum(dim=d, keepdim=True)
+    else:
+        nans = _gflow.zeros(*values.narrow(d, 0, 1).shape, **_like(x, _gflow.int64))
+    if ignore_nan:
+        # the lower median of the numbers; the first NaN's position when there are none
+        m = n - nans
+        pos = _gflow.where(m == 0, 0, (m - 1).div(2, rounding_mode="floor"))
+    else:
+        # NaN propagates: the first NaN (sorted last, in their original order)
+        pos = _gflow.where(nans > 0, n - nans, (n - 1) // 2 + nans * 0)
+    v, i = _pick(values, order, pos, d, keepdim or nd == 0)
+    if nd == 0:
+        v, i = v.reshape(()), i.reshape(())
+    return result(v, i)
+
+
+def median(self, dim=None, keepdim=False):
+    """The lower median (the ``(n - 1) // 2``-th smallest) over ``dim``, or of all elements as a
+    0-d tensor when ``dim`` is ``None``; with ``dim`` the named tuple ``(values, indices)``.
+    NaN propagates (the index that of the slice's first NaN), as ``torch.median``;
+    differentiable through the selected elements."""
+    return _median(self, dim, keepdim, False, median_result)
+
+
+def nanmedian(self, dim=None, keepdim=False):
+    """``median`` ignoring NaNs (NaN only where a slice holds nothing else), as
+    ``torch.nanmedian``."""
+    return _median(self, dim, keepdim, True, nanmedian_result)
+
+
+def kthvalue(self, k, dim=-1, keepdim=False):
+    """The named tuple ``(values, indices)`` of the ``k``-th smallest element along ``dim``
+    (NaN counted as the largest), as ``torch.kthvalue``."""
+    nd = self.dim()
+    d = _dim(dim, nd)
+    x = self if nd else self.reshape(1)
+    n = x.shape[d]
+    if not 1 <= k <= n:
+        raise _gflow.IndexOutOfRangeError(
+            f"kthvalue(): selected number k out of range for dimension {d}")
+    values, order = x.sort(dim=d)
+    v, i = values.narrow(d, k - 1, 1), order.narrow(d, k - 1, 1)
+    if nd == 0:
+        return kthvalue_result(v.reshape(()), i.reshape(()))
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    return kthvalue_result(v, i)
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(self, q, dim, keepdim, interpolation, ignore_nan, name):
+    import numpy as np
+
+    if not self.is_floating_point() or self.dtype in (_gflow.float16, _gflow.bfloat16):
+        raise _gflow.DTypeError(
+            f"{name}() input tensor must be either float or double dtype, got {self.dtype}")
+    if interpolation not in _INTERPOLATIONS:
+        raise _gflow.InvalidArgumentError(
+            f"{name}() interpolation must be one of linear, lower, higher, midpoint or "
+            f"nearest. Got {interpolation}")
+    scalar_q = not isinstance(q, Tensor)
+    if scalar_q:
+        qs = np.array([float(q)])
+    else:
+        if q.dtype != self.dtype:
+            raise _gflow.DTypeError(
+                f"{name}() q tensor must be same dtype as the input tensor, got {q.dtype}")
+        if q.dim() > 1:
+            raise _gflow.ShapeError(f"{name}() q must be a scalar or 1D tensor")
+        scalar_q = q.dim() == 0
+        qs = np.atleast_1d(q.numpy()).astype(np.float64)
+    if ((qs < 0) | (qs > 1) | np.isnan(qs)).any():
+        raise _gflow.InvalidValueError(f"{name}() q values must be in the range [0, 1]")
+    if dim is None:
+        x, d = self.reshape(-1), 0
+    else:
+        d = _dim(dim, self.dim())
+        x = self if self.dim() else self.reshape(1)
+    n = x.shape[d]
+    if n == 0:
+        raise IndexError(f"{name}() input tensor must be non-empty")
+    values = x.sort(dim=d).values
+    outs = []
+    if ignore_nan:
+        # per-slice ranks over the non-NaN count: positions gathered from the sorted values
+        m = (x == x).to(x.dtype).sum(dim=d, keepdim=True)
+        last = (m - 1).clamp(min=0)
+        for qv in qs:
+            rank = last * qv
+            lo, hi = rank.floor(), rank.ceil()
+            if interpolation == "nearest":
+                lo = hi = rank.round()
+            elif interpolation == "lower":
+                hi = lo
+            elif interpolation == "higher":
+                lo = hi
+            vlo = values.gather(d, lo.to(_gflow.int64))
+            vhi = values.gather(d, hi.to(_gflow.int64))
+            w = (rank - lo) if interpolation == "linear" else 0.5
+            out = vlo.lerp(vhi, w) if interpolation in ("linear", "midpoint") else vlo
+            outs.append(_gflow.where(m == 0, math.nan, out))
+    else:
+        nan = (x != x).any(dim=d, keepdim=True) if x.numel() else None
+        for qv in qs:
+            rank = qv * (n - 1)
+            lo, hi = math.floor(rank), math.ceil(rank)
+            if interpolation == "nearest":
+                lo = hi = int(np.round(rank))
+            elif interpolation == "lower":
+                hi = lo
+            elif interpolation == "higher":
+                lo = hi
+            vlo, vhi = values.narrow(d, lo, 1), values.narrow(d, hi, 1)
+            if interpolation == "linear":
+                out = vlo.lerp(vhi, rank - lo) if hi != lo else vlo
+            elif interpolation == "midpoint":
+                out = vlo.lerp(vhi, 0.5) if hi != lo else vlo
+            else:
+                out = vlo
+            # a slice holding NaN gives its last sorted element (a NaN), as PyTorch's
+            outs.append(_gflow.where(nan, values.narrow(d, n - 1, 1), out))
+    out = _gflow.stack(outs, 0)  # (nq, ... slice with d kept)
+    if dim is None:
+        out = out.reshape(len(qs), *([1] * self.dim() if keepdim else []))
+    elif not keepdim:
+        out = out.squeeze(d + 1) if self.dim() else out.reshape(len(qs))
+    elif not self.dim():
+        out = out.reshape(len(qs))
+    return out.squeeze(0) if scalar_q else out
+
+
+def quantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The ``q``-th quantiles (``q`` a number, or a 0-d or 1-D tensor of self's dtype, whose
+    dim comes first in the result) over ``dim`` (the flattened tensor when ``None``), with
+    PyTorch's interpolations ``linear lower higher midpoint nearest``; NaN where a slice holds
+    a NaN, as ``torch.quantile``; differentiable through the selected elements."""
+    return _quantile(self, q, dim, keepdim, interpolation, False, "quantile")
+
+
+def nanquantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """``quantile`` ignoring NaNs (NaN only where a slice holds nothing else)."""
+    return _quantile(self, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+def _cumext(self, dim, bigger, result):
+    """Running max (``bigger``) or min along ``dim`` with its index: for each position ``i``
+    the extreme over ``j <= i`` (an ``(.., n, n)`` masked reduction), its index the last ``j``
+    holding it (the last NaN once one is seen), as PyTorch's; the values gathered from ``self``
+    at those indices, so the gradient goes where PyTorch's does."""
+    nd = self.dim()
+    x = self if nd else self.reshape(1)
+    d = _dim(dim, nd)
+    n = x.shape[d]
+    if x.numel() == 0:
+        empty = x.to(_gflow.int64)
+        return result(self.clone(), empty.reshape(*self.shape))
+    work = x.detach().to(_gflow.float64 if x.is_floating_point() else _gflow.int64)
+    work = work.movedim(d, -1)  # (..., n)
+    ar = _gflow.arange(n, **where(x))
+    upto = ar.unsqueeze(1) >= ar.unsqueeze(0)  # [i, j]: j <= i
+    fill = (-math.inf if bigger else math.inf) if work.is_floating_point() else (
+        -2 ** 63 if bigger else 2 ** 63 - 1)
+    grid = work.unsqueeze(-2).expand(*work.shape[:-1], n, n).masked_fill(upto.logical_not(),
+                                                                          fill)
+    ext = grid.amax(-1, keepdim=True) if bigger else grid.amin(-1, keepdim=True)
+    cols = work.unsqueeze(-2)
+    hit = (cols == ext).logical_or((cols != cols).logical_and(ext != ext)).logical_and(upto)
+    idx = _gflow.where(hit, ar, -1).amax(-1)  # (..., n)
+    idx = idx.movedim(-1, d)
+    values = x.gather(d, idx)
+    if nd == 0:
+        return result(values.reshape(()), idx.reshape(()))
+    return result(values, idx)
+
+
+def cummax(self, dim):
+    """The named tuple ``(values, indices)`` of the running maximum along ``dim``, as
+    ``torch.cummax`` (ties and NaNs take the latest index; NaN propagates). O(n^2) in the
+    length of ``dim``."""
+    return _cumext(self, dim, True, cummax_result)
+
+
+def cummin(self, dim):
+    """The running minimum along ``dim`` with its indices, as ``torch.cummin`` (see
+    ``cummax``)."""
+    return _cumext(self, dim, False, cummin_result)
+
+
+def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct elements of ``self`` in ascending order (or the distinct slices along
+    ``dim``, ordered lexicographically), with the inverse indices (``self``'s shape, or
+    ``dim``'s length) and counts when asked, as ``torch.unique``; the size depends on the
+    values, which are read (for a global tensor a collective, as ``numpy()``), the results
+    placed where ``self`` is; not differentiable. The result is always sorted."""
+    import numpy as np
+
+    a = self.detach().numpy()
+    kw = {}
+    if dim is not None:
+        dim = _dim(dim, self.dim())
+        kw["axis"] = dim
+    elif a.dtype.kind == "f":
+        try:
+            np.unique(np.zeros(1), equal_nan=False)
+            kw["equal_nan"] = False
+        except TypeError:
+            pass
+    vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, **kw)
+    out = _gflow.tensor(np.ascontiguousarray(vals), dtype=self.dtype, **where(self))
+    if dim is None:
+        inv = inv.reshape(a.shape)
+    else:
+        inv = inv.reshape(-1)
+    rest = []
+    if return_inverse:
+        rest.append(_gflow.tensor(inv.astype(np.int64), **where(self)))
+    if return_counts:
+        rest.append(_gflow.tensor(cnt.astype(np.int64), **where(self)))
+    return (out, *rest) if rest else out
+
+
+# --- index_add index_fill scatter and their in-place forms ---
+
+
+def _check_index(index, name, n=None):
+    if index.dtype not in (_gflow.int64, _gflow.int32):
+        raise _gflow.DTypeError(f"{name}(): Expected dtype int32/int64 for index, got "
+                                f"{index.dtype}")
+    if index.dim() > 1:
+        raise _gflow.ShapeError(f"{name}(): Index is supposed to be a vector")
+
+
+def _along(index, d, nd):
+    """The 1-D ``index`` shaped to broadcast along dim ``d`` of ``nd`` dims."""
+    shape = [1] * nd
+    shape[d] = -1
+    return index.reshape(*shape)
+
+
+def index_add(self, dim, index, source, *, alpha=1):
+    """``self`` with ``alpha * source``'s slices along ``dim`` added at the positions
+    ``index`` (repeats add up), as ``torch.index_add``: a ``scatter_add``, differentiable in
+    ``self`` and ``source``."""
+    _check_index(index, "index_add_")
+    if source.dtype != self.dtype:
+        raise _gflow.DTypeError(
+            f"index_add_(): self ({self.dtype}) and source ({source.dtype}) must have the same "
+            "scalar type")
+    nd = max(self.dim(), 1)
+    d = _dim(dim, self.dim())
+    x = self if self.dim() else self.reshape(1)
+    src = source if source.dim() else source.reshape(1)
+    if src.dim() != nd:
+        raise _gflow.ShapeError(
+            "index_add_(): source and self must have the same number of dimensions")
+    if index.numel() != src.shape[d]:
+        raise _gflow.ShapeError(
+            "index_add_(): Number of indices should be equal to source.size(dim)")
+    for i in range(nd):
+        if i != d and src.shape[i] != x.shape[i]:
+            raise _gflow.ShapeError(
+                f"index_add_(): source.size({i}) = {src.shape[i]} does not match self.size({i}) "
+                f"= {x.shape[i]}")
+    if alpha != 1:
+        src = src * alpha
+    idx = _along(index.reshape(-1).to(_gflow.int64), d, nd).expand(*src.shape)
+    return x.scatter_add(d, idx, src).reshape(*self.shape)
+
+
+def index_fill(self, dim, index, value):
+    """``self`` with its slices along ``dim`` at the positions ``index`` set to ``value`` (a
+    number or a 0-d tensor), as ``torch.index_fill``; negative indices count from the end."""
+    _check_index(index, "index_fill_")
+    if isinstance(value, Tensor) and value.dim() != 0:
+        raise _gflow.ShapeError(
+            "index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+            f"{value.dim()} dimension(s).")
+    d = _dim(dim, self.dim())
+    x = self if self.dim() else self.reshape(1)
+    n = x.shape[d]
+    idx = index.reshape(-1).to(_gflow.int64)
+    if idx.numel():
+        lo, hi = int(idx.amin().item()), int(idx.amax().item())
+        if lo < -n or hi >= n:
+            raise _gflow.IndexOutOfRangeError(
+                f"index_fill_(): index out of range for dim {d} of size {n}")
+    idx = _gflow.where(idx < 0, idx + n, idx)
+    ar = _gflow.arange(n, **where(x))
+    hit = (ar.unsqueeze(1) == idx.unsqueeze(0)).any(1)
+    out = _gflow.where(_along(hit, d, x.dim()), value, x)
+    return out.reshape(*self.shape)
+
+
+def scatter(self, dim, index, src=None, value=None, *, reduce=None):
+    """``self`` with ``src[i][j]`` (or the number ``value``) written at ``[index[i][j]][j]``
+    for ``dim == 0``, and so on, as ``torch.scatter`` without ``reduce`` (the result for a
+    repeated index is undefined, as PyTorch's); differentiable in ``self`` (zero where written)
+    and ``src`` (gathered)."""
+    if reduce is not None:
+        raise _gflow.InvalidArgumentError("scatter: reduce= is not supported; use scatter_add")
+    if src is None:
+        src = value
+    if src is None:
+        raise TypeError("scatter() missing the src or value argument")
+    if index.dtype != _gflow.int64:
+        raise _gflow.DTypeError(f"scatter(): Expected dtype int64 for index, got {index.dtype}")
+    d = _dim(dim, self.dim())
+    if index.dim() != self.dim() and not (index.dim() <= 1 and self.dim() <= 1):
+        raise _gflow.ShapeError(
+            "Index tensor must have the same number of dimensions as self tensor")
+    ones = _gflow.ones(*index.shape, **_like(self, _gflow.int64))
+    count = _gflow.zeros(*self.shape, **_like(self, _gflow.int64)).scatter_add(d, index, ones)
+    hit = count > 0
+    if isinstance(src, Tensor):
+        if src.dtype != self.dtype:
+            raise _gflow.DTypeError(
+                f"scatter(): Expected self.dtype to be equal to src.dtype, got {self.dtype} and "
+                f"{src.dtype}")
+        if src.dim() != index.dim():
+            raise _gflow.ShapeError(
+                "Index tensor must have the same number of dimensions as src tensor")
+        part = src
+        for i, s in enumerate(index.shape):
+            if s > src.shape[i]:
+                raise _gflow.ShapeError(
+                    f"Expected index {tuple(index.shape)} to be smaller than src "
+                    f"{tuple(src.shape)} apart from dimension {d}")
+            if s != src.shape[i]:
+                part = part.narrow(i, 0, s)
+        placed = _gflow.zeros(*self.shape, **_like(self, None)).scatter_add(d, index, part)
+        return _gflow.where(hit, placed, self)
+    return _gflow.where(hit, src, self)
+
+
+def _inplace(self, out):
+    """``self`` overwritten with ``out`` through ``copy_`` (so views, version counters and
+    autograd's in-place rules hold), refusing, as PyTorch, a result type that cannot be cast
+    back to ``self``'s (a float result into an integer tensor, an integer one into bool)."""
+    if out.dtype != self.dtype:
+        if out.is_floating_point() and not self.is_floating_point() or (
+                self.dtype == _gflow.bool and out.dtype != _gflow.bool):
+            raise _gflow.DTypeError(
+                f"result type {out.dtype} can't be cast to the desired output type "
+                f"{self.dtype}")
+        out = out.to(self.dtype)
+    if tuple(out.shape) != tuple(self.shape):
+        out = out.expand(*self.shape)
+    return self.copy_(out)
+
+
+def index_add_(self, dim, index, source, *, alpha=1):
+    """In-place ``index_add``."""
+    return _inplace(self, index_add(self, dim, index, source, alpha=alpha))
+
+
+def index_fill_(self, dim, index, value):
+    """In-place ``index_fill``."""
+    return _inplace(self, index_fill(self, dim, index, value))
+
+
+def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
+    """In-place ``scatter``."""
+    return _inplace(self, scatter(self, dim, index, src, value, reduce=reduce))
+
+
+def _make_inplace(name):
+    def f(self, *args, **kwargs):
+        return _inplace(self, getattr(self, name)(*args, **kwargs))
+
+    f.__name__ = name + "_"
+    f.__doc__ = f"In-place ``{name}``: ``self.copy_(self.{name}(...))``, returning ``self``."
+    return f
+
+
+for _name in ("movedim moveaxis swapaxes swapdims take_along_dim tensordot mv reshape_as "
+              "tensor_split nan_to_num nansum nanmean isposinf isneginf logaddexp logit clamp_min "
+              "clamp_max floor_divide float_power exp2 var_mean std_mean aminmax median nanmedian "
+              "kthvalue quantile nanquantile cummax cummin unique index_add index_fill scatter "
+              "index_add_ index_fill_ scatter_").split():
+    setattr(Tensor, _name, globals()[_name])
+for _name in ("abs neg exp log sqrt rsqrt sigmoid tanh relu sin cos floor ceil round trunc sign "
+              "reciprocal square pow log1p expm1 clamp_min clamp_max nan_to_num").split():
+    if not hasattr(Tensor, _name + "_"):
+        setattr(Tensor, _name + "_", _make_inplace(_name))
+del _name
 
 __all__ = ["eye", "outer", "norm", "equal", "isclose", "hstack", "vstack", "einsum"]
