@@ -400,6 +400,18 @@ pub(crate) fn renamed(op: &'static str) -> impl Fn(Error) -> Error {
     }
 }
 
+/// The signatures of an operator that works along whole lines of `dim` (softmax, sorting, a
+/// scan) on `inputs` inputs of one shape of `ndim` dims: a split of any other dim stays, each
+/// input split alike, and broadcast stays; a split of `dim` itself is gathered first.
+fn line_signatures(ndim: usize, dim: usize, inputs: usize) -> Vec<Signature> {
+    let mut v: Vec<Signature> = (0..ndim)
+        .filter(|&d| d != dim)
+        .map(|d| Signature::new(vec![Sbp::Split(d); inputs], Sbp::Split(d)))
+        .collect();
+    v.push(Signature::new(vec![Sbp::Broadcast; inputs], Sbp::Broadcast));
+    v
+}
+
 /// Checks a dimension index.
 fn check_dim(op: &'static str, dim: usize, ndim: usize) -> Result<()> {
     if dim < ndim {

@@ -3,7 +3,7 @@
 //! output's. A split on any other dim stays (and a partial sum stays partial: the scan is
 //! linear); a split on the scanned dim is gathered first.
 
-use super::{Kernel, Op, Signature, check_dim};
+use super::{Kernel, Op, Signature, check_dim, line_signatures};
 use crate::autograd::record;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -28,12 +28,8 @@ impl Op for CumSum {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        // elementwise along every other dim, and linear (partial sums stay partial)
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .filter(|&d| d != self.dim)
-            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
+        // along whole lines, and linear (partial sums stay partial)
+        let mut v = line_signatures(shapes[0].len(), self.dim, 1);
         v.push(Signature::new(
             [Sbp::Partial(ReduceOp::Sum)],
             Sbp::Partial(ReduceOp::Sum),

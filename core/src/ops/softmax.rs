@@ -1,6 +1,6 @@
 //! `softmax` and `log_softmax` over one dimension.
 
-use super::{Kernel, Op, Signature, check_dim};
+use super::{Kernel, Op, Signature, check_dim, line_signatures};
 use crate::autograd::record;
 use crate::error::Result;
 use crate::sbp::Sbp;
@@ -21,12 +21,7 @@ impl Op for Softmax {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .filter(|&d| d != self.dim)
-            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
-        v
+        line_signatures(shapes[0].len(), self.dim, 1)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend
@@ -50,15 +45,7 @@ impl Op for SoftmaxGrad {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .filter(|&d| d != self.0.dim)
-            .map(|d| Signature::new([Sbp::Split(d), Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new(
-            [Sbp::Broadcast, Sbp::Broadcast],
-            Sbp::Broadcast,
-        ));
-        v
+        line_signatures(shapes[0].len(), self.0.dim, 2)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend.softmax_grad(

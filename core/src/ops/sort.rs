@@ -3,11 +3,10 @@
 //! the input with them, so gradients flow back to where each value came from. The sorted dim
 //! must be whole on a rank (a split there is gathered first); a split on any other dim stays.
 
-use super::{Kernel, Op, Signature, check_dim};
+use super::{Kernel, Op, Signature, check_dim, line_signatures};
 use crate::autograd::no_grad;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::sbp::Sbp;
 use crate::storage::Buffer;
 use crate::tensor::Tensor;
 
@@ -32,13 +31,8 @@ impl Op for Argsort {
         Ok(shapes[0].to_vec())
     }
     fn signatures(&self, shapes: &[&[usize]], _: &[usize]) -> Vec<Signature> {
-        // Positions are within the whole dim: it must be whole on each rank.
-        let mut v: Vec<Signature> = (0..shapes[0].len())
-            .filter(|&d| d != self.dim)
-            .map(|d| Signature::new([Sbp::Split(d)], Sbp::Split(d)))
-            .collect();
-        v.push(Signature::new([Sbp::Broadcast], Sbp::Broadcast));
-        v
+        // positions are within the whole dim: it must be whole on each rank
+        line_signatures(shapes[0].len(), self.dim, 1)
     }
     fn compute(&self, k: &Kernel<'_>) -> Result<Buffer> {
         k.backend
