@@ -813,8 +813,15 @@ const CASCADE_ROWS: usize = 64;
 
 /// Folds the rows (of `inner` elements) of `rows` with `f` into `acc`: at most
 /// [`CASCADE_ROWS`] rows one after the other, more as two halves folded apart and then
-/// together.
-fn fold_rows<T: Float>(rows: &[T], inner: usize, f: impl Fn(T, T) -> T + Copy, acc: &mut [T]) {
+/// together. `scratch` holds a right half's partial results at each level of halving (see
+/// [`cascade_scratch`]), so the folding allocates nothing.
+fn fold_rows<T: Float>(
+    rows: &[T],
+    inner: usize,
+    f: impl Fn(T, T) -> T + Copy,
+    acc: &mut [T],
+    scratch: &mut [T],
+) {
     let n = rows.len() / inner;
     if n <= CASCADE_ROWS {
         acc.copy_from_slice(&rows[..inner]);
@@ -826,12 +833,24 @@ fn fold_rows<T: Float>(rows: &[T], inner: usize, f: impl Fn(T, T) -> T + Copy, a
         return;
     }
     let mid = n / 2 * inner;
-    fold_rows(&rows[..mid], inner, f, acc);
-    let mut right = acc.to_vec();
-    fold_rows(&rows[mid..], inner, f, &mut right);
-    for (a, b) in acc.iter_mut().zip(right) {
+    let (right, deeper) = scratch.split_at_mut(inner);
+    fold_rows(&rows[..mid], inner, f, acc, deeper);
+    fold_rows(&rows[mid..], inner, f, right, deeper);
+    for (a, &b) in acc.iter_mut().zip(right.iter()) {
         *a = f(*a, b);
     }
+}
+
+/// The scratch [`fold_rows`] needs for `len` rows of `inner` elements: one row per level of
+/// halving.
+fn cascade_scratch<T: Float>(len: usize, inner: usize) -> Vec<T> {
+    let mut levels = 0;
+    let mut n = len;
+    while n > CASCADE_ROWS {
+        n = n.div_ceil(2);
+        levels += 1;
+    }
+    vec![T::zero(); levels * inner]
 }
 
 /// [`reduce_dim`] with the combining function `f` and its identity `init` (inlined, so each
@@ -880,7 +899,7 @@ fn reduce_dim_with<T: Float>(
             if len > CASCADE_ROWS {
                 // halves folded on their own, then together (pairwise, for float sums)
                 let mut acc = vec![init; inner];
-                fold_rows(rows, inner, f, &mut acc);
+                fold_rows(rows, inner, f, &mut acc, &mut cascade_scratch(len, inner));
                 init_map(slots, &acc, |v| v);
                 return;
             }
