@@ -11,10 +11,15 @@ from . import _gflow
 from ._gflow import Tensor
 
 
+def _kind(t):
+    """The placement type of ``t``'s device: ``"cpu"``, or ``"gpu"`` for any GPU."""
+    kind = t.placement.type if t.is_global else str(t.device).split(":")[0]
+    return "cpu" if kind == "cpu" else "gpu"
+
+
 def _world(t):
     """The placement of every rank, of ``t``'s device type."""
-    kind = str(t.device).split(":")[0]
-    return _gflow.placement("cpu" if kind == "cpu" else "gpu", list(range(_gflow.get_world_size())))
+    return _gflow.placement(_kind(t), list(range(_gflow.get_world_size())))
 
 
 def _local(t, what):
@@ -141,9 +146,7 @@ def _peer(rank, what, name):
 def _moved(t, src, dst):
     """``t`` (global on ``[src]``, rank ``dst`` holding no part) as a local tensor on ``dst``:
     a transfer between the two ranks only."""
-    kind = str(t.device).split(":")[0] if t.is_local else t.placement.type
-    to = _gflow.placement("cpu" if kind == "cpu" else "gpu", [dst])
-    return t.to_global(placement=to, sbp=_gflow.broadcast)
+    return t.to_global(placement=_gflow.placement(_kind(t), [dst]), sbp=_gflow.broadcast)
 
 
 def send(tensor, dst, send_meta=True):
@@ -164,8 +167,7 @@ def send(tensor, dst, send_meta=True):
         meta = [len(tensor.shape), *tensor.shape, _DTYPES.index(dtype)]
         ship([meta[0]], _gflow.int64)
         ship(meta[1:], _gflow.int64)
-    kind = str(tensor.device).split(":")[0]
-    ship(tensor.detach().numpy(), tensor.dtype, "cpu" if kind == "cpu" else "gpu")
+    ship(tensor.detach().numpy(), tensor.dtype, _kind(tensor))
 
 
 def recv(src, shape=None, dtype=None, device=None, *, out=None):
