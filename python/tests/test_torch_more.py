@@ -23,8 +23,9 @@ import gflow as flow
 import gflow.nn as nn
 import gflow.nn.functional as F
 
+from torch_cases import KINDS, P, central_grad, check_case, make
+
 RNG = np.random.default_rng(11)
-P = flow.placement("cpu", [0])
 
 
 def randn(*shape):
@@ -253,51 +254,10 @@ CASES += [Case(f"einsum-{eq}", lambda L, *ts, eq=eq: L.t.einsum(eq, *ts),
                lambda *arrays, eq=eq: np.einsum(eq, *arrays), *[randn(*s) for s in shapes])
           for eq, shapes in EINSUM]
 
-KINDS = ["local", "broadcast", "split"]
-
-
-def make(a, kind, requires_grad=False):
-    """``a`` as a flow tensor: local, or global on the 1-rank placement (split on dim 0 when
-    it has one)."""
-    if kind == "local":
-        return flow.tensor(a, requires_grad=requires_grad)
-    sbp = flow.sbp.split(0) if kind == "split" and a.ndim else flow.sbp.broadcast
-    return flow.tensor(a, placement=P, sbp=sbp, requires_grad=requires_grad)
-
-
-def central_grad(f, arrays, i, h=1e-6):
-    """d f(arrays) / d arrays[i] by central differences (``f`` scalar)."""
-    arrays = [a.copy() for a in arrays]
-    a, g = arrays[i], np.zeros_like(arrays[i])
-    for idx in np.ndindex(a.shape):
-        old = a[idx]
-        a[idx] = old + h
-        up = f(*arrays)
-        a[idx] = old - h
-        down = f(*arrays)
-        a[idx] = old
-        g[idx] = (up - down) / (2 * h)
-    return g
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_values_and_gradients_against_numpy(case, kind):
-    ts = [make(a, kind, i in case.grad) for i, a in enumerate(case.inputs)]
-    out = case.call(FLOW, *ts)
-    ref = np.asarray(case.ref(*case.inputs))
-    assert out.is_global == (kind != "local")
-    assert tuple(out.shape) == ref.shape
-    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-10, atol=1e-12)
-    if not case.grad:
-        return
-    up = RNG.standard_normal(ref.shape)
-    (out * make(up, "broadcast" if out.is_global else "local")).sum().backward()
-    for i in case.grad:
-        want = central_grad(lambda *arrays: (np.asarray(case.ref(*arrays)) * up).sum(),
-                            case.inputs, i)
-        np.testing.assert_allclose(ts[i].grad.numpy(), want, rtol=1e-6, atol=1e-7,
-                                   err_msg=f"gradient of input {i}")
+    check_case(case, kind, FLOW, RNG)
 
 
 @pytest.mark.filterwarnings("ignore:reduction. 'mean' divides:UserWarning")
