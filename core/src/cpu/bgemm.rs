@@ -7,9 +7,10 @@
 //! `b` is packed once per product into [`NR`]-column panels of k-pairs (each 32-bit word holds
 //! two consecutive k of one column), `a` row panel by row panel into [`MR`] rows of k-pairs, and
 //! an MR x NR register tile of f32 sums (28 of the 32 vector registers) takes one broadcast pair
-//! of `a` against two vectors of `b` per step. The sums are f32 and the caller rounds them to
-//! bf16 once (PyTorch's rule for 16-bit products). The tile kernel has a portable twin with the
-//! same arithmetic order, so the packing and tiling are tested on every CPU.
+//! of `a` against two vectors of `b` per step. The sums are f32, rounded once to bf16 as each
+//! tile is stored (PyTorch's rule for 16-bit products), so no f32 product is ever allocated. The
+//! tile and rounding kernels have portable twins with the same arithmetic, so the packing and
+//! tiling are tested on every CPU.
 
 use rayon::prelude::*;
 
@@ -24,6 +25,9 @@ const NR: usize = 32;
 /// One tile: the MR x NR sums of a packed row panel (`kp` pairs) against a packed column panel.
 type Tile = fn(usize, &[u32], &[u32], &mut [[f32; NR]; MR]);
 
+/// Rounds f32 sums to bf16 (to nearest, ties to even; NaN stays NaN), as many as both hold.
+type Round = fn(&[f32], &mut [bf16]);
+
 /// Whether this CPU runs the pair dot products.
 pub(super) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -36,19 +40,26 @@ pub(super) fn available() -> bool {
     }
 }
 
-/// `out` (m x n, row-major, every element written) = `a` (m x k) times `b` (k x n) in f32 sums;
-/// `false` (nothing written) where the CPU lacks AVX512-BF16. `threads`: split the rows over
-/// rayon's threads.
+/// `out` (m x n, row-major, every element written) = `a` (m x k) times `b` (k x n), summed in
+/// f32 and rounded once; `false` (nothing written) where the CPU lacks AVX512-BF16. `threads`:
+/// split the rows over rayon's threads.
 pub(super) fn product(
     a: View<'_, bf16>,
     b: View<'_, bf16>,
     dims: (usize, usize, usize),
-    out: &mut [f32],
+    out: &mut [bf16],
     threads: bool,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if available() {
-        run(a, b, dims, out, threads, simd::tile_checked);
+        run(
+            a,
+            b,
+            dims,
+            out,
+            threads,
+            (simd::tile_checked, simd::round_checked),
+        );
         return true;
     }
     let _ = (a, b, dims, out, threads);
@@ -118,14 +129,14 @@ fn pack(v: View<'_, bf16>, c0: usize, (n, k): (usize, usize), dst: &mut [u32], w
     }
 }
 
-/// The product with `tile` computing each MR x NR block of the output.
+/// The product with `tile` computing each MR x NR block of the output and `round` storing it.
 fn run(
     a: View<'_, bf16>,
     b: View<'_, bf16>,
     (m, n, k): (usize, usize, usize),
-    out: &mut [f32],
+    out: &mut [bf16],
     threads: bool,
-    tile: Tile,
+    (tile, round): (Tile, Round),
 ) {
     let kp = k.div_ceil(2);
     let panels = n.div_ceil(NR);
@@ -137,7 +148,7 @@ fn run(
         packed_b.chunks_mut(kp * NR).enumerate().for_each(panel);
     }
     let packed_b = &packed_b;
-    let rows = |(rp, o): (usize, &mut [f32]), packed_a: &mut Vec<u32>| {
+    let rows = |(rp, o): (usize, &mut [bf16]), packed_a: &mut Vec<u32>| {
         let r0 = rp * MR;
         packed_a.resize(kp * MR, 0);
         pack(a.t(), r0, (m, k), packed_a, MR);
@@ -152,7 +163,7 @@ fn run(
             );
             let cols = NR.min(n - c0);
             for (row, s) in o.chunks_exact_mut(n).zip(&sums) {
-                row[c0..c0 + cols].copy_from_slice(&s[..cols]);
+                round(&s[..cols], &mut row[c0..c0 + cols]);
             }
         }
     };
@@ -166,6 +177,14 @@ fn run(
         for x in out[..m * n].chunks_mut(MR * n).enumerate() {
             rows(x, &mut packed_a);
         }
+    }
+}
+
+/// The rounding in portable code: `half`'s conversion, element by element.
+#[cfg(test)]
+fn round_portable(sums: &[f32], out: &mut [bf16]) {
+    for (o, &s) in out.iter_mut().zip(sums) {
+        *o = bf16::from_f32(s);
     }
 }
 
@@ -191,11 +210,49 @@ fn tile_portable(kp: usize, a: &[u32], b: &[u32], sums: &mut [[f32; NR]; MR]) {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::{
-        __m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_set1_epi32,
-        _mm512_setzero_ps, _mm512_storeu_ps,
+        __m512, __m512bh, __m512i, _CMP_UNORD_Q, _mm256_storeu_si256, _mm512_add_epi32,
+        _mm512_and_si512, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtepi32_epi16,
+        _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_mask_blend_epi32, _mm512_or_si512,
+        _mm512_set1_epi32, _mm512_setzero_ps, _mm512_srli_epi32, _mm512_storeu_ps,
     };
 
     use super::{MR, NR};
+    use crate::dtype::bf16;
+
+    /// [`round`] where `product` found AVX-512F.
+    pub(super) fn round_checked(sums: &[f32], out: &mut [bf16]) {
+        // SAFETY: only `product` passes this, after `available()` found AVX-512F.
+        unsafe { round(sums, out) }
+    }
+
+    /// `half`'s rounding 16 lanes at a time: add 0x7fff plus the kept part's lowest bit and
+    /// drop the low half (to nearest, ties to even), NaN's top half with its quiet bit set.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn round(sums: &[f32], out: &mut [bf16]) {
+        let len = sums.len().min(out.len());
+        let full = len - len % 16;
+        let (one, bias, quiet) = (
+            _mm512_set1_epi32(1),
+            _mm512_set1_epi32(0x7fff),
+            _mm512_set1_epi32(0x40),
+        );
+        for i in (0..full).step_by(16) {
+            // SAFETY: i + 16 <= len, within both slices; bf16 is 16 bits as the stored words.
+            unsafe {
+                let x = _mm512_loadu_si512(sums.as_ptr().add(i).cast());
+                let top = _mm512_srli_epi32::<16>(x);
+                let even = _mm512_add_epi32(bias, _mm512_and_si512(top, one));
+                let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, even));
+                let f = _mm512_castsi512_ps(x);
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(f, f);
+                let bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(top, quiet));
+                _mm256_storeu_si256(out.as_mut_ptr().add(i).cast(), _mm512_cvtepi32_epi16(bits));
+            }
+        }
+        for (o, &s) in out[full..len].iter_mut().zip(&sums[full..len]) {
+            *o = bf16::from_f32(s);
+        }
+    }
 
     /// [`tile`] behind the bounds its loads rely on.
     pub(super) fn tile_checked(kp: usize, a: &[u32], b: &[u32], sums: &mut [[f32; NR]; MR]) {
@@ -283,15 +340,16 @@ mod tests {
     }
 
     /// Edges (m, n, k not multiples of the tile, k odd), transposed and gapped operands (each
-    /// of the packing's three paths), both tile
-    /// kernels where the CPU has the instructions, threads or not: within f32 summation error
-    /// of the f64 product.
+    /// of the packing's three paths), the portable and vector kernels where the CPU has the
+    /// instructions, threads or not: within f32 summation error of the f64 product plus one
+    /// bf16 rounding, and the vector kernels equal to the portable ones bit for bit.
     #[test]
     fn products_equal_the_f64_product_at_every_edge() {
-        let mut tiles: Vec<(&str, Tile)> = vec![("portable", tile_portable)];
+        let mut kernels: Vec<(&str, (Tile, Round))> =
+            vec![("portable", (tile_portable, round_portable))];
         #[cfg(target_arch = "x86_64")]
         if available() {
-            tiles.push(("avx512bf16", simd::tile_checked));
+            kernels.push(("avx512bf16", (simd::tile_checked, simd::round_checked)));
         } else {
             eprintln!(
                 "!!! no AVX512-BF16 on this CPU: only the portable tile kernel is tested !!!"
@@ -328,19 +386,68 @@ mod tests {
                 };
                 let a = if a_t && b_t { gapped } else { a };
                 let want = reference(a, b, (m, n, k));
-                for &(name, tile) in &tiles {
+                let mut first: Option<Vec<bf16>> = None;
+                for &(name, kernel) in &kernels {
                     for threads in [false, true] {
-                        let mut out = vec![f32::NAN; m * n];
-                        run(a, b, (m, n, k), &mut out, threads, tile);
+                        let mut out = vec![bf16::NAN; m * n];
+                        run(a, b, (m, n, k), &mut out, threads, kernel);
                         for (i, (g, w)) in out.iter().zip(&want).enumerate() {
                             assert!(
-                                (f64::from(*g) - w).abs() <= 1e-6 * k as f64,
+                                (g.to_f64() - w).abs() <= 1e-6 * k as f64 + w.abs() / 256.0,
                                 "{name} {m}x{n}x{k} trans {a_t},{b_t} [{i}]: {g} vs {w}"
                             );
                         }
+                        let first = first.get_or_insert_with(|| out.clone());
+                        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&out), bits(first), "{name} {m}x{n}x{k}");
                     }
                 }
             }
         }
+    }
+
+    /// The vector rounding is `half`'s, bit for bit: ties both ways, the largest finite values
+    /// (one rounds to inf), infinities, subnormals, signed zeros and NaNs with payloads, in every
+    /// lane and in the scalar tail.
+    #[test]
+    fn vector_rounding_is_halfs() {
+        let specials: Vec<f32> = [
+            0x3f80_8000u32, // a tie, kept part even: down
+            0x3f81_8000,    // a tie, kept part odd: up
+            0x3f80_8001,
+            0x3f80_7fff,
+            0x7f7f_ffff, // rounds to inf
+            0x7f7f_7fff,
+            0x7f80_0000,
+            0xff80_0000,
+            0x0000_0001,
+            0x8000_8000,
+            0x0000_0000,
+            0x8000_0000,
+            0x7fc0_0000,
+            0x7f80_0001, // a signalling NaN: half quietens it
+            0xffc1_2345,
+        ]
+        .into_iter()
+        .map(f32::from_bits)
+        .chain(values(70, 4).into_iter().map(|v| (v * 1e3) as f32))
+        .collect();
+        let mut want = vec![bf16::ZERO; specials.len()];
+        round_portable(&specials, &mut want);
+        #[cfg(target_arch = "x86_64")]
+        if available() {
+            let mut got = vec![bf16::ZERO; specials.len()];
+            simd::round_checked(&specials, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "[{i}] {:#x}",
+                    specials[i].to_bits()
+                );
+            }
+            return;
+        }
+        eprintln!("!!! no AVX512-BF16 on this CPU: the vector rounding is not tested !!!");
     }
 }

@@ -645,6 +645,37 @@ fn apply<T: Float>(op: BinaryOp, a: T, b: T) -> T {
                 a
             }
         }
+        // Rust's float `%` is C's exact `fmod`.
+        BinaryOp::Fmod => a % b,
+        // PyTorch's CPU formulas (c10's div_floor_floating and remainder).
+        BinaryOp::Remainder => {
+            let r = a % b;
+            if r != T::zero() && (b < T::zero()) != (r < T::zero()) {
+                r + b
+            } else {
+                r
+            }
+        }
+        BinaryOp::FloorDivide => {
+            if b == T::zero() {
+                return a / b;
+            }
+            let r = a % b;
+            let mut q = (a - r) / b;
+            if r != T::zero() && (b < T::zero()) != (r < T::zero()) {
+                q = q - T::one();
+            }
+            if q == T::zero() {
+                // zero with the quotient's sign
+                return T::zero() * (a / b).signum();
+            }
+            let f = q.floor();
+            if q - f > T::from(0.5).unwrap_or_else(T::zero) {
+                f + T::one()
+            } else {
+                f
+            }
+        }
     }
 }
 
@@ -687,7 +718,11 @@ pub(super) fn binary<T: Float>(
             b,
             shapes,
         ),
-        BinaryOp::Maximum | BinaryOp::Minimum => binary_with(
+        BinaryOp::Maximum
+        | BinaryOp::Minimum
+        | BinaryOp::Fmod
+        | BinaryOp::Remainder
+        | BinaryOp::FloorDivide => binary_with(
             #[inline(always)]
             |x: T, y: T| apply(op, x, y),
             a,
@@ -1154,10 +1189,10 @@ fn views<'a, T>(
     )
 }
 
-/// bf16 products by AVX512-BF16's pair dot products ([`bgemm`](super::bgemm)): f32 sums for
-/// the caller to round, where the CPU has the instructions and a product is large enough to
-/// pay for packing; `None` otherwise (the caller converts to f32).
-pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<f32>> {
+/// bf16 products by AVX512-BF16's pair dot products ([`bgemm`](super::bgemm)): f32 sums
+/// rounded once, where the CPU has the instructions and a product is large enough to pay for
+/// packing; `None` otherwise (the caller converts to f32).
+pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<bf16>> {
     let (batch, m, sa, sb) = operands(d);
     let MatmulDims {
         k, n, b_batched, ..
@@ -1166,7 +1201,7 @@ pub(super) fn matmul_bf16(a: &[bf16], b: &[bf16], d: MatmulDims) -> Option<Vec<f
     if work < WIDE_MIN || !super::bgemm::available() {
         return None;
     }
-    let mut out = vec![0f32; batch * m * n];
+    let mut out = vec![bf16::ZERO; batch * m * n];
     for (i, o) in out.chunks_mut(m * n).enumerate() {
         let (ai, bi) = views(a, b, i, (m, n, k), b_batched, (sa, sb));
         super::bgemm::product(ai, bi, (m, n, k), o, work >= PARALLEL);
@@ -1942,9 +1977,9 @@ mod tests {
             };
             let got = matmul_bf16(&a16, &b16, d).expect("a large product on AVX512-BF16");
             let want = matmul(&a32, &b32, d);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            for (i, (g, w)) in got.iter().map(|g| g.to_f32()).zip(&want).enumerate() {
                 assert!(
-                    (g - w).abs() < 1e-4 * (1.0 + w.abs()),
+                    (g - w).abs() < 1e-4 + w.abs() / 256.0,
                     "{d:?} [{i}]: {g} vs {w}"
                 );
             }

@@ -96,6 +96,27 @@ fn int_binary(
         BinaryOp::Div => x.checked_div(y).unwrap_or(0),
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
+        // By zero: 0 (callers check divisors first); i64::MIN by -1 wraps, as PyTorch's.
+        BinaryOp::Fmod if y == 0 => 0,
+        BinaryOp::Fmod => x.wrapping_rem(y),
+        BinaryOp::Remainder if y == 0 => 0,
+        BinaryOp::Remainder => {
+            let r = x.wrapping_rem(y);
+            if r != 0 && (r < 0) != (y < 0) {
+                r + y
+            } else {
+                r
+            }
+        }
+        BinaryOp::FloorDivide if y == 0 => 0,
+        BinaryOp::FloorDivide => {
+            let q = x.wrapping_div(y);
+            if x.wrapping_rem(y) != 0 && (x < 0) != (y < 0) {
+                q - 1
+            } else {
+                q
+            }
+        }
     };
     let (x, y) = (select::indices(a)?, select::indices(b)?);
     let mut out = vec![0i64; out_shape.iter().product()];
@@ -616,10 +637,10 @@ impl Backend for CpuBackend {
 
     fn matmul(&self, a: &HostData, b: &HostData, d: MatmulDims) -> Result<HostData> {
         if let (HostData::BF16(x), HostData::BF16(y)) = (a, b)
-            && let Some(sums) = kernels::matmul_bf16(x, y, d)
+            && let Some(product) = kernels::matmul_bf16(x, y, d)
         {
             // f32 sums of exact bf16 products, rounded once.
-            return Ok(HostData::F32(sums).cast(DType::BF16));
+            return Ok(HostData::BF16(product));
         }
         if a.dtype() == b.dtype() && a.dtype().is_half() {
             // Products of 16-bit floats accumulate in f32 and round once.
