@@ -317,6 +317,21 @@ for largest in (True, False):
          [randn(4, 8)],  # distinct values: PyTorch's topk does not order ties by index
          lambda x, largest=largest: tuple(torch.topk(x, 3, dim=1, largest=largest)))
 
+# ---- session 26: fmod, remainder, floor_divide (exact remainders; large f32 quotients) ----
+def divisors(*shape):
+    """Divisors in +-[0.25, 2.25): both signs, none near zero."""
+    return pos(*shape) * torch.where(torch.rand(*shape, generator=G) < 0.5, -1.0, 1.0).double()
+
+
+big = torch.tensor([1e8, -1e8, 123456789.0, -98765432.0, 1e7 + 1, 3.5], dtype=torch.float32)
+for op, f in {"fmod": torch.fmod, "remainder": torch.remainder, "floor_divide": torch.floor_divide}.items():
+    grad = op != "floor_divide"  # PyTorch: floor_divide has no gradient
+    case(op, op, {}, [randn(3, 4) * 4, divisors(3, 4)], f, grad=grad)
+    case(f"{op}_bcast", op, {}, [randn(3, 4) * 4, divisors(4)], f, grad=grad)
+    case(f"{op}_f32_large", op, {}, [big, torch.tensor([3.0, 3.0, 7.0, -3.0, 3.0, -2.0])], f, grad=False)
+    case(f"{op}_i64", op, {}, [ints(-20, 21, 3, 4, dtype=torch.int64),
+                               torch.tensor([3, -3, 7, -2], dtype=torch.int64)], f, grad=False)
+
 with open(a.out, "w") as f:
     json.dump(CASES, f, separators=(",", ":"))
     f.write("\n")

@@ -61,7 +61,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $backend, $case, $make;
             round_trip, unary_ops, binary_broadcasting, scale, reductions, softmax, matmul_shapes,
             permute_slice_cat, strided_copies, gather_scatter, empty_tensors, large_elementwise,
-            triangle_masks, arg_reductions, argsorts, cumsums, comparisons, where_select, casts, index_gathers,
+            triangle_masks, arg_reductions, argsorts, cumsums, remainders, comparisons, where_select, casts, index_gathers,
             half_moves, half_casts, half_arithmetic, int32_moves, fills, adam_steps, norms,
             squared_sums, attentions, packed_attentions, nan_max_min);
     };
@@ -450,18 +450,46 @@ fn broadcast_ref(
             .sum()
     };
     (0..n)
-        .map(|f| {
-            let (p, q) = (a[idx(f, sa)], x[idx(f, sx)]);
-            match op {
-                BinaryOp::Add => p + q,
-                BinaryOp::Sub => p - q,
-                BinaryOp::Mul => p * q,
-                BinaryOp::Div => p / q,
-                BinaryOp::Maximum => p.max(q),
-                BinaryOp::Minimum => p.min(q),
-            }
-        })
+        .map(|f| binary_ref(op, a[idx(f, sa)], x[idx(f, sx)]))
         .collect()
+}
+
+/// `op(p, q)` in f64: Rust's `%` is C's exact `fmod`, and the remainder and floor division
+/// follow Python's definitions (floor division as CPython's `float.__floordiv__`).
+fn binary_ref(op: BinaryOp, p: f64, q: f64) -> f64 {
+    let python_mod = |p: f64, q: f64| {
+        let r = p % q;
+        if r != 0.0 && (r < 0.0) != (q < 0.0) {
+            r + q
+        } else {
+            r
+        }
+    };
+    match op {
+        BinaryOp::Add => p + q,
+        BinaryOp::Sub => p - q,
+        BinaryOp::Mul => p * q,
+        BinaryOp::Div => p / q,
+        BinaryOp::Maximum => p.max(q),
+        BinaryOp::Minimum => p.min(q),
+        BinaryOp::Fmod => p % q,
+        BinaryOp::Remainder => python_mod(p, q),
+        BinaryOp::FloorDivide if q == 0.0 => p / q,
+        BinaryOp::FloorDivide => {
+            let div = (p - p % q) / q;
+            let div = if python_mod(p, q) != p % q {
+                div - 1.0
+            } else {
+                div
+            };
+            if div == 0.0 {
+                0.0f64.copysign(p / q)
+            } else {
+                let f = div.floor();
+                if div - f > 0.5 { f + 1.0 } else { f }
+            }
+        }
+    }
 }
 
 /// Binary ops with equal shapes and with NumPy broadcasting both ways.
@@ -477,7 +505,14 @@ pub fn binary_broadcasting<B: Backend + 'static>(b: &Resident<B>) -> Result<()> 
         for &op in BinaryOp::ALL {
             for (sa, sx, so) in cases {
                 let a = rounded(dtype, &vals(numel(sa), 2, false));
-                let x = rounded(dtype, &vals(numel(sx), 3, op == Div));
+                let x = rounded(
+                    dtype,
+                    &vals(
+                        numel(sx),
+                        3,
+                        matches!(op, Div | Fmod | Remainder | FloorDivide),
+                    ),
+                );
                 let want = broadcast_ref(op, &a, sa, &x, sx, so);
                 let got = b.binary(op, &buf(dtype, &a), sa, &buf(dtype, &x), sx, so)?;
                 expect(b, &format!("{op:?} {sa:?} {sx:?}"), &got, &want, dtype)?;
@@ -1415,6 +1450,48 @@ pub fn argsorts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
 
 /// Cumulative sums along each dim, a NaN and an infinity reaching only the sums from them on,
 /// along lines longer than a GPU pass (whole numbers, so f32 sums are exact), an empty dim.
+/// Remainders and floor division at their edges: dividends far larger than the divisor
+/// (`1e8 % 3`, where `a - floor(a / b) * b` in f32 is off by the divisor), signs both ways,
+/// signed zeros, infinities both sides, zero divisors and NaN.
+pub fn remainders<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
+    let inf = f64::INFINITY;
+    let dividends = [
+        5.5,
+        -5.5,
+        1e8,
+        -1e8,
+        123_456_789.0,
+        1e30,
+        0.0,
+        -0.0,
+        inf,
+        -inf,
+        f64::NAN,
+        7.0,
+        -7.0,
+        3.75,
+        1e-3,
+    ];
+    let divisors = [2.0, -2.0, 3.0, -3.0, 7.0, 3.3, inf, -inf, 0.0, 0.5];
+    let shape = [dividends.len(), divisors.len()];
+    for dtype in computed(b) {
+        let (a, x) = (rounded(dtype, &dividends), rounded(dtype, &divisors));
+        for op in [BinaryOp::Fmod, BinaryOp::Remainder, BinaryOp::FloorDivide] {
+            let want = broadcast_ref(op, &a, &[a.len(), 1], &x, &[x.len()], &shape);
+            let got = b.binary(
+                op,
+                &buf(dtype, &a),
+                &[a.len(), 1],
+                &buf(dtype, &x),
+                &[x.len()],
+                &shape,
+            )?;
+            expect(b, &format!("{op:?} at the edges"), &got, &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
 pub fn cumsums<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let scan_ref = |x: &[f64], shape: &[usize], dim: usize| -> Vec<f64> {
         let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());

@@ -45,6 +45,11 @@ __device__ __forceinline__ float g_round(float x) { return rintf(x); }
 __device__ __forceinline__ double g_round(double x) { return rint(x); }
 __device__ __forceinline__ float g_trunc(float x) { return truncf(x); }
 __device__ __forceinline__ double g_trunc(double x) { return trunc(x); }
+// C's fmod is exact; copysign gives a zero quotient its sign
+__device__ __forceinline__ float g_fmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double g_fmod(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float g_copysign(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ double g_copysign(double a, double b) { return copysign(a, b); }
 __device__ __forceinline__ float g_log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double g_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float g_expm1(float x) { return expm1f(x); }
@@ -107,6 +112,23 @@ template <typename T> __device__ T unary_value(int op, T x, T a, T b) {
     }
 }
 
+// The remainder with the divisor's sign, from the exact fmod (PyTorch's CPU formula).
+template <typename T> __device__ __forceinline__ T python_mod(T a, T b) {
+    T r = g_fmod(a, b);
+    return (r != T(0) && ((b < T(0)) != (r < T(0)))) ? r + b : r;
+}
+
+// floor(a / b) from the exact remainder, as PyTorch's CPU (c10's div_floor_floating).
+template <typename T> __device__ __forceinline__ T floor_divide(T a, T b) {
+    if (b == T(0)) return a / b;
+    T r = g_fmod(a, b);
+    T div = (a - r) / b;
+    if (r != T(0) && ((b < T(0)) != (r < T(0)))) div -= T(1);
+    if (div == T(0)) return g_copysign(T(0), a / b);
+    T f = g_floor(div);
+    return div - f > T(0.5) ? f + T(1) : f;
+}
+
 // op: a BINARY_* code. Maximum and minimum are NaN if either input is (as PyTorch), else the
 // larger (smaller), `a` of equals (-0 and 0: the first operand, as PyTorch's CPU and the CPU's).
 template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b) {
@@ -116,6 +138,9 @@ template <typename T> __device__ __forceinline__ T binary_value(int op, T a, T b
     case BINARY_MUL: return a * b;
     case BINARY_DIV: return a / b;
     case BINARY_MAXIMUM: return (a != a || b != b) ? a + b : (b > a ? b : a);
+    case BINARY_FMOD: return g_fmod(a, b);
+    case BINARY_REMAINDER: return python_mod(a, b);
+    case BINARY_FLOOR_DIVIDE: return floor_divide(a, b);
     default: return (a != a || b != b) ? a + b : (b < a ? b : a);
     }
 }

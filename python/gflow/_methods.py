@@ -4,7 +4,7 @@ PyTorch's names and semantics: ``expand_as view_as type_as new_zeros new_ones ne
 new_empty new_tensor unbind select is_contiguous reciprocal isnan isinf isfinite norm``, the
 shape, linear-algebra and math sugar ``broadcast_to roll diag diagonal trace tile
 repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv true_divide log2 log10 sinh
-cosh fmod diff count_nonzero dist softplus nelement ndimension element_size type``, the
+cosh diff count_nonzero dist softplus nelement ndimension element_size type``, the
 value-dependent ``masked_select nonzero argwhere``, and
 ``flow.eye outer norm equal isclose hstack vstack einsum``; and ``movedim moveaxis swapaxes
 swapdims take_along_dim tensordot mv reshape_as tensor_split nan_to_num nansum nanmean isposinf
@@ -395,12 +395,6 @@ def sinh(self):
     return (self * 0.5).tanh() * (cosh(self) + 1.0)
 
 
-def fmod(self, other):
-    """The remainder of ``self / other`` with the sign of the dividend (C's ``fmod``), unlike
-    ``remainder``'s sign of the divisor: ``self - trunc(self / other) * other``."""
-    return self - self.div(other, rounding_mode="trunc") * other
-
-
 def diff(self, n=1, dim=-1, prepend=None, append=None):
     """The ``n``-th forward difference along ``dim`` (``out[i] = x[i + 1] - x[i]``, XOR for
     bool), after joining ``prepend`` and ``append`` along it, as ``torch.diff``."""
@@ -539,7 +533,7 @@ def argwhere(self):
 
 
 for _name in ("broadcast_to roll diagonal diag trace tile repeat_interleave unflatten dot addmm "
-              "baddbmm lerp addcmul addcdiv true_divide log2 log10 cosh sinh fmod diff "
+              "baddbmm lerp addcmul addcdiv true_divide log2 log10 cosh sinh diff "
               "count_nonzero dist softplus nelement ndimension element_size masked_select nonzero "
               "argwhere").split():
     setattr(Tensor, _name, globals()[_name])

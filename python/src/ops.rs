@@ -69,22 +69,6 @@ pub fn operand(py: Python<'_>, like: &Tensor, other: &Bound<'_, PyAny>) -> PyRes
     })
 }
 
-/// `x` rounded toward zero (a float tensor): through I64 below 2^52 (larger floats are whole
-/// numbers already), NaN and infinities kept.
-fn trunc(x: &Tensor) -> gflow::Result<Tensor> {
-    let cut = x.to_dtype(DType::I64)?.to_dtype(x.dtype())?;
-    let big = x.abs()?.ge(&x.scalar(2f64.powi(52))?)?;
-    let nan = x.ne(x)?;
-    big.add(&nan)?.where_cond(x, &cut)
-}
-
-/// `x` rounded toward minus infinity (a float tensor).
-fn floor(x: &Tensor) -> gflow::Result<Tensor> {
-    let t = trunc(x)?;
-    let down = x.lt(&t)?.to_dtype(x.dtype())?;
-    t.sub(&down)
-}
-
 /// A 0-d tensor of `x`'s dtype, device and placement.
 trait ScalarOf {
     /// `value` as such a tensor.
@@ -97,42 +81,50 @@ impl ScalarOf for Tensor {
     }
 }
 
-/// `a / b` rounded as `mode` says (`"floor"`, `"trunc"`), or `a - floor(a / b) * b` (Python's
-/// `%`, PyTorch's `remainder`: the sign of `b`) with `mode` `"remainder"`: PyTorch's dtypes
-/// (integers stay integers, computed exactly in F64 below 2^53).
+/// `a / b` rounded as `mode` says (`"floor"`, `"trunc"`), or the remainder of `a / b` with
+/// `mode` `"remainder"` (Python's `%`, PyTorch's `remainder`: the sign of `b`) or `"fmod"` (the
+/// sign of `a`): PyTorch's dtypes. Floats use the exact remainder kernels (`1e8 % 3` is 1 in
+/// f32); integers divide exactly in their own dtype (truncation is the floor, plus one where
+/// the floor went below a quotient that has a remainder and a negative sign).
 fn rounded_div(a: &Tensor, b: &Tensor, mode: &str) -> gflow::Result<Tensor> {
     let dtype =
         DType::result_type(&[(a.dtype(), a.ndim()), (b.dtype(), b.ndim())]).unwrap_or(DType::F32);
+    let op = match mode {
+        "fmod" => "fmod",
+        "remainder" => "remainder",
+        _ => "div",
+    };
     if dtype == DType::Bool {
         return Err(gflow::Error::InvalidArgument {
-            op: "div",
+            op,
             reason: "rounded division of Bool tensors is not supported".into(),
         });
     }
-    let work = if dtype.is_float() { dtype } else { DType::F64 };
-    let (x, y) = (a.to_dtype(work)?, b.to_dtype(work)?);
+    let (x, y) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
     if !dtype.is_float() {
         // as PyTorch: an integer division or remainder by zero is an error, not a value (a
         // collective check on a global divisor: every rank runs the same operators)
         let zeros = y.eq(&y.scalar(0.0)?)?.sum(Vec::<usize>::new(), false)?;
         if zeros.to_vec::<i64>()?.first().is_some_and(|&n| n > 0) {
             return Err(gflow::Error::InvalidArgument {
-                op: if mode == "remainder" {
-                    "remainder"
-                } else {
-                    "div"
-                },
+                op,
                 reason: "ZeroDivisionError: integer division or remainder by zero".into(),
             });
         }
     }
-    let q = x.div(&y)?;
-    let out = match mode {
-        "trunc" => trunc(&q)?,
-        "floor" => floor(&q)?,
-        _ => x.sub(&floor(&q)?.mul(&y)?)?,
-    };
-    out.to_dtype(dtype)
+    match mode {
+        "trunc" if dtype.is_float() => x.div(&y)?.trunc(),
+        "trunc" => {
+            let zero = x.scalar(0.0)?;
+            let negative = x.lt(&zero)?.ne(&y.lt(&zero)?)?;
+            let inexact = x.fmod(&y)?.ne(&zero)?;
+            let up = negative.mul(&inexact)?.to_dtype(dtype)?;
+            x.floor_divide(&y)?.add(&up)
+        }
+        "floor" => x.floor_divide(&y),
+        "fmod" => x.fmod(&y),
+        _ => x.remainder(&y),
+    }
 }
 
 /// `b * alpha` (`b` itself without `alpha`): the scaled operand of `add`/`sub`.
@@ -1149,11 +1141,19 @@ impl PyTensor {
         binary(py, b, a, |b, a| rounded_div(b, a, "remainder"))
     }
 
-    /// `x - floor(x / y) * y` (broadcasting), as `torch.remainder`.
+    /// `x - floor(x / y) * y` (broadcasting), computed exactly, as `torch.remainder`.
     fn remainder(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let a = self.get();
         let b = operand(py, &a, other)?;
         binary(py, a, b, |a, b| rounded_div(a, b, "remainder"))
+    }
+
+    /// The remainder of `x / y` with the dividend's sign (C's `fmod`, broadcasting), computed
+    /// exactly, as `torch.fmod`.
+    fn fmod(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = self.get();
+        let b = operand(py, &a, other)?;
+        binary(py, a, b, |a, b| rounded_div(a, b, "fmod"))
     }
 
     /// `x.div(y)`: true division, or with `rounding_mode` `"trunc"` / `"floor"` rounded (the

@@ -105,6 +105,13 @@ kernel_ops! {
         Maximum,
         /// `min(a, b)` (NaN if either is).
         Minimum,
+        /// `a - trunc(a / b) * b` computed exactly (C's `fmod`): the dividend's sign.
+        Fmod,
+        /// `a - floor(a / b) * b` computed exactly (Python's `%`, PyTorch's `remainder`): the
+        /// divisor's sign.
+        Remainder,
+        /// `floor(a / b)` from the exact remainder (Python's `//`, PyTorch's `floor_divide`).
+        FloorDivide,
     }
 }
 

@@ -80,6 +80,9 @@ impl Op for Binary {
             BinaryOp::Div => "div",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
+            BinaryOp::Fmod => "fmod",
+            BinaryOp::Remainder => "remainder",
+            BinaryOp::FloorDivide => "floor_divide",
         }
     }
 
@@ -111,6 +114,7 @@ impl Op for Binary {
                 let p = Sbp::Partial(ReduceOp::Min);
                 v.push(Signature::new([p, p], p));
             }
+            BinaryOp::Fmod | BinaryOp::Remainder | BinaryOp::FloorDivide => {}
         }
         v
     }
@@ -166,6 +170,27 @@ fn binary_backward(op: BinaryOp, c: &Ctx<'_>, g: &Tensor) -> Result<Vec<Option<T
                 g.mul(&lost.neg()?.add_scalar(1.0)?)
             };
             vec![grad(0, &|| wins(a, b))?, grad(1, &|| wins(b, a))?]
+        }
+        // As PyTorch: a - q b with q = trunc(a / b) (fmod) or floor(a / b) (remainder), q
+        // held constant.
+        BinaryOp::Fmod | BinaryOp::Remainder => {
+            let q = |x: &Tensor| {
+                let q = a.div(b)?;
+                if op == BinaryOp::Fmod {
+                    q.trunc()
+                } else {
+                    q.floor()
+                }
+                .and_then(|q| x.mul(&q)?.neg())
+            };
+            vec![grad(0, &|| Ok(g.clone()))?, grad(1, &|| q(g))?]
+        }
+        // A step function: zero almost everywhere, as PyTorch's.
+        BinaryOp::FloorDivide => {
+            vec![
+                grad(0, &|| g.mul_scalar(0.0))?,
+                grad(1, &|| g.mul_scalar(0.0))?,
+            ]
         }
     })
 }
@@ -255,6 +280,61 @@ impl Tensor {
     /// As [`Tensor::add`].
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Minimum, other)
+    }
+
+    /// The remainder of `self / other` with the dividend's sign, computed exactly (C's `fmod`,
+    /// `torch.fmod`), with broadcasting; NaN for a zero divisor or an infinite dividend,
+    /// `self` for an infinite divisor. Integers divide exactly (a zero divisor gives 0: check
+    /// divisors first where that matters).
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![-7.5f32, 123456789.0], &[2], Device::Cpu)?;
+    /// let b = Tensor::from_vec(vec![2.0f32, 7.0], &[2], Device::Cpu)?;
+    /// assert_eq!(a.fmod(&b)?.to_vec::<f32>()?, vec![-1.5, 4.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::add`].
+    pub fn fmod(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Fmod, other)
+    }
+
+    /// The remainder of `self / other` with the divisor's sign, computed exactly (Python's
+    /// `%`, `torch.remainder`), with broadcasting: `fmod`, plus `other` where the signs differ.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![-7.5f32, 1e8], &[2], Device::Cpu)?;
+    /// let b = Tensor::from_vec(vec![2.0f32, -3.0], &[2], Device::Cpu)?;
+    /// assert_eq!(a.remainder(&b)?.to_vec::<f32>()?, vec![0.5, -2.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::add`].
+    pub fn remainder(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Remainder, other)
+    }
+
+    /// `floor(self / other)` from the exact remainder (Python's `//`, `torch.floor_divide`),
+    /// with broadcasting: `(self - fmod) / other`, less one where the remainder's sign differs
+    /// from the divisor's, rounded to the nearest integer; `self / other` for a zero divisor.
+    /// Its gradient is zero.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![-7.5f32, -5.0], &[2], Device::Cpu)?;
+    /// let b = Tensor::from_vec(vec![2.0f32, f32::INFINITY], &[2], Device::Cpu)?;
+    /// assert_eq!(a.floor_divide(&b)?.to_vec::<f32>()?, vec![-4.0, -1.0]);
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::add`].
+    pub fn floor_divide(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::FloorDivide, other)
     }
 }
 

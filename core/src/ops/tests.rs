@@ -214,9 +214,10 @@ fn unary_ops() {
 #[test]
 fn binary_ops_with_broadcasting() {
     use BinaryOp::*;
-    for op in [Add, Sub, Mul, Div] {
-        check(&binary::Binary(op), &[vec![5, 4], vec![5, 4]], op == Div);
-        check(&binary::Binary(op), &[vec![3, 1, 4], vec![5, 1]], op == Div);
+    for op in [Add, Sub, Mul, Div, Fmod, Remainder, FloorDivide] {
+        let divides = matches!(op, Div | Fmod | Remainder | FloorDivide);
+        check(&binary::Binary(op), &[vec![5, 4], vec![5, 4]], divides);
+        check(&binary::Binary(op), &[vec![3, 1, 4], vec![5, 1]], divides);
     }
 }
 

@@ -166,6 +166,19 @@ int main() {
     CHECK(o[0] == 3 && o[1] == -2 && std::isnan(o[2]) && std::isnan(o[3]), "maximum %f %f %f %f", o[0], o[1], o[2], o[3]);
     launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 4, BINARY_MINIMUM); });
     CHECK(o[0] == 1 && o[1] == -5 && std::isnan(o[2]) && std::isnan(o[3]), "minimum %f %f %f %f", o[0], o[1], o[2], o[3]); }
+  // fmod, remainder and floor division: exact where a - floor(a / b) * b is not (1e8 % 3 in
+  // f32), the signs both ways, infinite divisors, zero divisors
+  { std::vector<float> a{1e8f, -1e8f, 123456789.f, -5.5f, 5.f, -5.f, 5.f, -7.5f},
+                       b{3, 3, 7, 2, INFINITY, INFINITY, 0, -2}, o(8);
+    launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 8, BINARY_FMOD); });
+    CHECK(o[0] == 1 && o[1] == -1 && o[2] == 4 && o[3] == -1.5f && o[4] == 5 && o[5] == -5 && std::isnan(o[6]) && o[7] == -1.5f,
+          "fmod %f %f %f %f %f %f %f %f", o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
+    launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 8, BINARY_REMAINDER); });
+    CHECK(o[0] == 1 && o[1] == 2 && o[2] == 4 && o[3] == 0.5f && o[4] == 5 && std::isinf(o[5]) && std::isnan(o[6]) && o[7] == -1.5f,
+          "remainder %f %f %f %f %f %f %f %f", o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
+    launch(1, [&] { binary_flat_f32(a.data(), b.data(), o.data(), 8, BINARY_FLOOR_DIVIDE); });
+    CHECK(o[2] == 17636684 && o[3] == -3 && o[4] == 0 && o[5] == -1 && std::isinf(o[6]) && o[7] == 3,
+          "floor_divide %f %f %f %f %f %f", o[2], o[3], o[4], o[5], o[6], o[7]); }
   // binary broadcast: a (3,1,4) + b (5,1) -> (3,5,4)
   { std::vector<double> a(12), b(5), o(60); for (int i = 0; i < 12; ++i) a[i] = i; for (int i = 0; i < 5; ++i) b[i] = 100 * i;
     Meta meta{{3, 5, 4, /*a*/ 4, 0, 1, /*b*/ 0, 1, 0}};
