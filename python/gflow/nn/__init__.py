@@ -21,6 +21,9 @@ __all__ = [
     "LeakyReLU", "ELU", "SELU", "CELU", "Softplus", "Mish", "Hardswish", "Hardsigmoid", "Hardtanh",
     "ReLU6", "LogSigmoid", "GLU", "Softsign", "CosineSimilarity", "PairwiseDistance", "Unflatten",
     "ParameterList", "ParameterDict",
+    "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+    "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
 ]
 
 
@@ -913,3 +916,8 @@ class ParameterDict(Module):
 
 
 from . import parallel  # noqa: E402  (it subclasses Module)
+from .conv import (  # noqa: E402  (they subclass Module)
+    Conv1d, Conv2d, Conv3d, MaxPool1d, MaxPool2d, MaxPool3d, AvgPool1d, AvgPool2d, AvgPool3d,
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d,
+    AdaptiveMaxPool3d, BatchNorm1d, BatchNorm2d, BatchNorm3d,
+)

@@ -828,3 +828,8 @@ __all__ += ["nll_loss", "binary_cross_entropy_with_logits", "one_hot", "normaliz
             "softplus", "leaky_relu", "elu", "selu", "celu", "hardtanh", "relu6", "logsigmoid",
             "glu", "mish", "hardsigmoid", "hardswish", "softsign", "cosine_similarity",
             "pairwise_distance"]
+
+from .conv_functional import *  # noqa: E402,F401,F403  (conv, pooling, batch_norm)
+from .conv_functional import __all__ as _conv_all  # noqa: E402
+
+__all__ += _conv_all
