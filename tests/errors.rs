@@ -212,6 +212,17 @@ fn local_components_that_do_not_fit() {
             .map(drop)
     });
     assert!(matches!(e, Error::LocalShapeMismatch { .. }), "{e}");
+    // so must broadcast components (the data is the first's, but every rank's gradient would
+    // take its local shape)
+    let e = err2(|r| {
+        Tensor::zeros(&[3 - r, 2], Device::Cpu)?
+            .to_global(&p01(), Sbp::broadcast())
+            .map(drop)
+    });
+    assert!(
+        matches!(e, Error::LocalShapeMismatch { rank: 1, .. }),
+        "{e}"
+    );
     // different dtypes
     let e = err2(|r| {
         let t = if r == 0 {

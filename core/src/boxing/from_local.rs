@@ -99,9 +99,10 @@ impl Components<'_> {
         }
         let n = p.hierarchy()[a];
         let sbp = self.sbp(a);
-        let count = if sbp == Sbp::Broadcast { 1 } else { n };
-        let mut children = Vec::with_capacity(count);
-        for c in 0..count {
+        // Every child, broadcast too: its data comes from the first, but a rank whose local
+        // shape differs would get gradients of the wrong shape.
+        let mut children = Vec::with_capacity(n);
+        for c in 0..n {
             prefix.push(c);
             children.push(self.extent(prefix)?);
             prefix.pop();

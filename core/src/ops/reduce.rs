@@ -93,15 +93,25 @@ impl Op for Reduce {
             Kind::Min => ReduceKind::Min,
             Kind::Sum | Kind::Mean => ReduceKind::Sum,
         };
-        let out = k
-            .backend
-            .reduce(kind, k.inputs[0], &k.shapes[0], &self.dims)?;
         if self.kind == Kind::Mean {
-            // Divide by the logical count, so that partial sums of a split dim add up to the mean.
+            // Divide by the logical count, so that partial sums of a split dim add up to the
+            // mean; a 16-bit mean sums and divides in f32 and rounds once (its sum may pass
+            // f16's 65504 where the mean does not).
             let count: usize = self.dims.iter().map(|&d| k.global_shapes[0][d]).product();
-            return k.backend.scale(&out, 1.0 / count as f64);
+            let dtype = k.inputs[0].dtype();
+            if dtype.is_half() {
+                let wide = k.backend.cast(k.inputs[0], DType::F32)?;
+                let sum = k.backend.reduce(kind, &wide, &k.shapes[0], &self.dims)?;
+                let mean = k.backend.scale(&sum, 1.0 / count as f64)?;
+                return k.backend.cast(&mean, dtype);
+            }
+            let sum = k
+                .backend
+                .reduce(kind, k.inputs[0], &k.shapes[0], &self.dims)?;
+            return k.backend.scale(&sum, 1.0 / count as f64);
         }
-        Ok(out)
+        k.backend
+            .reduce(kind, k.inputs[0], &k.shapes[0], &self.dims)
     }
 }
 
@@ -262,6 +272,14 @@ impl Tensor {
     /// As [`Tensor::mean`] (integer and Bool inputs included: `var` needs floats, as PyTorch).
     pub fn var(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
         let dims = dims.dims();
+        if self.dtype().is_half() {
+            // squares of 16-bit deviations pass 65504 long before the variance does: in f32,
+            // rounded once (as PyTorch)
+            return self
+                .to_dtype(DType::F32)?
+                .var(dims, correction, keepdim)?
+                .to_dtype(self.dtype());
+        }
         let d = self.sub(&self.mean(dims.clone(), true)?)?;
         let ss = d.mul(&d)?.sum(dims.clone(), keepdim)?;
         let all: Vec<usize> = if dims.is_empty() {
@@ -279,6 +297,12 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::var`].
     pub fn std(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        if self.dtype().is_half() {
+            return self
+                .to_dtype(DType::F32)?
+                .std(dims, correction, keepdim)?
+                .to_dtype(self.dtype());
+        }
         let var = self.var(dims, correction, keepdim)?;
         let root = crate::autograd::no_grad(|| var.sqrt())?;
         record(Ok(root), "std", &[&var], |c, g| {

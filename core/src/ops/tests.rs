@@ -326,3 +326,62 @@ fn attention_ops() {
         check(&grad, &[qkv, out.clone(), out, vec![4, 5, 3]], false);
     }
 }
+
+/// 16-bit means, variances and standard deviations sum in f32 and round once, as PyTorch's:
+/// the mean of a hundred f16 1000s is 1000 (its sum, 100000, is past f16's 65504), and their
+/// variance 0; the mean over a split dim (partial sums of the mean) gives the same.
+#[test]
+fn half_means_sum_in_f32_and_round_once() {
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::full(&[4, 25], 1000.0, Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let all = || Vec::<usize>::new();
+        let one = |t: Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()[0];
+        assert_eq!(one(x.mean(all(), false).unwrap()), 1000.0, "{dtype} mean");
+        assert_eq!(one(x.var(all(), 1.0, false).unwrap()), 0.0, "{dtype} var");
+        assert_eq!(one(x.std(all(), 0.0, false).unwrap()), 0.0, "{dtype} std");
+        let ramp: Vec<f64> = (0..100).map(|i| 300.0 + f64::from(i)).collect();
+        let r = Tensor::from_vec(ramp.clone(), &[100], Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let exact: Vec<f64> = r.to_dtype(DType::F64).unwrap().to_vec().unwrap();
+        let mean = exact.iter().sum::<f64>() / 100.0;
+        let var = exact.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 99.0;
+        let round = |v: f64| {
+            Tensor::from_vec(vec![v], &[1], Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap()[0]
+        };
+        assert_eq!(
+            one(r.mean(0, false).unwrap()),
+            round(mean),
+            "{dtype} ramp mean"
+        );
+        assert_eq!(
+            one(r.var(0, 1.0, false).unwrap()),
+            round(var),
+            "{dtype} ramp var"
+        );
+        let split = simulate(2, |_| {
+            let p = Placement::new("cpu", [0, 1])?;
+            let g = x.to_global(&p, vec![Sbp::Split(1)])?;
+            g.mean(all(), false)?
+                .to_global(&p, vec![Sbp::Broadcast])?
+                .to_local()?
+                .to_dtype(DType::F64)?
+                .to_vec::<f64>()
+        })
+        .unwrap();
+        for r in split {
+            assert_eq!(r[0], 1000.0, "{dtype} split mean");
+        }
+    }
+}
