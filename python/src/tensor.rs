@@ -4,6 +4,7 @@
 //! follow the conversion.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use gflow::{DType, Device, Tensor};
@@ -29,6 +30,12 @@ pub struct PyTensor {
     /// that tensor a new gradient rather than writing into storage that backward may have
     /// shared between several leaves' gradients.
     grad_of: Option<Tensor>,
+    /// A `.grad` handle follows that tensor's gradient (backward accumulating into it, an
+    /// in-place operator on another handle of it) while live, as PyTorch's gradient, which
+    /// accumulates in place; assigning `.grad` freezes it at its last value.
+    live: AtomicBool,
+    /// The live handle `.grad` returns (the same object each time, as PyTorch's), held weakly.
+    grad_handle: Mutex<Option<Py<pyo3::types::PyWeakrefReference>>>,
     /// For a view (a basic index, `narrow`, `view`/`reshape`, a transpose or permutation): the
     /// tensor it was taken from, how its new value writes back there and how it reads itself
     /// from there, so that an in-place operator on the view changes that tensor and one on that
@@ -63,6 +70,8 @@ impl PyTensor {
             grad_of: None,
             view_of: None,
             views: Mutex::default(),
+            live: AtomicBool::new(false),
+            grad_handle: Mutex::default(),
         }
     }
 
@@ -87,6 +96,8 @@ impl PyTensor {
                     read,
                 }),
                 views: Mutex::default(),
+                live: AtomicBool::new(false),
+                grad_handle: Mutex::default(),
             },
         )?;
         if base.get().get().is_global() {
@@ -134,14 +145,29 @@ impl PyTensor {
             .collect()
     }
 
-    /// The tensor whose gradient this handle was read from (see [`PyTensor::grad_of`]).
+    /// The tensor whose gradient this live `.grad` handle is (see [`PyTensor::grad_of`]).
     pub fn grad_of(&self) -> Option<&Tensor> {
-        self.grad_of.as_ref()
+        self.grad_of
+            .as_ref()
+            .filter(|_| self.live.load(Ordering::Acquire))
     }
 
-    /// The handle's tensor (a cheap clone).
+    /// The handle's tensor (a cheap clone); a live `.grad` handle's is that tensor's gradient
+    /// now.
     pub fn get(&self) -> Tensor {
+        if let Some(g) = self.grad_of().and_then(Tensor::grad) {
+            return g;
+        }
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stops this `.grad` handle following its tensor's gradient: it keeps the last one.
+    fn freeze(&self) {
+        if self.live.load(Ordering::Acquire) {
+            let now = self.get();
+            self.set(now);
+            self.live.store(false, Ordering::Release);
+        }
     }
 
     /// Points this handle at `t`.
@@ -727,6 +753,8 @@ impl PyTensor {
             grad_of: self.grad_of.clone(),
             view_of: None,
             views: Mutex::default(),
+            live: AtomicBool::new(self.live.load(Ordering::Acquire)),
+            grad_handle: Mutex::default(),
         }
     }
 
@@ -783,21 +811,60 @@ impl PyTensor {
     }
 
     /// The accumulated gradient (same placement and SBP as the tensor), or `None`; for a
-    /// non-leaf only after `retain_grad()`.
+    /// non-leaf only after `retain_grad()`. The same object each time, which follows the
+    /// gradient as backward accumulates into it (as PyTorch's, accumulated in place), until
+    /// `.grad` is assigned.
     #[getter]
-    fn get_grad(&self) -> Option<PyTensor> {
-        let t = self.get();
-        t.grad().map(|g| PyTensor {
-            inner: RwLock::new(g),
-            grad_of: Some(t),
-            view_of: None,
-            views: Mutex::default(),
-        })
+    fn get_grad<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyTensor>>> {
+        let (py, this) = (slf.py(), slf.get());
+        let t = this.get();
+        let Some(g) = t.grad() else {
+            return Ok(None);
+        };
+        let mut cached = this.grad_handle.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = cached
+            .as_ref()
+            .and_then(|w| w.bind(py).upgrade())
+            .and_then(|h| h.cast_into::<PyTensor>().ok())
+        {
+            let owner = h.get().grad_of().cloned();
+            if owner.is_some_and(|o| o.same_as(&t)) {
+                return Ok(Some(h));
+            }
+            h.get().freeze();
+        }
+        let h = Bound::new(
+            py,
+            PyTensor {
+                inner: RwLock::new(g),
+                grad_of: Some(t),
+                view_of: None,
+                views: Mutex::default(),
+                live: AtomicBool::new(true),
+                grad_handle: Mutex::default(),
+            },
+        )?;
+        *cached = Some(pyo3::types::PyWeakrefReference::new(&h)?.unbind());
+        Ok(Some(h))
     }
 
+    /// Replaces (or clears) the gradient; handles read from `.grad` before keep their value,
+    /// as PyTorch's.
     #[setter]
-    fn set_grad(&self, grad: Option<&PyTensor>) {
-        self.get().set_grad(grad.map(PyTensor::get));
+    fn set_grad(&self, py: Python<'_>, grad: Option<&PyTensor>) {
+        let new = grad.map(PyTensor::get);
+        let old = self
+            .grad_handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = old
+            .and_then(|w| w.bind(py).upgrade())
+            .and_then(|h| h.cast_into::<PyTensor>().ok())
+        {
+            h.get().freeze();
+        }
+        self.get().set_grad(new);
     }
 
     /// Keeps this non-leaf tensor's gradient in `.grad` after `backward`, in the tensor's own

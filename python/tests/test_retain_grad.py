@@ -37,3 +37,29 @@ def test_retain_grad_on_a_leaf_and_on_a_constant():
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0])
     with pytest.raises(flow.InvalidArgumentError, match="does not require grad"):
         flow.ones(2).retain_grad()
+
+
+@pytest.mark.parametrize("global_", [False, True], ids=["local", "global"])
+def test_grad_is_one_object_that_accumulates_in_place(global_):
+    """As PyTorch's ``AccumulateGrad``: ``x.grad`` is the same object each time, and a reference
+    held across backward calls sees the accumulated sum; after ``x.grad = None`` (or any
+    assignment) the old reference keeps its value and backward starts a new gradient."""
+    x = flow.ones(3, requires_grad=True)
+    if global_:
+        x = x.to_global(placement=P, sbp=flow.sbp.broadcast).detach().requires_grad_()
+    (x * 2).sum().backward()
+    held = x.grad
+    assert held is x.grad
+    (x * 3).sum().backward()
+    assert held.tolist() == [5.0, 5.0, 5.0] and held is x.grad
+    x.grad = None
+    (x * 4).sum().backward()
+    assert held.tolist() == [5.0, 5.0, 5.0] and x.grad.tolist() == [4.0, 4.0, 4.0]
+    # an in-place zero through one handle is the gradient's (as zero_grad(set_to_none=False))
+    live = x.grad
+    live.zero_()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+    (x * 5).sum().backward()
+    assert live.tolist() == [5.0, 5.0, 5.0]
+    x.grad += 1
+    assert x.grad.tolist() == [6.0, 6.0, 6.0] and live.tolist() == [6.0, 6.0, 6.0]
