@@ -71,7 +71,7 @@ from ._gflow import (
     DTypeNotImplementedError,
 )
 from ._pyapi import Size, device
-from ._methods import eye, outer, norm, equal, isclose
+from ._methods import eye, outer, norm, equal, isclose, isin
 from .serialization import save, load
 
 
@@ -264,7 +264,7 @@ for _name in (
     "take_along_dim tensordot mv tensor_split nan_to_num nansum nanmean isposinf isneginf "
     "logaddexp logit clamp_min clamp_max floor_divide float_power exp2 var_mean std_mean aminmax "
     "median nanmedian kthvalue quantile nanquantile cummax cummin unique index_add index_fill "
-    "scatter"
+    "scatter hypot logcumsumexp"
 ).split():
     globals()[_name] = _method(_name)
 del _name

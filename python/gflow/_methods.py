@@ -10,9 +10,11 @@ value-dependent ``masked_select nonzero argwhere``, and
 swapdims take_along_dim tensordot mv reshape_as tensor_split nan_to_num nansum nanmean isposinf
 isneginf logaddexp logit clamp_min clamp_max floor_divide float_power exp2 var_mean std_mean
 aminmax median nanmedian kthvalue quantile nanquantile cummax cummin unique index_add index_fill
-scatter``, ``index_add_ index_fill_ scatter_`` and the in-place unary methods ``abs_ neg_ exp_
-log_ sqrt_ rsqrt_ sigmoid_ tanh_ relu_ sin_ cos_ floor_ ceil_ round_ trunc_ sign_ reciprocal_
-square_ pow_ log1p_ expm1_ clamp_min_ clamp_max_ nan_to_num_`` (each ``self.copy_(op(self))``)."""
+scatter isin hypot logcumsumexp``, ``Tensor.softmax`` / ``log_softmax`` with ``dtype=``, bool
+tensors to bool powers, ``index_add_ index_fill_ scatter_ hypot_`` and the in-place unary
+methods ``abs_ neg_ exp_ log_ sqrt_ rsqrt_ sigmoid_ tanh_ relu_ sin_ cos_ floor_ ceil_ round_
+trunc_ sign_ reciprocal_ square_ pow_ log1p_ expm1_ clamp_min_ clamp_max_ nan_to_num_`` (each
+``self.copy_(op(self))``)."""
 
 import math
 
@@ -35,6 +37,36 @@ def _like(t, dtype):
 
 def _size(size):
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+
+
+_FLOAT_MAX = ((_gflow.float16, 65504.0), (_gflow.bfloat16, 3.3895313892515355e38),
+              (_gflow.float32, 3.4028234663852886e38))
+_INT_RANGE = ((_gflow.int32, -2 ** 31, 2 ** 31 - 1), (_gflow.int64, -2 ** 63, 2 ** 63 - 1))
+
+
+def _scalar_as(value, dtype, name):
+    """The number ``value`` as a tensor of ``dtype`` holds it, as PyTorch casts a scalar
+    argument (a fill value, ``alpha``, ...) to the tensor's dtype, so the result keeps that
+    dtype: ``value != 0`` for bool, truncated toward zero for integers (7.5 is 7); NaN, an
+    infinity for an integer, or a finite value beyond the dtype's range is refused, as
+    PyTorch's "value cannot be converted ... without overflow"."""
+    import numbers
+
+    if dtype == _gflow.bool:
+        return bool(value)
+    for dt, lo, hi in _INT_RANGE:
+        if dtype == dt:
+            v = int(value) if isinstance(value, numbers.Integral) else float(value)
+            if v != v or not lo <= v < hi + 1:
+                raise _gflow.InvalidValueError(
+                    f"{name}: value {value} cannot be converted to type {dtype} without overflow")
+            return int(v)
+    v = float(value)
+    for dt, top in _FLOAT_MAX:
+        if dtype == dt and math.isfinite(v) and abs(v) > top:
+            raise _gflow.InvalidValueError(
+                f"{name}: value {value} cannot be converted to type {dtype} without overflow")
+    return v
 
 
 def expand_as(self, other):
@@ -322,12 +354,18 @@ def dot(self, other):
     if self.dtype != other.dtype:
         raise _gflow.DTypeError(f"dot : expected both vectors to have same dtype, but found "
                                 f"{self.dtype} and {other.dtype}")
-    return (self * other).sum()
+    out = (self * other).sum()
+    # ``sum`` widens integers to int64; PyTorch's dot keeps the vectors' dtype (int32 wraps)
+    return out if out.dtype == self.dtype or self.dtype == _gflow.bool else out.to(self.dtype)
 
 
-def _scaled_sum(input, product, beta, alpha):
+def _scaled_sum(input, product, beta, alpha, name):
     """``beta * input + alpha * product``; ``input`` is ignored (NaNs too) when ``beta`` is 0,
-    as PyTorch."""
+    as PyTorch. For integer tensors ``beta`` and ``alpha`` are truncated toward zero first (0.5
+    is 0), as PyTorch casts them to the result's dtype, which so stays an integer one."""
+    if not input.is_floating_point() and not product.is_floating_point():
+        dt = input.dtype if input.dtype == product.dtype else _gflow.int64
+        beta, alpha = _scalar_as(beta, dt, name), _scalar_as(alpha, dt, name)
     if alpha != 1:
         product = product * alpha
     if beta == 0:
@@ -337,12 +375,12 @@ def _scaled_sum(input, product, beta, alpha):
 
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)`` for 2-D ``mat1``, ``mat2``."""
-    return _scaled_sum(self, mat1.mm(mat2), beta, alpha)
+    return _scaled_sum(self, mat1.mm(mat2), beta, alpha, "addmm")
 
 
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * bmm(batch1, batch2)`` for 3-D ``batch1``, ``batch2``."""
-    return _scaled_sum(self, batch1.bmm(batch2), beta, alpha)
+    return _scaled_sum(self, batch1.bmm(batch2), beta, alpha, "baddbmm")
 
 
 def lerp(self, end, weight):
@@ -355,8 +393,21 @@ def lerp(self, end, weight):
 
 
 def addcmul(self, tensor1, tensor2, *, value=1):
-    """``self + value * tensor1 * tensor2``."""
-    return self + (tensor1 * tensor2 if value == 1 else value * tensor1 * tensor2)
+    """``self + value * tensor1 * tensor2`` in the three's promoted dtype, as PyTorch: integer
+    factors with a floating ``self`` are multiplied in ``self``'s dtype (float16 stays
+    float16), and for an integer result ``value`` is truncated toward zero (0.5 adds nothing);
+    bool refused, as PyTorch."""
+    prod = tensor1 * tensor2
+    if not prod.is_floating_point():
+        if self.is_floating_point():
+            prod = prod.to(self.dtype)
+        elif self.dtype == _gflow.bool and prod.dtype == _gflow.bool:
+            raise _gflow.DTypeNotImplementedError(
+                '"addcmul_cpu_out" not implemented for \'Bool\'')
+        else:
+            dt = self.dtype if self.dtype == prod.dtype else _gflow.int64
+            value = _scalar_as(value, dt, "addcmul")
+    return self + (prod if value == 1 else value * prod)
 
 
 def addcdiv(self, tensor1, tensor2, *, value=1):
@@ -564,13 +615,22 @@ def equal(input, other):
 
 
 def isclose(input, other, rtol=1e-5, atol=1e-8, equal_nan=False):
-    """Where ``|input - other| <= atol + rtol * |other|`` (bool; NaNs equal when
-    ``equal_nan``), as PyTorch."""
-    close = (input - other).abs() <= atol + rtol * other.abs()
-    close = close.logical_or(input == other)
-    if equal_nan:
+    """Where ``input == other`` or ``|input - other|`` is finite and at most ``atol + |rtol *
+    other|`` (bool; NaNs equal when ``equal_nan``), as PyTorch's: bool tensors are compared as
+    float32 (``-`` refuses bool), and zero tolerances mean equality."""
+    if rtol < 0 or atol < 0:
+        raise _gflow.InvalidArgumentError(
+            f"{'rtol' if rtol < 0 else 'atol'} must be greater than or equal to zero, but got "
+            f"{rtol if rtol < 0 else atol}")
+    close = input == other
+    if equal_nan and input.is_floating_point():
         close = close.logical_or(isnan(input).logical_and(isnan(other)))
-    return close
+    if rtol == 0 and atol == 0:
+        return close
+    a = input.to(_gflow.float32) if input.dtype == _gflow.bool else input
+    b = other.to(_gflow.float32) if other.dtype == _gflow.bool else other
+    actual = (a - b).abs()
+    return close.logical_or(isfinite(actual).logical_and(actual <= atol + (rtol * b).abs()))
 
 
 def hstack(tensors):
@@ -1367,7 +1427,9 @@ def index_add(self, dim, index, source, *, alpha=1):
 
 def index_fill(self, dim, index, value):
     """``self`` with its slices along ``dim`` at the positions ``index`` set to ``value`` (a
-    number or a 0-d tensor), as ``torch.index_fill``; negative indices count from the end."""
+    number or a 0-d tensor, cast to ``self``'s dtype, which the result keeps: 7.5 fills an
+    int32 tensor with 7, 1 a bool one with true), as ``torch.index_fill``; negative indices
+    count from the end."""
     _check_index(index, "index_fill_")
     if isinstance(value, Tensor) and value.dim() != 0:
         raise _gflow.ShapeError(
@@ -1385,15 +1447,38 @@ def index_fill(self, dim, index, value):
     idx = _gflow.where(idx < 0, idx + n, idx)
     ar = _gflow.arange(n, **where(x))
     hit = (ar.unsqueeze(1) == idx.unsqueeze(0)).any(1)
+    if isinstance(value, Tensor):
+        value = value if value.dtype == self.dtype else value.to(self.dtype)
+    else:
+        value = _scalar_as(value, self.dtype, "index_fill_")
     out = _gflow.where(_along(hit, d, x.dim()), value, x)
     return out.reshape(*self.shape)
 
 
+def _last_written(index, d):
+    """Where each element of ``index`` is the last along ``d`` (in index order) to name its
+    position, as a bool tensor of ``index``'s shape: in a stable sort along ``d`` the last of
+    each run of equal indices, scattered back; ``None`` when nothing can repeat (at most one
+    index along ``d``)."""
+    m = index.shape[d] if index.dim() else 1
+    if m <= 1:
+        return None
+    order = index.argsort(dim=d, stable=True)
+    ranked = index.gather(d, order)
+    tail = ranked.narrow(d, m - 1, 1)
+    last = _gflow.cat([ranked.narrow(d, 0, m - 1) != ranked.narrow(d, 1, m - 1), tail == tail], d)
+    flags = _gflow.zeros(*index.shape, **_like(index, _gflow.int64))
+    return flags.scatter_add(d, order, last.to(_gflow.int64)) > 0
+
+
 def scatter(self, dim, index, src=None, value=None, *, reduce=None):
-    """``self`` with ``src[i][j]`` (or the number ``value``) written at ``[index[i][j]][j]``
-    for ``dim == 0``, and so on, as ``torch.scatter`` without ``reduce`` (the result for a
-    repeated index is undefined, as PyTorch's); differentiable in ``self`` (zero where written)
-    and ``src`` (gathered)."""
+    """``self`` with ``src[i][j]`` (or the number ``value``, cast to ``self``'s dtype, which
+    the result keeps) written at ``[index[i][j]][j]`` for ``dim == 0``, and so on, as
+    ``torch.scatter`` without ``reduce``. Where an index repeats along ``dim`` the source
+    written last in index order wins, as PyTorch's CPU loop (one of the sources, never their
+    sum). Differentiable in ``self`` (zero where written) and ``src`` (the gradient at the
+    position each source was written to, overwritten ones too, as PyTorch's; a non-finite
+    source overwritten by a later one gets none)."""
     if reduce is not None:
         raise _gflow.InvalidArgumentError("scatter: reduce= is not supported; use scatter_add")
     if src is None:
@@ -1409,25 +1494,43 @@ def scatter(self, dim, index, src=None, value=None, *, reduce=None):
     ones = _gflow.ones(*index.shape, **_like(self, _gflow.int64))
     count = _gflow.zeros(*self.shape, **_like(self, _gflow.int64)).scatter_add(d, index, ones)
     hit = count > 0
-    if isinstance(src, Tensor):
-        if src.dtype != self.dtype:
-            raise _gflow.DTypeError(
-                f"scatter(): Expected self.dtype to be equal to src.dtype, got {self.dtype} and "
-                f"{src.dtype}")
-        if src.dim() != index.dim():
+    if not isinstance(src, Tensor):
+        return _gflow.where(hit, _scalar_as(src, self.dtype, "scatter"), self)
+    if src.dtype != self.dtype:
+        raise _gflow.DTypeError(
+            f"scatter(): Expected self.dtype to be equal to src.dtype, got {self.dtype} and "
+            f"{src.dtype}")
+    if src.dim() != index.dim():
+        raise _gflow.ShapeError(
+            "Index tensor must have the same number of dimensions as src tensor")
+    part = src
+    for i, s in enumerate(index.shape):
+        if s > src.shape[i]:
             raise _gflow.ShapeError(
-                "Index tensor must have the same number of dimensions as src tensor")
-        part = src
-        for i, s in enumerate(index.shape):
-            if s > src.shape[i]:
-                raise _gflow.ShapeError(
-                    f"Expected index {tuple(index.shape)} to be smaller than src "
-                    f"{tuple(src.shape)} apart from dimension {d}")
-            if s != src.shape[i]:
-                part = part.narrow(i, 0, s)
-        placed = _gflow.zeros(*self.shape, **_like(self, None)).scatter_add(d, index, part)
-        return _gflow.where(hit, placed, self)
-    return _gflow.where(hit, src, self)
+                f"Expected index {tuple(index.shape)} to be smaller than src "
+                f"{tuple(src.shape)} apart from dimension {d}")
+        if s != src.shape[i]:
+            part = part.narrow(i, 0, s)
+    # each written position receives its winner plus zeros (the sources overwritten), so the
+    # sum is the winner exactly
+    floating = self.is_floating_point()
+    zero = 0.0 if floating else (False if self.dtype == _gflow.bool else 0)
+    keep = _last_written(index, d)
+    if keep is not None:
+        loser = zero
+        if floating and part.requires_grad:
+            # a zero that carries the overwritten source's gradient (scatter_add's: gathered)
+            v = part.detach()
+            loser = _gflow.where(isfinite(v), part - v, zero)
+        part = _gflow.where(keep, part, loser)
+    placed = _gflow.zeros(*self.shape, **_like(self, None)).scatter_add(d, index, part)
+    if floating:
+        # a sum gives +0.0 for a winning -0.0: those positions get it back
+        v = part.detach()
+        neg = (v == 0).logical_and(1.0 / v < 0).to(_gflow.int64)
+        neg = _gflow.zeros(*self.shape, **_like(self, _gflow.int64)).scatter_add(d, index, neg)
+        placed = _gflow.where(neg > 0, -0.0, placed)
+    return _gflow.where(hit, placed, self)
 
 
 def _inplace(self, out):
@@ -1482,4 +1585,148 @@ for _name in ("abs neg exp log sqrt rsqrt sigmoid tanh relu sin cos floor ceil r
         setattr(Tensor, _name + "_", _make_inplace(_name))
 del _name
 
-__all__ = ["eye", "outer", "norm", "equal", "isclose", "hstack", "vstack", "einsum"]
+
+# --- isin hypot logcumsumexp, Tensor.softmax / log_softmax with dtype=, bool ** bool ---
+
+_tensor_softmax, _tensor_log_softmax = Tensor.softmax, Tensor.log_softmax
+_tensor_pow, _tensor_dunder_pow = Tensor.pow, Tensor.__pow__
+
+
+def _softmax(self, dim, dtype=None):
+    """PyTorch's ``Tensor.softmax``: over ``dim``, of ``self`` cast to ``dtype`` first when
+    given (a float16 input normalised in float32, say)."""
+    return _tensor_softmax(self if dtype is None else self.to(dtype), dim)
+
+
+def _log_softmax(self, dim, dtype=None):
+    """PyTorch's ``Tensor.log_softmax``: over ``dim``, of ``self`` cast to ``dtype`` first
+    when given."""
+    return _tensor_log_softmax(self if dtype is None else self.to(dtype), dim)
+
+
+def _bool_power(self, exponent):
+    """``b ** True`` is ``b`` and ``b ** False`` all true for a bool ``b``, which PyTorch keeps
+    bool (gflow's ``pow`` refuses bool tensors); ``None`` for anything else."""
+    if self.dtype != _gflow.bool or not isinstance(exponent, bool):
+        return None
+    return self.clone() if exponent else self == self
+
+
+def _pow(self, exponent):
+    """``self ** exponent`` (``pow``), a bool tensor to a bool power as PyTorch's."""
+    out = _bool_power(self, exponent)
+    return _tensor_pow(self, exponent) if out is None else out
+
+
+def _dunder_pow(self, exponent, modulo=None):
+    out = _bool_power(self, exponent)
+    return _tensor_dunder_pow(self, exponent) if out is None else out
+
+
+_dunder_pow.__doc__ = _pow.__doc__
+
+_ISIN_PAIRS = 1 << 22  # compare every pair up to this many, else sort
+
+
+def isin(elements, test_elements, assume_unique=False, invert=False):
+    """Where each of ``elements`` equals one of ``test_elements`` (either may be a number, not
+    both), a bool tensor of ``elements``' shape, as ``torch.isin``: dtypes promoted as for
+    ``==``, NaN in nothing, ``invert`` the negation, ``assume_unique`` a hint that changes
+    nothing here, bool refused as PyTorch's. Few pairs are all compared; otherwise one sort of
+    both marks the runs of equal values that hold a test element."""
+    if not isinstance(elements, Tensor):
+        if not isinstance(test_elements, Tensor):
+            raise TypeError("isin() expected elements or test_elements to be a Tensor")
+        elements = _gflow.tensor(elements, **where(test_elements))
+    if not isinstance(test_elements, Tensor):
+        test_elements = _gflow.tensor(test_elements, **where(elements))
+    for t in (elements, test_elements):
+        if t.dtype == _gflow.bool:
+            raise _gflow.DTypeNotImplementedError(
+                "Unsupported input type encountered for isin(): Bool")
+    e, t = elements.detach(), test_elements.detach().reshape(-1)
+    n, m = e.numel(), t.numel()
+    if n == 0 or m == 0:
+        hit = _gflow.zeros(*e.shape, **_like(e, _gflow.bool))
+    elif n * m <= _ISIN_PAIRS:
+        hit = (e.unsqueeze(-1) == t).any(-1)
+    else:
+        # the test elements first, then all sorted: a run of equal values (NaNs each alone)
+        # holds an element of the test set when some member came from the first m
+        values, order = _gflow.cat([t, e.reshape(-1)]).sort()
+        step = (values.narrow(0, 1, n + m - 1) != values.narrow(0, 0, n + m - 1))
+        zero = _gflow.zeros(1, **_like(values, _gflow.int64))
+        run = _gflow.cat([zero, step.to(_gflow.int64).cumsum(0)])
+        tests = _gflow.zeros(n + m, **_like(values, _gflow.int64)).scatter_add(
+            0, run, (order < m).to(_gflow.int64))
+        found = (tests.gather(0, run) > 0).to(_gflow.int64)
+        back = _gflow.zeros(n + m, **_like(values, _gflow.int64)).scatter_add(0, order, found)
+        hit = (back.narrow(0, m, n) > 0).reshape(*e.shape)
+    return hit.logical_not() if invert else hit
+
+
+def _isin(self, test_elements, *, assume_unique=False, invert=False):
+    """``flow.isin(self, test_elements)``."""
+    return isin(self, test_elements, assume_unique=assume_unique, invert=invert)
+
+
+def _low_precision(x):
+    return x.dtype in (_gflow.float16, _gflow.bfloat16)
+
+
+def hypot(self, other):
+    """``sqrt(self^2 + other^2)`` elementwise (broadcast, the dtypes promoted), as
+    ``torch.hypot``, with no overflow or underflow in the squares: 16-bit and float32 inputs
+    are worked in float64 (whose squares cannot overflow or underflow) and rounded once;
+    float64 ones scaled by the larger magnitude first. An infinity in either gives +inf, even
+    with a NaN. The gradient is ``self / hypot`` (the scale held constant: the result does
+    not depend on it). Integer inputs refused, as PyTorch's."""
+    if not isinstance(other, Tensor):
+        raise TypeError(f"hypot(): argument 'other' (position 1) must be Tensor, not "
+                        f"{type(other).__name__}")
+    m = self.detach().abs().maximum(other.detach().abs())
+    dtype = m.dtype
+    if not m.is_floating_point():
+        raise _gflow.DTypeNotImplementedError(f'"hypot_cpu" not implemented for {dtype}')
+    a, b = self.to(_gflow.float64), other.to(_gflow.float64)
+    inf = (a.detach().abs() == math.inf).logical_or(b.detach().abs() == math.inf)
+    if dtype == _gflow.float64:
+        scale = _gflow.where((m == 0).logical_or(m != m).logical_or(inf), 1.0, m)
+        out = scale * ((a / scale).square() + (b / scale).square()).sqrt()
+    else:
+        out = (a.square() + b.square()).sqrt()
+    out = _gflow.where(inf, math.inf, out)
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def logcumsumexp(self, dim):
+    """``log(cumsum(exp(self), dim))`` without overflow or underflow, as
+    ``torch.logcumsumexp``: a parallel prefix scan of the stable ``logaddexp`` (``log2(n)``
+    steps, each joining a position with the one ``2^k`` before it), so every position is as
+    exact as a ``logsumexp`` of its prefix (``[-1e9, 0]`` gives ``[-1e9, 0]``) and a prefix of
+    ``-inf`` gives ``-inf``, not NaN; 16-bit floats worked in float32 and rounded once;
+    differentiable; integers refused, as PyTorch's."""
+    if not self.is_floating_point():
+        raise _gflow.DTypeNotImplementedError(
+            f'"logcumsumexp_out_cpu" not implemented for {self.dtype}')
+    d = _dim(dim, self.dim())
+    y = self if self.dim() else self.reshape(1)
+    if _low_precision(y):
+        y = y.to(_gflow.float32)
+    n, step = y.shape[d], 1
+    while step < n:
+        later = logaddexp(y.narrow(d, step, n - step), y.narrow(d, 0, n - step))
+        y = _gflow.cat([y.narrow(d, 0, step), later], d)
+        step *= 2
+    return y.to(self.dtype).reshape(*self.shape)
+
+
+Tensor.softmax, Tensor.log_softmax = _softmax, _log_softmax
+Tensor.pow, Tensor.__pow__ = _pow, _dunder_pow
+Tensor.isin = _isin
+for _name in ("hypot logcumsumexp").split():
+    setattr(Tensor, _name, globals()[_name])
+Tensor.hypot_ = _make_inplace("hypot")
+del _name
+
+__all__ = ["eye", "outer", "norm", "equal", "isclose", "hstack", "vstack", "einsum", "isin"]

@@ -514,9 +514,9 @@ def test_optimizer_state_with_a_scheduler(tmp_path):
     g2 = fresh.param_groups[0]
     assert g2["lr"] == group["lr"] and g2["initial_lr"] == group["initial_lr"]
     assert g2["betas"] == group["betas"] and isinstance(g2["betas"], tuple)
-    for k in ("0.exp_avg", "1.exp_avg_sq", "0.step"):
-        np.testing.assert_array_equal(fresh.state_dict()["state"][k].numpy(),
-                                      sd["state"][k].numpy())
+    for i, k in ((0, "exp_avg"), (1, "exp_avg_sq"), (0, "step")):
+        np.testing.assert_array_equal(fresh.state_dict()["state"][i][k].numpy(),
+                                      sd["state"][i][k].numpy())
     # the resumed pair takes the same next step
     resumed = S.OneCycleLR(fresh, max_lr=0.1, total_steps=10, last_epoch=loaded["epoch"])
     sched.step()
@@ -524,7 +524,7 @@ def test_optimizer_state_with_a_scheduler(tmp_path):
     # state: per parameter, as PyTorch's optimizer.state
     p0 = model.weight
     np.testing.assert_array_equal(opt.state[p0]["exp_avg"].numpy(),
-                                  sd["state"]["0.exp_avg"].numpy())
+                                  sd["state"][0]["exp_avg"].numpy())
 
 
 def test_bad_input_as_torch():

@@ -6,7 +6,8 @@ place (optimizers built before follow it), which is how a model is spread over r
 """
 
 import inspect
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
 from .. import _gflow
 from .._gflow import Tensor
@@ -35,6 +36,32 @@ class Parameter(Tensor):
 
     def __init__(self, data, requires_grad=True):
         pass
+
+
+def _zero_grads(params, set_to_none):
+    """Each parameter's gradient set to ``None`` (``set_to_none``), or zeroed by its in-place
+    ``zero_``, as PyTorch's ``zero_grad``: zeros of the same shape, dtype, placement and SBP,
+    no longer on the graph. ``Module.zero_grad`` and ``Optimizer.zero_grad`` share it."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.zero_()
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What ``load_state_dict`` returns, as PyTorch's: ``missing, unexpected = ...``."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
 
 
 class Module:
@@ -87,24 +114,32 @@ class Module:
             self._non_persistent.add(name)
         object.__setattr__(self, name, tensor)
 
-    def named_buffers(self, prefix="", recurse=True):
-        """``(dotted name, buffer)`` pairs of this module and (``recurse``) its sub-modules."""
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """``(dotted name, buffer)`` pairs of this module and (``recurse``) its sub-modules; a
+        buffer shared by two modules comes once unless ``remove_duplicate=False`` (as
+        PyTorch's)."""
+        seen = set()
         modules = self.named_modules(prefix.rstrip(".")) if recurse else [(prefix.rstrip("."), self)]
         for mod_name, m in modules:
             for name, b in m._buffers.items():
-                if b is not None:
-                    yield (mod_name + "." if mod_name else "") + name, b
+                if b is None or (remove_duplicate and id(b) in seen):
+                    continue
+                seen.add(id(b))
+                yield (mod_name + "." if mod_name else "") + name, b
 
     def buffers(self, recurse=True):
         """The buffers of this module and (``recurse``) its sub-modules."""
         return [b for _, b in self.named_buffers(recurse=recurse)]
 
-    def _state_buffers(self):
-        """``(dotted name, module, buffer name)`` of every persistent buffer."""
-        for mod_name, m in self.named_modules():
-            for name, b in m._buffers.items():
-                if b is not None and name not in m._non_persistent:
-                    yield (mod_name + "." if mod_name else "") + name, m, name
+    def _own_state(self):
+        """``(name, tensor)`` of this module's own state, as PyTorch's ``_save_to_state_dict``:
+        its parameters, then its persistent buffers."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                yield name, p
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                yield name, b
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward")
@@ -161,33 +196,89 @@ class Module:
         fn(self)
         return self
 
-    def state_dict(self):
-        """Parameter name to tensor (detached handles on the parameters' storage); a tied
-        parameter under each of its names, as PyTorch's."""
-        params = self.named_parameters(remove_duplicate=False)
-        out = OrderedDict((n, p.detach()) for n, p in params)
-        for name, m, key in self._state_buffers():
-            out[name] = m._buffers[key].detach()
-        return out
+    def state_dict(self, *, destination=None, prefix="", keep_vars=False):
+        """Name to tensor in PyTorch's order: this module's parameters, then its persistent
+        buffers, then each sub-module's state under its name. The tensors are detached handles
+        on the storage (``keep_vars=True``: the parameters themselves); a tied parameter or a
+        shared sub-module comes under each of its names, as PyTorch's."""
+        if destination is None:
+            destination = OrderedDict()
+        for name, t in self._own_state():
+            destination[prefix + name] = t if keep_vars else t.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=destination, prefix=prefix + name + ".",
+                             keep_vars=keep_vars)
+        return destination
 
     def load_state_dict(self, state_dict, strict=True):
         """Writes ``state_dict``'s tensors (any layout: ``flow.load``'s local ones, another
-        placement's) into the parameters of the same names in place, each parameter keeping its
-        placement and SBP. ``strict``: the names must match exactly."""
+        placement's) into the parameters and persistent buffers of the same names in place,
+        each keeping its placement and SBP. Returns ``(missing_keys, unexpected_keys)``, as
+        PyTorch's; ``strict``: a missing or unexpected key is a ``RuntimeError``, as is a shape
+        that differs (whatever ``strict``), with PyTorch's message."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        missing, unexpected, errors = [], [], []
+        self._load(state_dict, "", missing, unexpected, errors)
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(
+                    ", ".join(f'"{k}"' for k in unexpected)))
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(
+                    ", ".join(f'"{k}"' for k in missing)))
+        if errors:
+            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(
+                type(self).__name__, "\n\t".join(errors)))
+        return _IncompatibleKeys(missing, unexpected)
+
+    def _load(self, state_dict, prefix, missing, unexpected, errors):
+        """PyTorch's ``_load_from_state_dict`` for this module, then its sub-modules."""
         from ..serialization import assign
 
-        own = OrderedDict(self.named_parameters(remove_duplicate=False))
-        own.update((name, m._buffers[key]) for name, m, key in self._state_buffers())
-        if strict:
-            missing = [n for n in own if n not in state_dict]
-            unexpected = [n for n in state_dict if n not in own]
-            if missing or unexpected:
-                raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
-                               f"{unexpected}")
-        for name, p in own.items():
-            if name in state_dict:
-                assign(p, state_dict[name])
-        return self
+        own = dict(self._own_state())
+        for name, t in own.items():
+            key = prefix + name
+            if key not in state_dict:
+                missing.append(key)
+                continue
+            src = state_dict[key]
+            if not isinstance(src, Tensor):
+                try:
+                    src = _gflow.tensor(src, dtype=t.dtype)
+                except Exception:
+                    errors.append(f'While copying the parameter named "{key}", expected a '
+                                  f'Tensor from checkpoint but received {type(src)}')
+                    continue
+            if t.dim() == 0 and src.dim() == 1 and src.shape[0] == 1:
+                src = src.reshape(())  # PyTorch's allowance for old 0-d parameters
+            if tuple(src.shape) != tuple(t.shape):
+                errors.append(f"size mismatch for {key}: copying a param with shape "
+                              f"{src.shape} from checkpoint, the shape in current model is "
+                              f"{t.shape}.")
+                continue
+            try:
+                assign(t, src)
+            except Exception as ex:
+                errors.append(f'While copying the parameter named "{key}", whose dimensions '
+                              f"in the model are {t.shape} and whose dimensions in the "
+                              f"checkpoint are {src.shape}, an exception occurred : {ex.args}.")
+        for key in state_dict:
+            if not isinstance(key, str):
+                if not prefix:
+                    unexpected.append(key)
+                continue
+            if key.startswith(prefix):
+                first = key[len(prefix):].split(".", 1)
+                if (first[0] not in self._modules) if len(first) > 1 else (first[0] not in own):
+                    unexpected.append(key)
+        for name, m in self._modules.items():
+            if m is not None:
+                child = prefix + name + "."
+                m._load({k: v for k, v in state_dict.items()
+                         if isinstance(k, str) and k.startswith(child)},
+                        child, missing, unexpected, errors)
 
     def _convert(self, f, buffers=True):
         """Every parameter's value replaced by ``f(parameter)`` in place (handles held
@@ -221,11 +312,7 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         """Clears every parameter's gradient (zeros it in place when ``set_to_none=False``)."""
-        for p in self.parameters():
-            if set_to_none or p.grad is None:
-                p.grad = None
-            else:
-                p.grad.zero_()
+        _zero_grads(self.parameters(), set_to_none)
 
     def requires_grad_(self, requires_grad=True):
         """Sets ``requires_grad`` of every parameter (freezing a model); returns it."""
