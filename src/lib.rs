@@ -15,8 +15,8 @@
 pub use gflow_core::{
     Buffer, Collectives, CommError, CommOp, CommStats, Communicator, DType, Device, DeviceInfo,
     DeviceKind, DeviceType, Element, Env, Error, HostData, IntoRanks, IntoTarget, NdSbp, Placement,
-    Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor, backend, boxing, comm, comm_stats, devices,
-    empty_cache, is_grad_enabled, manual_seed, nn, no_grad, no_sync, optim, profile,
+    Ranks, ReduceOp, Result, Sbp, Tag, Target, Tensor, autograd, backend, boxing, comm, comm_stats,
+    devices, empty_cache, is_grad_enabled, manual_seed, nn, no_grad, no_sync, optim, profile,
     reset_comm_stats, sbp,
 };
 

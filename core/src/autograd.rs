@@ -303,6 +303,53 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::backward`] and [`Tensor::backward_with`].
     pub fn backward_with_options(&self, grad: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+        let seed = self.seed(grad)?;
+        no_grad(|| {
+            run_backward(
+                &[(self.clone(), seed)],
+                retain_graph,
+                Sink::Accumulate(None),
+            )
+        })
+    }
+
+    /// [`Tensor::backward_with_options`] that accumulates only into `inputs` (leaves or not),
+    /// as PyTorch's `backward(inputs=...)`: every other tensor's gradient stays as it was.
+    ///
+    /// ```
+    /// use gflow_core::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![3.0f32], &[1], Device::Cpu)?.set_requires_grad(true);
+    /// let w = Tensor::from_vec(vec![2.0f32], &[1], Device::Cpu)?.set_requires_grad(true);
+    /// x.mul(&w)?.sum(vec![], false)?.backward_inputs(None, &[w.clone()], false)?;
+    /// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, [3.0]);
+    /// assert!(x.grad().is_none());
+    /// # Ok::<(), gflow_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::backward_with_options`]; `InvalidArgument` when an input does not require
+    /// a gradient.
+    pub fn backward_inputs(
+        &self,
+        grad: Option<&Tensor>,
+        inputs: &[Tensor],
+        retain_graph: bool,
+    ) -> Result<()> {
+        let seed = self.seed(grad)?;
+        check_differentiable(inputs)?;
+        let only: HashSet<usize> = inputs.iter().map(Tensor::key).collect();
+        no_grad(|| {
+            run_backward(
+                &[(self.clone(), seed)],
+                retain_graph,
+                Sink::Accumulate(Some(&only)),
+            )
+        })
+    }
+
+    /// The backward seed: `grad`, or ones for a one-element tensor; checked against this
+    /// tensor's shape and that it requires a gradient.
+    fn seed(&self, grad: Option<&Tensor>) -> Result<Tensor> {
         let seed = match grad {
             Some(g) => g.clone(),
             None => {
@@ -329,16 +376,108 @@ impl Tensor {
                 reason: "the seed gradient must have the tensor's shape".into(),
             });
         }
-        no_grad(|| run_backward(self, seed.detach(), retain_graph))
+        Ok(seed.detach())
     }
 }
 
-/// The tensors reachable from `root` through recorded nodes (those requiring a gradient), each
-/// after all of its inputs.
-fn topo_order(root: &Tensor) -> Result<Vec<(Tensor, Option<Arc<Node>>)>> {
+/// The gradients of `outputs` (seeded by `grad_outputs`: `None` for ones, which needs a
+/// one-element output) with respect to `inputs`, returned instead of accumulated: no tensor's
+/// [`Tensor::grad`] changes, as PyTorch's `torch.autograd.grad`. An input the outputs do not
+/// depend on gets `None` with `allow_unused`, else an error. Each gradient has its input's
+/// placement and SBP. On global tensors a collective, as [`Tensor::backward`].
+///
+/// ```
+/// use gflow_core::{Device, Tensor, autograd};
+/// let x = Tensor::from_vec(vec![3.0f32], &[1], Device::Cpu)?.set_requires_grad(true);
+/// let y = x.mul(&x)?.sum(vec![], false)?;
+/// let g = autograd::grad(&[y], &[None], &[x.clone()], false, false)?;
+/// assert_eq!(g[0].as_ref().unwrap().to_vec::<f32>()?, [6.0]);
+/// assert!(x.grad().is_none());
+/// # Ok::<(), gflow_core::Error>(())
+/// ```
+///
+/// # Errors
+/// `InvalidArgument` when the lists' lengths differ, an input does not require a gradient, or
+/// (without `allow_unused`) one is not used; as [`Tensor::backward`] otherwise.
+pub fn grad(
+    outputs: &[Tensor],
+    grad_outputs: &[Option<Tensor>],
+    inputs: &[Tensor],
+    retain_graph: bool,
+    allow_unused: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    if outputs.len() != grad_outputs.len() {
+        return Err(backward_error(format!(
+            "grad got {} outputs and {} grad_outputs: one each",
+            outputs.len(),
+            grad_outputs.len()
+        )));
+    }
+    check_differentiable(inputs)?;
+    let roots = outputs
+        .iter()
+        .zip(grad_outputs)
+        .map(|(o, g)| Ok((o.clone(), o.seed(g.as_ref())?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut found = HashMap::new();
+    let wanted: HashSet<usize> = inputs.iter().map(Tensor::key).collect();
+    no_grad(|| run_backward(&roots, retain_graph, Sink::Capture(&wanted, &mut found)))?;
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match found.get(&t.key()) {
+            Some(g) => Ok(Some(in_layout_of(t, g.clone())?)),
+            None if allow_unused => Ok(None),
+            None => Err(backward_error(format!(
+                "input {i} appears not to have been used in the graph (pass allow_unused to \
+                 get None for it)"
+            ))),
+        })
+        .collect()
+}
+
+/// Refuses inputs that take no gradient.
+fn check_differentiable(inputs: &[Tensor]) -> Result<()> {
+    match inputs.iter().position(|t| !t.requires_grad()) {
+        Some(i) => Err(backward_error(format!(
+            "input {i} does not require grad: only tensors that require grad can be \
+             differentiated"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Where a backward pass puts the gradients it reaches.
+enum Sink<'a> {
+    /// Into `.grad`: of every leaf and every non-leaf that retains its gradient, or with a
+    /// set, of just those tensors.
+    Accumulate(Option<&'a HashSet<usize>>),
+    /// Into the map, for the tensors of the set; no `.grad` changes.
+    Capture(&'a HashSet<usize>, &'a mut HashMap<usize, Tensor>),
+}
+
+impl Sink<'_> {
+    /// Takes `t`'s gradient `g` (full-size) where this sink wants it; `leaf`: `t` has no node.
+    fn take(&mut self, t: &Tensor, g: &Tensor, leaf: bool) -> Result<()> {
+        match self {
+            Sink::Accumulate(None) if leaf || t.retains_grad() => accumulate(t, g.clone()),
+            Sink::Accumulate(Some(only)) if only.contains(&t.key()) => accumulate(t, g.clone()),
+            Sink::Capture(wanted, found) if wanted.contains(&t.key()) => {
+                found.insert(t.key(), g.clone());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The tensors reachable from `roots` through recorded nodes (those requiring a gradient),
+/// each after all of its inputs.
+fn topo_order(roots: &[Tensor]) -> Result<Vec<(Tensor, Option<Arc<Node>>)>> {
     let mut order = vec![];
     let mut seen = HashSet::new();
-    let mut stack: Vec<(Tensor, Option<Option<Arc<Node>>>)> = vec![(root.clone(), None)];
+    let mut stack: Vec<(Tensor, Option<Option<Arc<Node>>>)> =
+        roots.iter().rev().map(|r| (r.clone(), None)).collect();
     while let Some((t, visited)) = stack.pop() {
         if let Some(node) = visited {
             order.push((t, node));
@@ -368,16 +507,24 @@ fn topo_order(root: &Tensor) -> Result<Vec<(Tensor, Option<Arc<Node>>)>> {
     Ok(order)
 }
 
-fn run_backward(root: &Tensor, seed: Tensor, retain_graph: bool) -> Result<()> {
-    let order = topo_order(root)?;
+/// Backward from each `(root, seed)`, its gradients into `sink`.
+fn run_backward(roots: &[(Tensor, Tensor)], retain_graph: bool, mut sink: Sink<'_>) -> Result<()> {
+    let tensors: Vec<Tensor> = roots.iter().map(|(r, _)| r.clone()).collect();
+    let order = topo_order(&tensors)?;
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
-    grads.insert(root.key(), seed);
+    for (root, seed) in roots {
+        let sum = match grads.remove(&root.key()) {
+            Some(prev) => prev.add(seed)?,
+            None => seed.clone(),
+        };
+        grads.insert(root.key(), sum);
+    }
     for (t, node) in order.into_iter().rev() {
         let Some(g) = grads.remove(&t.key()) else {
             continue;
         };
         let Some(node) = node else {
-            accumulate(&t, full(g, t.shape())?)?;
+            sink.take(&t, &full(g, t.shape())?, true)?;
             continue;
         };
         if !retain_graph {
@@ -388,9 +535,7 @@ fn run_backward(root: &Tensor, seed: Tensor, retain_graph: bool) -> Result<()> {
         } else {
             full(g, t.shape())?
         };
-        if t.retains_grad() {
-            accumulate(&t, full(g.clone(), t.shape())?)?;
-        }
+        sink.take(&t, &full(g.clone(), t.shape())?, false)?;
         let ctx = Ctx {
             inputs: &node.inputs,
             out: &t.detach(),
@@ -426,17 +571,25 @@ fn run_backward(root: &Tensor, seed: Tensor, retain_graph: bool) -> Result<()> {
 /// sum stays in the layout backward gave it, and the next accumulation outside boxes it once.
 fn accumulate(leaf: &Tensor, g: Tensor) -> Result<()> {
     let layout = leaf.dist();
-    let in_layout = |t: Tensor| match layout {
-        Some(d) if t.dist() != Some(d) => t.into_global(d),
-        _ => Ok(t),
-    };
     let deferred = NO_SYNC.with(Cell::get);
     let sum = match leaf.grad() {
         // A gradient left unboxed by `no_sync`: add in the backward layout, box once below.
         Some(prev) if deferred || prev.dist() != layout => prev.add(&g)?,
-        Some(prev) => prev.add(&in_layout(g)?)?,
+        Some(prev) => prev.add(&in_layout_of(leaf, g)?)?,
         None => g,
     };
-    leaf.set_grad(Some(if deferred { sum } else { in_layout(sum)? }));
+    leaf.set_grad(Some(if deferred {
+        sum
+    } else {
+        in_layout_of(leaf, sum)?
+    }));
     Ok(())
+}
+
+/// `g` boxed to `t`'s placement and SBP (as is for a local `t`).
+fn in_layout_of(t: &Tensor, g: Tensor) -> Result<Tensor> {
+    match t.dist() {
+        Some(d) if g.dist() != Some(d) => g.into_global(d),
+        _ => Ok(g),
+    }
 }

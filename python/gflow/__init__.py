@@ -95,7 +95,7 @@ if not _run_as_launcher():
     _gflow.init()
 
 from . import sbp, env, nn, optim, distributed, comm  # noqa: E402  (after joining the job)
-from . import utils, cuda  # noqa: E402
+from . import utils, cuda, autograd  # noqa: E402
 from ._runtime import *  # noqa: E402,F401,F403  (manual_seed also seeds the data generator)
 
 

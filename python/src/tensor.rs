@@ -237,6 +237,77 @@ pub fn _swap_grad_depth(depth: usize) -> usize {
     NO_GRAD.with(|d| d.replace(depth))
 }
 
+/// `backward(create_graph=True)` and `grad(create_graph=True)` are refused: gflow's backward
+/// operators are not recorded, so there is no graph of the gradients.
+fn refuse_create_graph(create_graph: bool) -> PyResult<()> {
+    if create_graph {
+        return Err(crate::error::InvalidArgumentError::new_err(
+            "create_graph=True is not supported: gflow's backward is not recorded (no \
+             higher-order gradients)",
+        ));
+    }
+    Ok(())
+}
+
+/// A tensor or a sequence of tensors (PyTorch's `inputs=` and `outputs=`), as a list.
+fn tensors_of(x: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    if let Ok(t) = x.cast::<PyTensor>() {
+        return Ok(vec![t.get().get()]);
+    }
+    x.try_iter()?
+        .map(|item| Ok(item?.cast::<PyTensor>()?.get().get()))
+        .collect()
+}
+
+/// `torch.autograd.grad`: the gradients of `outputs` (seeded by `grad_outputs`, `None` for
+/// ones of a one-element output) with respect to `inputs`, returned as a tuple; no tensor's
+/// `.grad` changes. An unused input gives `None` with `allow_unused`, else an error. On global
+/// tensors a collective.
+#[pyfunction]
+#[pyo3(signature = (outputs, inputs, grad_outputs = None, retain_graph = None, create_graph = false, allow_unused = None))]
+pub fn grad<'py>(
+    py: Python<'py>,
+    outputs: &Bound<'py, PyAny>,
+    inputs: &Bound<'py, PyAny>,
+    grad_outputs: Option<&Bound<'py, PyAny>>,
+    retain_graph: Option<bool>,
+    create_graph: bool,
+    allow_unused: Option<bool>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    refuse_create_graph(create_graph)?;
+    let outputs = tensors_of(outputs)?;
+    let inputs = tensors_of(inputs)?;
+    let seeds: Vec<Option<Tensor>> = match grad_outputs {
+        None => vec![None; outputs.len()],
+        Some(g) if g.cast::<PyTensor>().is_ok() => vec![Some(g.cast::<PyTensor>()?.get().get())],
+        Some(g) => g
+            .try_iter()?
+            .map(|item| {
+                let item = item?;
+                if item.is_none() {
+                    Ok(None)
+                } else {
+                    Ok(Some(item.cast::<PyTensor>()?.get().get()))
+                }
+            })
+            .collect::<PyResult<_>>()?,
+    };
+    let global = outputs.iter().chain(&inputs).any(Tensor::is_global);
+    let retain = retain_graph.unwrap_or(false);
+    let unused = allow_unused.unwrap_or(false);
+    let grads = run(py, global, move || {
+        gflow::autograd::grad(&outputs, &seeds, &inputs, retain, unused)
+    })?;
+    let items = grads
+        .into_iter()
+        .map(|g| match g {
+            Some(g) => Ok(Bound::new(py, PyTensor::new(g))?.into_any()),
+            None => Ok(py.None().into_bound(py)),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, items)
+}
+
 /// Whether operations on this thread are recorded for autograd.
 #[pyfunction]
 pub fn is_grad_enabled() -> bool {
@@ -880,26 +951,27 @@ impl PyTensor {
     }
 
     /// Computes gradients of this tensor with respect to the leaves that require them
-    /// (`gradient`: the seed, needed unless the tensor has one element). On global tensors a
-    /// collective: every rank calls it.
-    #[pyo3(signature = (gradient = None, retain_graph = None, create_graph = false))]
+    /// (`gradient`: the seed, needed unless the tensor has one element), or with `inputs` only
+    /// into those tensors (leaves or not), as PyTorch's. On global tensors a collective: every
+    /// rank calls it.
+    #[pyo3(signature = (gradient = None, retain_graph = None, create_graph = false, inputs = None))]
     fn backward(
         &self,
         py: Python<'_>,
         gradient: Option<&PyTensor>,
         retain_graph: Option<bool>,
         create_graph: bool,
+        inputs: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if create_graph {
-            return Err(crate::error::InvalidArgumentError::new_err(
-                "backward(create_graph=True) is not supported: gflow's backward is not recorded",
-            ));
-        }
+        refuse_create_graph(create_graph)?;
         let t = self.get();
         let g = gradient.map(PyTensor::get);
+        let inputs = inputs.map(tensors_of).transpose()?;
         let global = t.is_global();
-        run(py, global, move || {
-            t.backward_with_options(g.as_ref(), retain_graph.unwrap_or(false))
+        let retain = retain_graph.unwrap_or(false);
+        run(py, global, move || match inputs {
+            Some(inputs) => t.backward_inputs(g.as_ref(), &inputs, retain),
+            None => t.backward_with_options(g.as_ref(), retain),
         })
     }
 
