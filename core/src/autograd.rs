@@ -457,16 +457,23 @@ enum Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Takes `t`'s gradient `g` (full-size) where this sink wants it; `leaf`: `t` has no node.
+    /// Takes `t`'s gradient `g` (made full-size only here, where this sink wants it: most
+    /// tensors' gradients are not kept); `leaf`: `t` has no node.
     fn take(&mut self, t: &Tensor, g: &Tensor, leaf: bool) -> Result<()> {
+        let wanted = match self {
+            Sink::Accumulate(None) => leaf || t.retains_grad(),
+            Sink::Accumulate(Some(set)) | Sink::Capture(set, _) => set.contains(&t.key()),
+        };
+        if !wanted {
+            return Ok(());
+        }
+        let g = full(g.clone(), t.shape())?;
         match self {
-            Sink::Accumulate(None) if leaf || t.retains_grad() => accumulate(t, g.clone()),
-            Sink::Accumulate(Some(only)) if only.contains(&t.key()) => accumulate(t, g.clone()),
-            Sink::Capture(wanted, found) if wanted.contains(&t.key()) => {
-                found.insert(t.key(), g.clone());
+            Sink::Capture(_, found) => {
+                found.insert(t.key(), g);
                 Ok(())
             }
-            _ => Ok(()),
+            Sink::Accumulate(_) => accumulate(t, g),
         }
     }
 }
@@ -524,7 +531,7 @@ fn run_backward(roots: &[(Tensor, Tensor)], retain_graph: bool, mut sink: Sink<'
             continue;
         };
         let Some(node) = node else {
-            sink.take(&t, &full(g, t.shape())?, true)?;
+            sink.take(&t, &g, true)?;
             continue;
         };
         if !retain_graph {
@@ -535,7 +542,7 @@ fn run_backward(roots: &[(Tensor, Tensor)], retain_graph: bool, mut sink: Sink<'
         } else {
             full(g, t.shape())?
         };
-        sink.take(&t, &full(g.clone(), t.shape())?, false)?;
+        sink.take(&t, &g, false)?;
         let ctx = Ctx {
             inputs: &node.inputs,
             out: &t.detach(),
