@@ -256,7 +256,7 @@ for _name in (
     "abs rsqrt sin cos silu erf pow clamp clip min amin logsumexp argmax argmin maximum "
     "minimum eq ne lt le gt ge masked_fill tril triu permute split chunk gather index_select "
     "view expand mm bmm t clone any all scatter_add logical_not logical_and logical_or "
-    "logical_xor remainder var std flip cumsum topk multinomial floor ceil round trunc "
+    "logical_xor remainder var std flip cumsum cumprod prod topk multinomial floor ceil round trunc "
     "isnan isinf isfinite unbind reciprocal numel sort argsort sign log1p expm1 broadcast_to roll "
     "diag diagonal trace tile repeat_interleave unflatten dot addmm baddbmm lerp addcmul addcdiv "
     "true_divide log2 log10 sinh cosh fmod diff count_nonzero dist select masked_select "

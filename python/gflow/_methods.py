@@ -162,6 +162,10 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     x = self if dtype is None else self.to(dtype)
     if not x.is_floating_point():
         raise TypeError(f"norm: expected a floating point tensor, got {x.dtype}")
+    if x.dtype in (_gflow.float16, _gflow.bfloat16):
+        # powers of 16-bit values pass f16's 65504 long before their norm does: in float32,
+        # rounded once (as PyTorch)
+        return norm(x.to(_gflow.float32), p, dim, keepdim).to(x.dtype)
     dims = dim if dim is None or isinstance(dim, (tuple, list)) else (dim,)
     kw = {"keepdim": keepdim} if dims is None else {"dim": tuple(dims), "keepdim": keepdim}
     if p in ("fro", 2, 2.0):

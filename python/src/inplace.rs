@@ -353,6 +353,9 @@ impl PyTensor {
         let s = operand(slf.py(), &t, src)?;
         let global = s.is_global();
         Self::update(slf, "copy_", global, move |t| {
+            // another dtype is cast to this tensor's, as PyTorch's (floats to integers toward
+            // zero, to Bool `!= 0`)
+            let s = s.to_dtype(t.dtype())?;
             if t.is_global() && s.is_local() {
                 // A local source stands for its whole value on every rank.
                 let p = t.placement().cloned().ok_or_else(|| {

@@ -555,6 +555,44 @@ impl PyTensor {
         })
     }
 
+    /// Running products along `dim` (PyTorch's `cumprod`): floats keep their dtype, integers
+    /// and bool give int64, unless `dtype=` names the result's dtype (the input is cast first).
+    #[pyo3(signature = (dim, *, dtype = None))]
+    fn cumprod(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        dtype: Option<crate::tensor::PyDType>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let d = self::dim(dim, t.ndim())?;
+        op(py, t.is_global(), move || {
+            along(&t, |t| match dtype {
+                Some(dt) => t.to_dtype(dt.inner)?.cumprod(d)?.to_dtype(dt.inner),
+                None => t.cumprod(d),
+            })
+        })
+    }
+
+    /// The product over `dim` (an int or a tuple; every dim when left out), as PyTorch's
+    /// `prod`: integers and Bool give int64, 16-bit floats multiply in f32, and `dtype=` casts
+    /// the input to it first; gradients exact also at zeros.
+    #[pyo3(signature = (dim = None, keepdim = false, *, dtype = None))]
+    fn prod(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        dtype: Option<crate::tensor::PyDType>,
+    ) -> PyResult<PyTensor> {
+        let t = self.get();
+        let dims = reduce_dims(dim, t.ndim())?;
+        op(py, t.is_global(), move || match dtype {
+            Some(d) => t.to_dtype(d.inner)?.prod(dims, keepdim)?.to_dtype(d.inner),
+            None => t.prod(dims, keepdim),
+        })
+    }
+
     /// `x.topk(k, dim=-1, largest=True, sorted=True)`: the named tuple `(values, indices)` of
     /// the `k` largest (smallest) elements along `dim`, in order (ties: the lower index first;
     /// NaN above every number); gradients flow to the chosen elements.

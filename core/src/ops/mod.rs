@@ -16,6 +16,7 @@ mod index;
 mod layout;
 mod matmul;
 mod norm;
+mod product;
 mod reduce;
 mod sampling;
 mod scan;

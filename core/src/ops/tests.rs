@@ -385,3 +385,75 @@ fn half_means_sum_in_f32_and_round_once() {
         }
     }
 }
+
+/// `prod` and `cumprod` against float64 loops, with zeros (their gradients are the products of
+/// the others, where dividing by the input would give NaN), and split over 3 uneven ranks on
+/// the multiplied dim and on another: the single-device values and gradients.
+#[test]
+fn products_and_running_products() {
+    let (rows, cols) = (5, 7);
+    let v: Vec<f64> = (0..rows * cols)
+        .map(|i| if i % 9 == 4 { 0.0 } else { ((i * 5) % 11) as f64 / 4.0 - 1.1 })
+        .collect();
+    let at = |r: usize, c: usize| v[r * cols + c];
+    let prod_rows: Vec<f64> = (0..rows).map(|r| (0..cols).map(|c| at(r, c)).product()).collect();
+    let running: Vec<f64> = (0..rows)
+        .flat_map(|r| (0..cols).scan(1.0, move |p, c| {
+            *p *= at(r, c);
+            Some(*p)
+        }))
+        .collect();
+    // d/dx(r, c) of sum over rows of prod(row): the product of the row's others
+    let grad: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            (0..cols).filter(|&k| k != c).map(|k| at(r, k)).product()
+        })
+        .collect();
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: {a:?} vs {b:?}");
+        }
+    };
+    let x = Tensor::from_vec(v.clone(), &[rows, cols], Device::Cpu)
+        .unwrap()
+        .set_requires_grad(true);
+    let p = x.prod(1, false).unwrap();
+    close(&p.to_vec::<f64>().unwrap(), &prod_rows, "prod");
+    p.sum(vec![], false).unwrap().backward().unwrap();
+    close(&x.grad().unwrap().to_vec::<f64>().unwrap(), &grad, "prod's gradient");
+    close(
+        &x.cumprod(1).unwrap().to_vec::<f64>().unwrap(),
+        &running,
+        "cumprod",
+    );
+    let world = simulate(3, |_| {
+        let p = Placement::new("cpu", [0, 1, 2])?;
+        let mut out = vec![];
+        for split in [0, 1] {
+            let g = Tensor::from_vec(v.clone(), &[rows, cols], Device::Cpu)?
+                .to_global(&p, vec![Sbp::Broadcast])?
+                .to_global(&p, vec![Sbp::Split(split)])?
+                .detach()
+                .set_requires_grad(true);
+            let prod = g.prod(1, false)?;
+            prod.sum(vec![], false)?.backward()?;
+            let local = |t: Tensor| -> Result<Vec<f64>> {
+                t.to_global(&p, vec![Sbp::Broadcast])?.to_local()?.to_vec::<f64>()
+            };
+            out.push((
+                local(prod)?,
+                local(g.grad().expect("a gradient"))?,
+                local(g.cumprod(1)?)?,
+            ));
+        }
+        Ok(out)
+    })
+    .unwrap();
+    for (prod, grad_got, run) in world.into_iter().flatten() {
+        close(&prod, &prod_rows, "split prod");
+        close(&grad_got, &grad, "split prod's gradient");
+        close(&run, &running, "split cumprod");
+    }
+}

@@ -264,6 +264,8 @@ def one_hot(tensor, num_classes=-1):
 
 def _safe_norm(x, p, dim, keepdim):
     """``x.norm(p, dim, keepdim)`` whose gradient at a zero norm is 0 (PyTorch's), not NaN."""
+    if x.dtype in (_gflow.float16, _gflow.bfloat16):
+        return _safe_norm(x.to(_gflow.float32), p, dim, keepdim).to(x.dtype)
     if p not in ("fro", 2, 2.0) and (isinstance(p, str) or p in (0, 1, math.inf, -math.inf)):
         return x.norm(p, dim=dim, keepdim=keepdim)
     s = (x * x if p in ("fro", 2, 2.0) else x.abs().pow(p)).sum(dim, keepdim=keepdim)
@@ -812,6 +814,11 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """PyTorch's ``cosine_similarity``: ``sum(x1 / ||x1|| * x2 / ||x2||)`` along ``dim``
     (broadcasting), each norm at least ``eps``."""
     x1, x2 = _broadcast(x1, x2)
+    half = (_gflow.float16, _gflow.bfloat16)
+    if x1.dtype in half and x2.dtype in half:
+        # squares of 16-bit values overflow: in float32, rounded once (as PyTorch)
+        out = cosine_similarity(x1.to(_gflow.float32), x2.to(_gflow.float32), dim, eps)
+        return out.to(x1.dtype if x1.dtype == x2.dtype else _gflow.float32)
     d = _dim(dim, x1.dim())
     n1 = (x1 * x1).sum(d, keepdim=True).clamp(min=eps * eps).sqrt()
     n2 = (x2 * x2).sum(d, keepdim=True).clamp(min=eps * eps).sqrt()
