@@ -393,15 +393,25 @@ fn half_means_sum_in_f32_and_round_once() {
 fn products_and_running_products() {
     let (rows, cols) = (5, 7);
     let v: Vec<f64> = (0..rows * cols)
-        .map(|i| if i % 9 == 4 { 0.0 } else { ((i * 5) % 11) as f64 / 4.0 - 1.1 })
+        .map(|i| {
+            if i % 9 == 4 {
+                0.0
+            } else {
+                ((i * 5) % 11) as f64 / 4.0 - 1.1
+            }
+        })
         .collect();
     let at = |r: usize, c: usize| v[r * cols + c];
-    let prod_rows: Vec<f64> = (0..rows).map(|r| (0..cols).map(|c| at(r, c)).product()).collect();
+    let prod_rows: Vec<f64> = (0..rows)
+        .map(|r| (0..cols).map(|c| at(r, c)).product())
+        .collect();
     let running: Vec<f64> = (0..rows)
-        .flat_map(|r| (0..cols).scan(1.0, move |p, c| {
-            *p *= at(r, c);
-            Some(*p)
-        }))
+        .flat_map(|r| {
+            (0..cols).scan(1.0, move |p, c| {
+                *p *= at(r, c);
+                Some(*p)
+            })
+        })
         .collect();
     // d/dx(r, c) of sum over rows of prod(row): the product of the row's others
     let grad: Vec<f64> = (0..rows * cols)
@@ -413,7 +423,10 @@ fn products_and_running_products() {
     let close = |a: &[f64], b: &[f64], what: &str| {
         assert_eq!(a.len(), b.len(), "{what}");
         for (x, y) in a.iter().zip(b) {
-            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: {a:?} vs {b:?}");
+            assert!(
+                (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                "{what}: {a:?} vs {b:?}"
+            );
         }
     };
     let x = Tensor::from_vec(v.clone(), &[rows, cols], Device::Cpu)
@@ -422,7 +435,11 @@ fn products_and_running_products() {
     let p = x.prod(1, false).unwrap();
     close(&p.to_vec::<f64>().unwrap(), &prod_rows, "prod");
     p.sum(vec![], false).unwrap().backward().unwrap();
-    close(&x.grad().unwrap().to_vec::<f64>().unwrap(), &grad, "prod's gradient");
+    close(
+        &x.grad().unwrap().to_vec::<f64>().unwrap(),
+        &grad,
+        "prod's gradient",
+    );
     close(
         &x.cumprod(1).unwrap().to_vec::<f64>().unwrap(),
         &running,
@@ -440,7 +457,9 @@ fn products_and_running_products() {
             let prod = g.prod(1, false)?;
             prod.sum(vec![], false)?.backward()?;
             let local = |t: Tensor| -> Result<Vec<f64>> {
-                t.to_global(&p, vec![Sbp::Broadcast])?.to_local()?.to_vec::<f64>()
+                t.to_global(&p, vec![Sbp::Broadcast])?
+                    .to_local()?
+                    .to_vec::<f64>()
             };
             out.push((
                 local(prod)?,
