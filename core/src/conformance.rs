@@ -1448,8 +1448,6 @@ pub fn argsorts<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     Ok(())
 }
 
-/// Cumulative sums along each dim, a NaN and an infinity reaching only the sums from them on,
-/// along lines longer than a GPU pass (whole numbers, so f32 sums are exact), an empty dim.
 /// Remainders and floor division at their edges: dividends far larger than the divisor
 /// (`1e8 % 3`, where `a - floor(a / b) * b` in f32 is off by the divisor), signs both ways,
 /// signed zeros, infinities both sides, zero divisors and NaN.
@@ -1492,6 +1490,8 @@ pub fn remainders<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     Ok(())
 }
 
+/// Cumulative sums along each dim, a NaN and an infinity reaching only the sums from them on,
+/// along lines longer than a GPU pass (whole numbers, so f32 sums are exact), an empty dim.
 pub fn cumsums<B: Backend + 'static>(b: &Resident<B>) -> Result<()> {
     let scan_ref = |x: &[f64], shape: &[usize], dim: usize| -> Vec<f64> {
         let (len, inner) = (shape[dim], shape[dim + 1..].iter().product::<usize>());

@@ -412,6 +412,24 @@ fn reduce_dims(d: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>
     Ok(if ndim == 0 { vec![] } else { dims })
 }
 
+/// A running reduction `f` (`cumsum`, `cumprod`) of `t` along `dim`, of `t` cast to `dtype`
+/// first when given (PyTorch's `dtype=`).
+fn running(
+    py: Python<'_>,
+    t: Tensor,
+    dim: isize,
+    dtype: Option<crate::tensor::PyDType>,
+    f: fn(&Tensor, usize) -> gflow::Result<Tensor>,
+) -> PyResult<PyTensor> {
+    let d = self::dim(dim, t.ndim())?;
+    op(py, t.is_global(), move || {
+        along(&t, |t| match dtype {
+            Some(dt) => f(&t.to_dtype(dt.inner)?, d)?.to_dtype(dt.inner),
+            None => f(t, d),
+        })
+    })
+}
+
 /// `dim=`, or NumPy's `axis=` (PyTorch takes either name): the one given, if any.
 fn dim_or_axis<'a, 'py>(
     dim: Option<&'a Bound<'py, PyAny>>,
@@ -545,14 +563,7 @@ impl PyTensor {
         dim: isize,
         dtype: Option<crate::tensor::PyDType>,
     ) -> PyResult<PyTensor> {
-        let t = self.get();
-        let d = self::dim(dim, t.ndim())?;
-        op(py, t.is_global(), move || {
-            along(&t, |t| match dtype {
-                Some(dt) => t.to_dtype(dt.inner)?.cumsum(d)?.to_dtype(dt.inner),
-                None => t.cumsum(d),
-            })
-        })
+        running(py, self.get(), dim, dtype, Tensor::cumsum)
     }
 
     /// Running products along `dim` (PyTorch's `cumprod`): floats keep their dtype, integers
@@ -564,14 +575,7 @@ impl PyTensor {
         dim: isize,
         dtype: Option<crate::tensor::PyDType>,
     ) -> PyResult<PyTensor> {
-        let t = self.get();
-        let d = self::dim(dim, t.ndim())?;
-        op(py, t.is_global(), move || {
-            along(&t, |t| match dtype {
-                Some(dt) => t.to_dtype(dt.inner)?.cumprod(d)?.to_dtype(dt.inner),
-                None => t.cumprod(d),
-            })
-        })
+        running(py, self.get(), dim, dtype, Tensor::cumprod)
     }
 
     /// The product over `dim` (an int or a tuple; every dim when left out), as PyTorch's

@@ -224,18 +224,27 @@ class AvgPool3d(_AvgPoolNd):
     _fn = staticmethod(CF.avg_pool3d)
 
 
-class _AdaptiveAvgPoolNd(Module):
+class _AdaptivePoolNd(Module):
+    """An adaptive pooling module: ``_fn(input, output_size, *extra)``."""
+
     _fn = None
 
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
+    def _extra(self):
+        return ()
+
     def forward(self, input):
-        return type(self)._fn(input, self.output_size)
+        return type(self)._fn(input, self.output_size, *self._extra())
 
     def extra_repr(self):
         return f"output_size={self.output_size}"
+
+
+class _AdaptiveAvgPoolNd(_AdaptivePoolNd):
+    pass
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
@@ -256,18 +265,13 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
     _fn = staticmethod(CF.adaptive_avg_pool3d)
 
 
-class _AdaptiveMaxPoolNd(Module):
-    _fn = None
-
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
     def __init__(self, output_size, return_indices=False):
-        super().__init__()
-        self.output_size, self.return_indices = output_size, return_indices
+        super().__init__(output_size)
+        self.return_indices = return_indices
 
-    def forward(self, input):
-        return type(self)._fn(input, self.output_size, self.return_indices)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
+    def _extra(self):
+        return (self.return_indices,)
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):

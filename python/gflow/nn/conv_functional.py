@@ -318,13 +318,10 @@ def _flat_indices(table, picked, like, key):
     return t.reshape(1, 1, k, l).expand(n, c, k, l).gather(2, picked.unsqueeze(2)).squeeze(2)
 
 
-def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nd,
-              name):
-    x, unbatched = _batched(input, nd, name)
-    geometry = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nd)
-    in_sizes, kernel, stride, dilation, pad, out_sizes = geometry
-    key = ("pool", in_sizes, kernel, stride, dilation, pad, out_sizes)
-    table, outside, _ = _sliding_table(*key[1:])
+def _window_max(x, table, outside, key, out_sizes, unbatched, return_indices):
+    """The maximum of each window of ``table`` over (N, C, *spatial) ``x`` as (N, C,
+    *out_sizes) (the first maximum, PyTorch's gradient), unbatched again if the input was, and
+    with ``return_indices`` the flat spatial position of each."""
     n, c = x.shape[0], x.shape[1]
     values, picked = _windows(x, table, outside, float("-inf"), key).max(2)
     values = values.reshape(n, c, *out_sizes)
@@ -334,6 +331,16 @@ def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_i
         return values
     indices = _flat_indices(table, picked, x, key).reshape(n, c, *out_sizes)
     return values, indices.squeeze(0) if unbatched else indices
+
+
+def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nd,
+              name):
+    x, unbatched = _batched(input, nd, name)
+    geometry = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nd)
+    in_sizes, kernel, stride, dilation, pad, out_sizes = geometry
+    key = ("pool", in_sizes, kernel, stride, dilation, pad, out_sizes)
+    table, outside, _ = _sliding_table(*key[1:])
+    return _window_max(x, table, outside, key, out_sizes, unbatched, return_indices)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -498,17 +505,9 @@ def _adaptive_max_pool(input, output_size, return_indices, nd, name):
     if 0 in out_sizes:
         raise _gflow.InvalidArgumentError(f"{name}(): output_size must be positive, got "
                                           f"{list(out_sizes)}")
-    n, c = x.shape[0], x.shape[1]
     key = ("adaptive", in_sizes, out_sizes)
     table, outside, _ = _adaptive_table(in_sizes, out_sizes)
-    values, picked = _windows(x, table, outside, float("-inf"), key).max(2)
-    values = values.reshape(n, c, *out_sizes)
-    if unbatched:
-        values = values.squeeze(0)
-    if not return_indices:
-        return values
-    indices = _flat_indices(table, picked, x, key).reshape(n, c, *out_sizes)
-    return values, indices.squeeze(0) if unbatched else indices
+    return _window_max(x, table, outside, key, out_sizes, unbatched, return_indices)
 
 
 def adaptive_max_pool1d(input, output_size, return_indices=False):
