@@ -14,15 +14,27 @@ fn cpu(ranks: impl gflow_core::IntoRanks) -> Placement {
     Placement::new("cpu", ranks).expect("placement")
 }
 
-/// Broadcast from local takes the first rank of each broadcast group, whatever the others hold
-/// (a different value, even another shape), on 1-D and 2-D placements.
+/// Broadcast from local takes the first rank of each broadcast group, whatever values the
+/// others hold, on 1-D and 2-D placements; a rank whose local shape differs is refused on every
+/// rank (as OneFlow's `to_global` with its default `check_meta`): its gradient would take the
+/// first rank's shape.
 #[test]
 fn broadcast_from_local_takes_each_groups_first_rank() {
+    let refused = simulate(4, |env| {
+        let shape: &[usize] = if env.rank() == 3 { &[3] } else { &[2] };
+        let l = Tensor::from_vec(vec![1i64; shape[0]], shape, Device::Cpu)?;
+        Ok(l.to_global(&cpu([2, 3, 0]), Sbp::broadcast()).err())
+    })
+    .expect("simulate");
+    for (r, e) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(e, Some(Error::LocalShapeMismatch { rank: 3, .. })),
+            "rank {r}: {e:?}"
+        );
+    }
     let got = simulate(4, |env| {
         let r = env.rank() as i64;
-        // Rank 3 holds another shape: ignored, as its data is.
-        let shape: &[usize] = if r == 3 { &[3] } else { &[2] };
-        let l = Tensor::from_vec(vec![r * 10; shape[0]], shape, Device::Cpu)?;
+        let l = Tensor::from_vec(vec![r * 10; 2], &[2], Device::Cpu)?;
         let one = l.to_global(&cpu([2, 3, 0]), Sbp::broadcast())?;
         // (broadcast, split(0)) on [[0, 1], [2, 3]]: ranks 0 and 1 are the first of their
         // columns' broadcast groups and hold the two halves.
