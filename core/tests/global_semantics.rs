@@ -394,3 +394,45 @@ fn recycled_boxing_outputs_hold_only_new_values() {
         assert!(wrong.is_empty(), "{wrong:?}");
     }
 }
+
+/// Optimizers refuse a parameter with a `partial_max`/`partial_min` SBP on every rank (its
+/// components hold -inf/inf where another rank holds the value: an update would make NaN),
+/// and step a `partial_sum` one as its value (the update is linear).
+#[test]
+fn optimizers_refuse_partial_extrema() {
+    use gflow_core::optim::{Adagrad, RmsProp, Sgd};
+    let got = simulate(2, |_| {
+        let p = cpu([0, 1]);
+        let mut refused = vec![];
+        for sbp in [Sbp::partial_max(), Sbp::partial_min()] {
+            let make = || -> gflow_core::Result<Tensor> {
+                let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?
+                    .to_global(&p, Sbp::broadcast())?
+                    .to_global(&p, sbp)?
+                    .detach()
+                    .set_requires_grad(true);
+                w.mul(&w)?.sum(vec![], false)?.backward()?;
+                Ok(w)
+            };
+            let w = make()?;
+            refused.push(Sgd::new(vec![w.clone()], 0.1).step().err());
+            refused.push(RmsProp::new(vec![w.clone()], 0.1).step().err());
+            refused.push(Adagrad::new(vec![w], 0.1).step().err());
+        }
+        let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2], Device::Cpu)?
+            .to_global(&p, Sbp::broadcast())?
+            .to_global(&p, Sbp::partial_sum())?
+            .detach()
+            .set_requires_grad(true);
+        w.mul(&w)?.sum(vec![], false)?.backward()?;
+        Sgd::new(vec![w.clone()], 0.1).step()?;
+        Ok((refused, w.to_vec::<f32>()?))
+    })
+    .expect("simulate");
+    for (refused, stepped) in got {
+        for e in refused {
+            assert!(matches!(e, Some(Error::InvalidArgument { .. })), "{e:?}");
+        }
+        assert_eq!(stepped, vec![0.8, 1.6]);
+    }
+}

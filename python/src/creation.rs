@@ -71,10 +71,23 @@ fn create(
     f: impl FnOnce(Target) -> gflow::Result<Tensor> + Send,
 ) -> PyResult<PyTensor> {
     let global = matches!(target, Target::Global(..));
-    let t = op(py, global, move || f(target))?;
+    let t = op(py, global, move || {
+        let want = target.clone();
+        in_layout(f(target)?, &want)
+    })?;
     crate::tensor::check_requires_grad(t.get().dtype(), requires_grad)?;
     t.get().set_requires_grad(requires_grad);
     Ok(t)
+}
+
+/// `t` in the target's placement and SBP: a cast after distributing (`dtype=`) has no partial
+/// signature and comes back split, where the caller asked for `partial_*` (OneFlow casts the
+/// local data first, so its SBP is the one asked for).
+fn in_layout(t: Tensor, target: &Target) -> gflow::Result<Tensor> {
+    match target {
+        Target::Global(p, nd) if t.sbp() != Some(nd) => t.to_global(p, nd.clone()),
+        _ => Ok(t),
+    }
 }
 
 /// Refuses a `device=` other than the CPU where data is copied in from the host.
@@ -245,7 +258,10 @@ pub fn from_data(
             let a = arr.call_method1("astype", ($np,))?;
             let v: Vec<$t> = a.cast::<PyArrayDyn<$t>>()?.to_vec()?;
             run(py, global, move || {
-                gflow::no_grad(|| Tensor::from_vec(v, &shape, target)?.to_dtype(want))
+                gflow::no_grad(|| {
+                    let t = Tensor::from_vec(v, &shape, target.clone())?.to_dtype(want)?;
+                    in_layout(t, &target)
+                })
             })
         }};
     }
@@ -569,7 +585,67 @@ pub fn tensor(
         // refused before the data is copied in
         crate::tensor::check_requires_grad(d, requires_grad)?;
     }
+    if let Some(p) = placement.as_ref() {
+        same_data_on_every_rank(py, &data, &p.inner)?;
+    }
     let t = from_data(py, &data, dtype, placement.as_ref(), sbp)?;
     crate::tensor::check_requires_grad(t.dtype(), requires_grad)?;
     Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
+}
+
+/// Refuses data that differs between the ranks of `placement` (a digest of 32 bytes per rank,
+/// gathered among the placement's ranks only): a global tensor's data is its whole value on
+/// every rank, and data that differs (an unseeded `np.random` draw, a rank's own batch) would
+/// give a tensor whose value depends on the rank, as OneFlow's `DataConsistencyCheck`
+/// refuses. Ranks outside the placement hold none of it and check nothing.
+fn same_data_on_every_rank(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    placement: &gflow::Placement,
+) -> PyResult<()> {
+    use sha2::{Digest, Sha256};
+    let members = placement.ranks().to_vec();
+    let rank = run(py, false, || gflow::init().map(|e| e.rank()))?;
+    let Some(me) = members.iter().position(|&r| r == rank) else {
+        return Ok(());
+    };
+    if members.len() == 1 {
+        return Ok(());
+    }
+    let np = py.import("numpy")?;
+    let arr = np.call_method1("ascontiguousarray", (data,))?;
+    let mut h = Sha256::new();
+    h.update(arr.getattr("dtype")?.str()?.to_string().as_bytes());
+    h.update(format!("{:?}", arr.getattr("shape")?).as_bytes());
+    h.update(
+        arr.call_method0("tobytes")?
+            .cast::<pyo3::types::PyBytes>()?
+            .as_bytes(),
+    );
+    // the whole value as this rank sees it: its own digest in its own part of a split
+    let mut all = vec![0i64; 4 * members.len()];
+    for (w, c) in all[4 * me..].iter_mut().zip(h.finalize().chunks_exact(8)) {
+        *w = i64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    }
+    let n = members.len();
+    let differs = run(py, true, move || {
+        // the digests on the members' CPUs, whatever device the tensor is for
+        let flat = gflow::Placement::new("cpu", members.clone())?;
+        let all: Vec<i64> = Tensor::from_vec(all, &[4 * n], (&flat, gflow::Sbp::split(0)))?
+            .to_global(&flat, gflow::Sbp::broadcast())?
+            .to_local()?
+            .to_vec()?;
+        let of = |i: usize| &all[4 * i..4 * i + 4];
+        Ok((1..n)
+            .find(|&i| of(i) != of(0))
+            .map(|i| (members[0], members[i])))
+    })?;
+    match differs {
+        Some((a, b)) => Err(crate::error::Also::InvalidValue.err(format!(
+            "flow.tensor with a placement: the data differs between ranks {a} and {b} (a \
+             global tensor's data is its whole value, the same on every rank; seed NumPy, or \
+             make each rank's part local and use to_global)"
+        ))),
+        None => Ok(()),
+    }
 }

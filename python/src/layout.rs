@@ -23,6 +23,11 @@ fn nested(obj: &Bound<'_, PyAny>, out: &mut Vec<usize>) -> PyResult<Vec<usize>> 
         out.push(r);
         return Ok(vec![]);
     }
+    if let Ok(r) = obj.extract::<i64>() {
+        return Err(crate::error::PlacementError::new_err(format!(
+            "a placement's ranks are non-negative integers, got {r}"
+        )));
+    }
     let mut shape: Option<Vec<usize>> = None;
     let mut n = 0;
     for (row, item) in obj.try_iter()?.enumerate() {
@@ -174,10 +179,16 @@ impl PySbp {
 /// `flow.sbp.split(dim)`.
 #[pyfunction]
 #[pyo3(signature = (dim))]
-pub fn split(dim: usize) -> PySbp {
-    PySbp {
+pub fn split(dim: i64) -> PyResult<PySbp> {
+    let dim = usize::try_from(dim).map_err(|_| {
+        crate::error::SbpError::new_err(format!(
+            "Split axis must not be negative, but got {dim}! (flow.sbp.split takes the \
+             tensor's dim counted from 0)"
+        ))
+    })?;
+    Ok(PySbp {
         inner: Sbp::split(dim),
-    }
+    })
 }
 
 /// The SBP constants, for `flow.sbp`.

@@ -490,6 +490,19 @@ impl PyTensor {
         }
     }
 
+    /// `x.cuda()`: `x.to("cuda")`, as OneFlow's and PyTorch's (the seeds write
+    /// `flow.randn(2, 5).cuda()`); a typed error where this process has no CUDA device.
+    #[pyo3(signature = (device = None, non_blocking = false))]
+    fn cuda(
+        slf: &Bound<'_, Self>,
+        device: Option<&Bound<'_, PyAny>>,
+        non_blocking: bool,
+    ) -> PyResult<Py<PyTensor>> {
+        let _ = (device, non_blocking);
+        let args = PyTuple::new(slf.py(), ["cuda"])?;
+        Self::to(slf, &args, None, None, false, false)
+    }
+
     /// The tensor as float32.
     fn float(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.cast(py, DType::F32)

@@ -642,14 +642,37 @@ impl PyTensor {
     /// `to_global(placement, sbp)`: a local tensor's components become a global tensor; a
     /// global tensor is converted (boxed) to the new layout. Either argument may be left out
     /// for a global tensor, keeping its own.
-    #[pyo3(signature = (placement = None, sbp = None, **_kwargs))]
+    ///
+    /// OneFlow's keywords: `check_meta` (gflow always checks the ranks' shapes and dtypes),
+    /// `copy` and `sync_data` are accepted; `grad_sbp` is refused (the gradient is boxed to this
+    /// tensor's own layout); any other keyword is a `TypeError`, so a misspelt `placment=`
+    /// cannot pass unseen.
+    #[pyo3(signature = (placement = None, sbp = None, **kwargs))]
     fn to_global(
         &self,
         py: Python<'_>,
         placement: Option<PyPlacement>,
         sbp: Option<&Bound<'_, PyAny>>,
-        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+        kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
     ) -> PyResult<PyTensor> {
+        for (key, value) in kwargs.into_iter().flatten() {
+            let key: String = key.extract()?;
+            match key.as_str() {
+                "check_meta" | "copy" | "sync_data" => {}
+                "grad_sbp" if value.is_none() => {}
+                "grad_sbp" => {
+                    return Err(crate::error::InvalidArgumentError::new_err(
+                        "to_global(grad_sbp=...) is not supported: the gradient is boxed to \
+                         the input's own placement and SBP",
+                    ));
+                }
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "to_global() got an unexpected keyword argument '{other}'"
+                    )));
+                }
+            }
+        }
         let t = self.get();
         let placement = match (placement, t.placement()) {
             (Some(p), _) => p.inner,
@@ -705,13 +728,20 @@ impl PyTensor {
     }
 
     /// This rank's component of a global tensor (a local tensor is returned as is; on a rank
-    /// outside the placement an empty tensor, as OneFlow).
-    fn to_local(&self, py: Python<'_>) -> PyResult<PyTensor> {
+    /// outside the placement an empty tensor, as OneFlow); `copy=True` (OneFlow's keyword) gives
+    /// a copy that shares no storage with the component.
+    #[pyo3(signature = (*, copy = false))]
+    fn to_local(&self, py: Python<'_>, copy: bool) -> PyResult<PyTensor> {
         let t = self.get();
         if let Some(empty) = outside(py, &t)? {
             return Ok(PyTensor::new(empty));
         }
-        op(py, false, move || t.to_local())
+        let local = op(py, false, move || t.to_local())?;
+        if copy {
+            local.clone_tensor(py)
+        } else {
+            Ok(local)
+        }
     }
 
     /// The whole logical value as a NumPy array (for a global tensor a collective on its
@@ -740,6 +770,11 @@ impl PyTensor {
                 t.numel(),
                 t.shape()
             )));
+        }
+        if outside(py, &t)?.is_some() {
+            // the value lives on the placement's ranks only: NotInPlacement naming them
+            return run(py, false, move || t.to_local().map(drop))
+                .map(|()| py.None().into_bound(py));
         }
         to_numpy(py, &t)?.call_method0("item")
     }

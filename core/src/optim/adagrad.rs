@@ -112,22 +112,27 @@ impl Adagrad {
                 ("eps", h.eps),
             ],
         )?;
-        each_param(&self.params, &self.state, |p, g, n, bufs| {
-            let t = Step {
-                lr: h.lr / (1.0 + (n - 1) as f64 * h.lr_decay),
-                start: if n == 1 { h.initial } else { 0.0 },
-            };
-            with_buffers(&bufs, |s| {
-                update_component(
-                    p,
-                    g,
-                    s,
-                    |p, g, s| adagrad(p, g, s, &h, t),
-                    |p, g, s| adagrad(p, g, s, &h, t),
-                    &|k, p, g, s| on_device(k, p, g, s, &h, t),
-                )
-            })
-        })
+        each_param(
+            "Adagrad::step",
+            &self.params,
+            &self.state,
+            |p, g, n, bufs| {
+                let t = Step {
+                    lr: h.lr / (1.0 + (n - 1) as f64 * h.lr_decay),
+                    start: if n == 1 { h.initial } else { 0.0 },
+                };
+                with_buffers(&bufs, |s| {
+                    update_component(
+                        p,
+                        g,
+                        s,
+                        |p, g, s| adagrad(p, g, s, &h, t),
+                        |p, g, s| adagrad(p, g, s, &h, t),
+                        &|k, p, g, s| on_device(k, p, g, s, &h, t),
+                    )
+                })
+            },
+        )
     }
 }
 

@@ -14,7 +14,8 @@ use crate::backend::{AdamStep, BinaryOp, Kernels, UnaryOp};
 use crate::cpu::Float;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sbp::NdSbp;
+use crate::reduce::ReduceOp;
+use crate::sbp::{NdSbp, Sbp};
 use crate::state_dict::StateDict;
 use crate::storage::{Buffer, HostData};
 use crate::tensor::{Device, Tensor};
@@ -401,14 +402,28 @@ fn non_negative_all(op: &'static str, values: &[(&str, f64)]) -> Result<()> {
 
 /// Runs `update(p, g, step, buffers)` for every parameter `p` with a gradient `g` (in `p`'s
 /// layout) on a rank of its placement, after counting the step (`step` is then 1 on the
-/// first), with `p`'s state buffers.
+/// first), with `p`'s state buffers. `op` names the optimizer in the error for a parameter
+/// whose SBP has a `partial_max`/`partial_min` axis: its components hold the identity (inf)
+/// where another rank holds the value, and an update of each component would make NaN.
 fn each_param(
+    op: &'static str,
     params: &[Tensor],
     state: &[ParamState],
     mut update: impl FnMut(&Tensor, &Tensor, i64, Vec<Tensor>) -> Result<()>,
 ) -> Result<()> {
     for (p, st) in params.iter().zip(state) {
         let Some(g) = grad_of(p)? else { continue };
+        let extreme = |s: &Sbp| matches!(s, Sbp::Partial(r) if *r != ReduceOp::Sum);
+        if let Some(sbp) = p.sbp().filter(|s| s.as_slice().iter().any(extreme)) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "parameter with sbp {sbp} holds partial maxima or minima (the identity, \
+                     inf, where another rank holds the value); give it a split, broadcast or \
+                     partial_sum SBP"
+                ),
+            });
+        }
         let (step, bufs) = st.tensors(p)?;
         let Some(n) = bump_step(&step)? else { continue };
         update(p, &g, n, bufs)?;
@@ -547,7 +562,7 @@ impl Sgd {
             wd: self.weight_decay,
         };
         let (lr, mu, wd) = (h.lr, h.mu, h.wd);
-        each_param(&self.params, &self.state, |p, g, n, bufs| {
+        each_param("Sgd::step", &self.params, &self.state, |p, g, n, bufs| {
             let fresh = n == 1;
             let bufs = if mu == 0.0 { &[][..] } else { &bufs[..] };
             with_buffers(bufs, |state| {

@@ -141,18 +141,23 @@ impl RmsProp {
                 ("momentum", h.momentum),
             ],
         )?;
-        each_param(&self.params, &self.state, |p, g, _, bufs| {
-            with_buffers(&bufs, |s| {
-                update_component(
-                    p,
-                    g,
-                    s,
-                    |p, g, s| rmsprop(p, g, s, &h),
-                    |p, g, s| rmsprop(p, g, s, &h),
-                    &|k, p, g, s| on_device(k, p, g, s, &h),
-                )
-            })
-        })
+        each_param(
+            "RmsProp::step",
+            &self.params,
+            &self.state,
+            |p, g, _, bufs| {
+                with_buffers(&bufs, |s| {
+                    update_component(
+                        p,
+                        g,
+                        s,
+                        |p, g, s| rmsprop(p, g, s, &h),
+                        |p, g, s| rmsprop(p, g, s, &h),
+                        &|k, p, g, s| on_device(k, p, g, s, &h),
+                    )
+                })
+            },
+        )
     }
 }
 
