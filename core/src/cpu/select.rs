@@ -114,6 +114,14 @@ pub(crate) fn select(
         shapes: [&[usize]; 3],
         out_shape: &[usize],
     ) -> Vec<T> {
+        if let [only] = c {
+            // one condition for all (what `expand` runs): a broadcast copy, row by row
+            return if *only != 0 {
+                broadcast(x, shapes[1], out_shape)
+            } else {
+                broadcast(y, shapes[2], out_shape)
+            };
+        }
         let mut out = vec![T::default(); out_shape.iter().product()];
         for_each_broadcast(out_shape, &shapes, |o, off| {
             out[o] = if c[off[0]] != 0 { x[off[1]] } else { y[off[2]] };
@@ -121,6 +129,41 @@ pub(crate) fn select(
         out
     }
     same_typed!(a, b, x, y => same(pick(c, x, y, shapes, out_shape)))
+}
+
+/// `x` (of `shape`) broadcast to `out_shape`: whole rows of the last dim copied, or filled
+/// where that dim is broadcast, with the counter over the other dims advanced once per row.
+fn broadcast<T: Copy>(x: &[T], shape: &[usize], out_shape: &[usize]) -> Vec<T> {
+    let n: usize = out_shape.iter().product();
+    if n == 0 {
+        return vec![];
+    }
+    if let [one] = x {
+        return vec![*one; n];
+    }
+    let nd = out_shape.len();
+    let st = broadcast_strides(shape, out_shape);
+    let (len, step) = (out_shape[nd - 1], st[nd - 1]);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; nd - 1];
+    let mut off = 0;
+    for _ in 0..n / len {
+        if step == 0 {
+            out.extend(std::iter::repeat_n(x[off], len));
+        } else {
+            out.extend_from_slice(&x[off..off + len]);
+        }
+        for d in (0..nd - 1).rev() {
+            idx[d] += 1;
+            off += st[d];
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            off -= st[d] * out_shape[d];
+            idx[d] = 0;
+        }
+    }
+    out
 }
 
 /// `x` cast to `dtype`.
@@ -469,6 +512,26 @@ pub(crate) fn gather_rows_partial(
 mod tests {
     use super::*;
     use crate::dtype::f16;
+
+    /// The row-by-row broadcast copy equals the element-by-element definition, for size-1
+    /// dims anywhere (the last one included), missing leading dims, one element and 0-d.
+    #[test]
+    fn broadcast_copies_equal_the_definition() {
+        for (shape, out) in [
+            (vec![3, 1, 4], vec![2, 3, 5, 4]),
+            (vec![1, 5, 1], vec![3, 5, 2]),
+            (vec![4], vec![3, 4]),
+            (vec![1], vec![2, 3]),
+            (vec![], vec![3]),
+            (vec![2, 3], vec![2, 3]),
+            (vec![2, 1], vec![2, 0]),
+        ] {
+            let x: Vec<u32> = (0..shape.iter().product::<usize>() as u32).collect();
+            let mut want = vec![0; out.iter().product()];
+            for_each_broadcast(&out, &[&shape], |o, off| want[o] = x[off[0]]);
+            assert_eq!(broadcast(&x, &shape, &out), want, "{shape:?} -> {out:?}");
+        }
+    }
 
     #[test]
     fn broadcast_iteration_matches_the_definition() {
