@@ -122,6 +122,14 @@ pub(crate) fn select(
                 broadcast(y, shapes[2], out_shape)
             };
         }
+        if shapes.iter().all(|s| *s == out_shape) {
+            // no broadcasting: one pass over the three
+            return c
+                .iter()
+                .zip(x.iter().zip(y))
+                .map(|(&c, (&x, &y))| if c != 0 { x } else { y })
+                .collect();
+        }
         let mut out = vec![T::default(); out_shape.iter().product()];
         for_each_broadcast(out_shape, &shapes, |o, off| {
             out[o] = if c[off[0]] != 0 { x[off[1]] } else { y[off[2]] };
