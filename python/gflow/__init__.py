@@ -97,6 +97,9 @@ if not _run_as_launcher():
 from . import sbp, env, nn, optim, distributed, comm  # noqa: E402  (after joining the job)
 from . import utils, cuda, autograd  # noqa: E402
 from ._runtime import *  # noqa: E402,F401,F403  (manual_seed also seeds the data generator)
+from ._methods import _install_pickling  # noqa: E402
+
+_install_pickling(nn)  # copy.deepcopy and pickle of placements, SBPs, tensors, modules
 
 
 class no_grad:

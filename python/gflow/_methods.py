@@ -1734,3 +1734,143 @@ Tensor.hypot_ = _make_inplace("hypot")
 del _name
 
 __all__ = ["eye", "outer", "norm", "equal", "isclose", "hstack", "vstack", "einsum", "isin"]
+
+
+# --- copy.deepcopy and pickle (placements, SBPs, dtypes, tensors, modules) -------------------
+#
+# gflow's Rust types have no pickle support of their own: each is rebuilt from its Python
+# description (``copyreg`` for placements, SBPs and dtypes; methods for tensors, so
+# ``nn.Parameter`` and other subclasses follow).
+
+_SBP_NAMES = ("broadcast", "partial_sum", "partial_max", "partial_min")
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+
+
+def _rebuild_placement(kind, ranks):
+    return _gflow.placement(kind, ranks)
+
+
+def _reduce_placement(p):
+    return _rebuild_placement, (p.type, p.ranks.tolist())
+
+
+def _rebuild_sbp(what):
+    return _gflow.split(what) if isinstance(what, int) else getattr(_gflow, what)
+
+
+def _reduce_sbp(s):
+    if s.dim is not None:
+        return _rebuild_sbp, (int(s.dim),)
+    for name in _SBP_NAMES:
+        if s == getattr(_gflow, name):
+            return _rebuild_sbp, (name,)
+    raise TypeError(f"cannot pickle {s!r}")
+
+
+def _dtype_name(dtype):
+    name = str(dtype).rsplit(".", 1)[-1]
+    if name not in _DTYPE_NAMES:
+        raise TypeError(f"cannot pickle {dtype!r}")
+    return name
+
+
+def _rebuild_dtype(name):
+    return getattr(_gflow, name)
+
+
+def _reduce_dtype(dtype):
+    return _rebuild_dtype, (_dtype_name(dtype),)
+
+
+def _as_kind(cls, new, requires_grad):
+    """``new`` (a fresh tensor) as a ``cls`` (``nn.Parameter`` stays one), requiring a gradient
+    as ``requires_grad``."""
+    if cls is Tensor:
+        return new.requires_grad_(requires_grad) if requires_grad else new
+    return cls(new, requires_grad=requires_grad)
+
+
+def _tensor_deepcopy(self, memo):
+    """``copy.deepcopy``: a detached copy of the data (a global tensor's with the same
+    placement and SBP, a partial one's components as they are), requiring a gradient as
+    ``self`` does, of ``self``'s class (a ``Parameter`` stays one); its ``.grad`` and
+    attributes deep-copied too, as PyTorch's. On a global tensor every rank of the job calls
+    it, as any operation on one."""
+    import copy
+
+    with _gflow.no_grad():
+        if self.is_global and any(s.dim is None and s != _gflow.broadcast for s in self.sbp):
+            # a partial tensor: each rank's component copied as it is (a clone would box it)
+            new = self.detach().to_local().clone().to_global(placement=self.placement,
+                                                              sbp=self.sbp)
+        else:
+            new = self.detach().clone()
+    new = _as_kind(type(self), new, self.requires_grad)
+    memo[id(self)] = new
+    if self.grad is not None:
+        new.grad = copy.deepcopy(self.grad, memo)
+    extra = getattr(self, "__dict__", None)
+    if extra:
+        new.__dict__.update(copy.deepcopy(extra, memo))
+    return new
+
+
+def _rebuild_tensor(cls, array, dtype, requires_grad, kind, extra=None):
+    t = _gflow.tensor(array, dtype=getattr(_gflow, dtype))
+    if kind != "cpu":
+        t = t.to(kind)  # this process's device of that type
+    t = _as_kind(cls, t, requires_grad)
+    if extra:
+        t.__dict__.update(extra)
+    return t
+
+
+def _tensor_reduce_ex(self, protocol):
+    """``pickle``: a local tensor as its value (a NumPy array), dtype, ``requires_grad``, class
+    and device type, as PyTorch's (no ``.grad``); a global tensor is refused, each rank holding
+    only its part of it."""
+    if self.is_global:
+        raise TypeError(
+            "cannot pickle a global tensor (each rank holds only its part of it): save it with "
+            "flow.save({name: tensor}, path), which every rank calls, and read it back with "
+            "flow.load(path); copy.deepcopy copies one in memory")
+    import numpy as np
+
+    kind = str(self.device).split(":")[0]
+    array = np.array(self.detach().numpy(), copy=True)
+    extra = dict(self.__dict__) if getattr(self, "__dict__", None) else None
+    return _rebuild_tensor, (type(self), array, _dtype_name(self.dtype), self.requires_grad,
+                             kind, extra)
+
+
+def _norm_getstate(self):
+    """A LayerNorm's or RMSNorm's state without its gflow layer (rebuilt from the shape and
+    eps by [`_norm_setstate`]; the parameters are the module's own)."""
+    state = dict(self.__dict__)
+    state.pop("_impl", None)
+    return state
+
+
+def _norm_setstate(self, state):
+    self.__dict__.update(state)
+    shape, eps = tuple(state["normalized_shape"]), state["eps"]
+    if len(state["_names"]) == 2:
+        impl = _gflow._Norm.layer_norm(list(shape), float(eps))
+    else:
+        impl = _gflow._Norm.rms_norm(shape[0], float(1e-6 if eps is None else eps))
+    object.__setattr__(self, "_impl", impl)
+
+
+def _install_pickling(nn):
+    """Registers the above (called by ``gflow/__init__.py`` once ``nn`` is imported):
+    ``copy.deepcopy`` and ``pickle`` of placements, SBPs, dtypes, tensors and modules (a
+    module's own ``__dict__`` is copied as any object's, its tensors by the rules above)."""
+    import copyreg
+
+    copyreg.pickle(_gflow.placement, _reduce_placement)
+    copyreg.pickle(_gflow.sbp, _reduce_sbp)
+    copyreg.pickle(_gflow.dtype, _reduce_dtype)
+    Tensor.__deepcopy__ = _tensor_deepcopy
+    Tensor.__reduce_ex__ = _tensor_reduce_ex
+    nn._Norm.__getstate__ = _norm_getstate
+    nn._Norm.__setstate__ = _norm_setstate

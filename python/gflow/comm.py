@@ -3,7 +3,9 @@
 rank of the job calls each one with tensors of one shape and dtype (a rank that does not is a
 desync error on the others, never a hang). Each is a conversion of a global tensor over all
 ranks, so gflow's boxing moves the bytes: a local tensor as one rank's summand of a
-``partial_sum`` tensor, or as its ``split(0)`` slice, converted to what the call returns.
+``partial_sum`` tensor, as its ``split(0)`` slice, or (``broadcast``, ``scatter``) as the data
+of a ``broadcast`` tensor whose placement lists the root first, converted to what the call
+returns.
 Results are written into the given tensors in place, as OneFlow's. ``send`` and ``recv`` are
 point to point: only the two ranks call them (a move between two one-rank placements)."""
 
@@ -77,38 +79,57 @@ def all_gather(tensor_list, tensor):
         _write(dst, part)
 
 
-def _from(tensor, src, what):
-    """``tensor`` on rank ``src``, zeros elsewhere, summed: ``src``'s value on every rank."""
+def _root(rank, what, name):
+    """``rank`` checked as a rank of the job (the root of a one-to-all or all-to-one call)."""
     n = _gflow.get_world_size()
-    if not 0 <= src < n:
-        raise ValueError(f"{what}: src {src} is not a rank of a job of {n}")
-    mine = tensor if _gflow.get_rank() == src else _zeros(tensor.shape, tensor)
-    return _summed(mine)
+    if isinstance(rank, bool) or not hasattr(rank, "__index__"):
+        raise TypeError(f"{what}: {name} must be an int rank, got {rank!r}")
+    if not 0 <= rank < n:
+        raise ValueError(f"{what}: {name} {rank} is not a rank of a job of {n}")
+    return int(rank)
+
+
+def _from(tensor, src):
+    """Rank ``src``'s local ``tensor``, bit for bit, on every rank: a local tensor made global
+    with ``broadcast`` takes the first rank of its placement's data, and this placement lists
+    ``src`` first (a broadcast from ``src``; no sum, so ``-0.0`` and NaN payloads stay)."""
+    n = _gflow.get_world_size()
+    order = [src] + [r for r in range(n) if r != src]
+    where = _gflow.placement(_kind(tensor), order)
+    return tensor.detach().to_global(placement=where, sbp=_gflow.broadcast).to_local()
 
 
 def broadcast(tensor, src):
-    """``tensor`` becomes rank ``src``'s ``tensor`` on every rank."""
-    _write(_local(tensor, "broadcast"), _from(tensor, src, "broadcast"))
+    """``tensor`` becomes rank ``src``'s ``tensor`` on every rank (copied bit for bit; ``src``'s
+    own is left as it is)."""
+    _local(tensor, "broadcast")
+    src = _root(src, "broadcast", "src")
+    value = _from(tensor, src)
+    if _gflow.get_rank() != src:
+        _write(tensor, value)
 
 
 def reduce(tensor, dst):
     """Rank ``dst``'s ``tensor`` becomes the sum of every rank's (the others keep theirs)."""
-    total = _summed(_local(tensor, "reduce"))
+    _local(tensor, "reduce")
+    dst = _root(dst, "reduce", "dst")
+    total = _summed(tensor)
     if _gflow.get_rank() == dst:
         _write(tensor, total)
 
 
 def scatter(tensor, scatter_list=None, src=0):
-    """``tensor`` becomes ``scatter_list[rank]`` of rank ``src`` (only ``src`` passes a list)."""
+    """``tensor`` becomes ``scatter_list[rank]`` of rank ``src`` (only ``src`` passes a list),
+    copied bit for bit."""
     _local(tensor, "scatter")
-    me = _gflow.get_rank()
+    src = _root(src, "scatter", "src")
+    me, n = _gflow.get_rank(), _gflow.get_world_size()
     if me == src:
         _check_count(scatter_list or [], "scatter")
         mine = _stacked(scatter_list, "scatter")
     else:
-        mine = _zeros((_gflow.get_world_size(), *tensor.shape), tensor)
-    g = mine.to_global(placement=_world(tensor), sbp=_gflow.partial_sum)
-    _write(tensor, g.to_global(sbp=_gflow.split(0)).to_local()[0])
+        mine = _zeros((n, *tensor.shape), tensor)  # a stand-in: src's rows are taken
+    _write(tensor, _from(mine, src)[me])
 
 
 def reduce_scatter(output, input_list):
