@@ -155,23 +155,16 @@ class _MaxPoolNd(Module):
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-class MaxPool1d(_MaxPoolNd):
-    """PyTorch's ``MaxPool1d``: ``functional.max_pool1d`` (``stride`` the kernel size by
-    default; ``return_indices``: also the positions)."""
-
-    _fn = staticmethod(CF.max_pool1d)
-
-
-class MaxPool2d(_MaxPoolNd):
-    """PyTorch's ``MaxPool2d``: ``functional.max_pool2d``."""
-
-    _fn = staticmethod(CF.max_pool2d)
+def _pooling(base, fn):
+    """PyTorch's module of ``base`` that calls ``fn``, named after it (``max_pool2d`` gives
+    ``MaxPool2d``)."""
+    name = "".join(part.capitalize() for part in fn.__name__.split("_"))
+    return type(name, (base,), {"__doc__": f"PyTorch's ``{name}``: ``functional.{fn.__name__}``.",
+                                "__module__": __name__, "_fn": staticmethod(fn)})
 
 
-class MaxPool3d(_MaxPoolNd):
-    """PyTorch's ``MaxPool3d``: ``functional.max_pool3d``."""
-
-    _fn = staticmethod(CF.max_pool3d)
+MaxPool1d, MaxPool2d, MaxPool3d = (
+    _pooling(_MaxPoolNd, f) for f in (CF.max_pool1d, CF.max_pool2d, CF.max_pool3d))
 
 
 class AvgPool1d(Module):
@@ -212,16 +205,7 @@ class _AvgPoolNd(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AvgPool2d(_AvgPoolNd):
-    """PyTorch's ``AvgPool2d``: ``functional.avg_pool2d``."""
-
-    _fn = staticmethod(CF.avg_pool2d)
-
-
-class AvgPool3d(_AvgPoolNd):
-    """PyTorch's ``AvgPool3d``: ``functional.avg_pool3d``."""
-
-    _fn = staticmethod(CF.avg_pool3d)
+AvgPool2d, AvgPool3d = (_pooling(_AvgPoolNd, f) for f in (CF.avg_pool2d, CF.avg_pool3d))
 
 
 class _AdaptivePoolNd(Module):
@@ -247,22 +231,9 @@ class _AdaptiveAvgPoolNd(_AdaptivePoolNd):
     pass
 
 
-class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
-    """PyTorch's ``AdaptiveAvgPool1d``: ``functional.adaptive_avg_pool1d``."""
-
-    _fn = staticmethod(CF.adaptive_avg_pool1d)
-
-
-class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
-    """PyTorch's ``AdaptiveAvgPool2d``: ``functional.adaptive_avg_pool2d``."""
-
-    _fn = staticmethod(CF.adaptive_avg_pool2d)
-
-
-class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
-    """PyTorch's ``AdaptiveAvgPool3d``: ``functional.adaptive_avg_pool3d``."""
-
-    _fn = staticmethod(CF.adaptive_avg_pool3d)
+AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d = (
+    _pooling(_AdaptiveAvgPoolNd, f)
+    for f in (CF.adaptive_avg_pool1d, CF.adaptive_avg_pool2d, CF.adaptive_avg_pool3d))
 
 
 class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
@@ -274,22 +245,9 @@ class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
         return (self.return_indices,)
 
 
-class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    """PyTorch's ``AdaptiveMaxPool1d``: ``functional.adaptive_max_pool1d``."""
-
-    _fn = staticmethod(CF.adaptive_max_pool1d)
-
-
-class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
-    """PyTorch's ``AdaptiveMaxPool2d``: ``functional.adaptive_max_pool2d``."""
-
-    _fn = staticmethod(CF.adaptive_max_pool2d)
-
-
-class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
-    """PyTorch's ``AdaptiveMaxPool3d``: ``functional.adaptive_max_pool3d``."""
-
-    _fn = staticmethod(CF.adaptive_max_pool3d)
+AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d = (
+    _pooling(_AdaptiveMaxPoolNd, f)
+    for f in (CF.adaptive_max_pool1d, CF.adaptive_max_pool2d, CF.adaptive_max_pool3d))
 
 
 class _BatchNorm(Module):
