@@ -699,3 +699,26 @@ def _run_two_ranks():
 
 if __name__ == "__main__" and "--two-ranks" in sys.argv:
     _run_two_ranks()
+
+
+def test_bce_with_logits_gradient_at_zero_and_shape_checks():
+    """The gradient of ``binary_cross_entropy_with_logits`` is ``sigmoid(x) - y`` also at
+    ``x = 0`` (a zero-initialised head), where ``|x|`` and ``max(x, 0)`` have no derivative;
+    targets of another shape or batch size are refused, as PyTorch's."""
+    x = flow.tensor([0.0, 1.5, -2.0, 0.0], dtype=flow.float64, requires_grad=True)
+    y = flow.tensor([1.0, 0.0, 1.0, 0.0], dtype=flow.float64)
+    F.binary_cross_entropy_with_logits(x, y, reduction="sum").backward()
+    xs = np.array([0.0, 1.5, -2.0, 0.0])
+    np.testing.assert_allclose(x.grad.numpy(), 1 / (1 + np.exp(-xs)) - y.numpy(), rtol=1e-12)
+    x.grad = None
+    F.binary_cross_entropy_with_logits(x, y, pos_weight=flow.tensor(2.0, dtype=flow.float64),
+                                       reduction="sum").backward()
+    s = 1 / (1 + np.exp(-xs))
+    np.testing.assert_allclose(x.grad.numpy(), (1 - y.numpy()) * s - 2 * y.numpy() * (1 - s),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="must be the same as input size"):
+        F.binary_cross_entropy_with_logits(flow.randn(3, 4), flow.rand(4))
+    with pytest.raises(ValueError, match="match target batch_size"):
+        F.nll_loss(flow.randn(3, 4).log_softmax(1), flow.tensor([0, 1]))
+    with pytest.raises(ValueError, match="match target batch_size"):
+        F.cross_entropy(flow.randn(3, 4), flow.tensor([0, 1]), reduction="none")

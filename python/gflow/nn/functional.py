@@ -156,6 +156,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if tuple(input.shape) == tuple(target.shape):
         return _cross_entropy_probs(input, target, weight, ignore_index, reduction,
                                     label_smoothing)
+    _check_targets(input, target)
     if weight is None and label_smoothing <= 0:
         return _cross_entropy_indices(input, target, ignore_index, reduction)
     n_classes = input.shape[0 if input.dim() == 1 else 1]
@@ -180,6 +181,24 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return loss.reshape(*shape) if reduction == "none" else loss
 
 
+def _check_targets(input, target):
+    """PyTorch's shape checks of class-index targets: (N,) for (N, C) inputs, (N, d1, ...) for
+    (N, C, d1, ...), one index for (C,) (a ``ValueError`` for another batch size, as
+    PyTorch's, so that no row is silently dropped)."""
+    if input.dim() == 1:
+        if target.numel() != 1:
+            raise _gflow.ShapeError(f"Expected a single target for an input of shape "
+                                    f"{list(input.shape)}, got {list(target.shape)}")
+        return
+    if target.dim() == 0 or target.shape[0] != input.shape[0]:
+        got = target.shape[0] if target.dim() else 1
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
+                         f"batch_size ({got}).")
+    want = [input.shape[0], *input.shape[2:]]
+    if list(target.shape) != want:
+        raise _gflow.ShapeError(f"Expected target size {want}, got {list(target.shape)}")
+
+
 def _reduce(losses, reduction, count=None):
     if reduction == "none":
         return losses
@@ -198,6 +217,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if size_average is not None or reduce is not None:
         reduction = _legacy_reduction(size_average, reduce)
     _check_class_weight(weight, input.shape[0 if input.dim() == 1 else 1])
+    _check_targets(input, target)
     if input.dim() == 1:
         input, target = input.unsqueeze(0), target.reshape(1)
         if reduction == "none":
@@ -225,7 +245,14 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     ``max(x, 0) - x y + log(1 + e^-|x|)``; ``pos_weight`` scales the positive term, ``weight``
     each element."""
     x, y = input, target
-    log_sig_neg = (-x.abs()).exp().add(1.0).log() + x.clamp(min=0)  # -log sigmoid(-x)
+    if tuple(y.shape) != tuple(x.shape):
+        raise ValueError(f"Target size ({y.shape}) must be the same as input size "
+                         f"({x.shape})")
+    # -log sigmoid(-x) = softplus(x), its value by the stable form and its gradient sigmoid(x)
+    # given whole: |x| and max(x, 0) have no derivative at 0, where sigmoid's is 0.5
+    stable = (-x.abs()).exp().add(1.0).log() + x.clamp(min=0)
+    slope = x.sigmoid().detach()
+    log_sig_neg = stable.detach() + (x * slope - (x * slope).detach())
     if pos_weight is None:
         losses = log_sig_neg - x * y
     else:
