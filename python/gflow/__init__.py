@@ -282,5 +282,6 @@ def pow(input, exponent):
 
 
 from ._methods import einsum, hstack, vstack  # noqa: E402  (flow-level only, as torch's)
+from ._methods import float_power  # noqa: E402  (its base may be a number)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -442,12 +442,14 @@ def cosh(self):
     """``(e^x + e^-x) / 2`` as ``e^(x - ln 2) + e^(-x - ln 2)``, finite wherever the result
     is."""
     half = math.log(2.0)
-    return (self - half).exp() + (-self - half).exp()
+    x = _float(self)
+    return (x - half).exp() + (-x - half).exp()
 
 
 def sinh(self):
     """``tanh(x / 2) * (1 + cosh(x))``: exact near 0, where ``(e^x - e^-x) / 2`` would cancel."""
-    return (self * 0.5).tanh() * (cosh(self) + 1.0)
+    x = _float(self)
+    return (x * 0.5).tanh() * (cosh(x) + 1.0)
 
 
 def diff(self, n=1, dim=-1, prepend=None, append=None):
@@ -794,6 +796,11 @@ def movedim(self, source, destination):
         raise _gflow.InvalidArgumentError(
             f"movedim: Invalid source or destination dims: source ({src} dims) should contain "
             f"the same number of dims as destination ({dst} dims)")
+    if nd == 0:
+        # a 0-d tensor takes dims 0 and -1, and moving them changes nothing (PyTorch's)
+        for d in (*src, *dst):
+            _dim(d, 1)
+        return self
     src = [_dim(d, nd) for d in src]
     dst = [_dim(d, nd) for d in dst]
     if len(set(src)) != len(src):
@@ -805,7 +812,7 @@ def movedim(self, source, destination):
         order[d] = s
     rest = iter(d for d in range(nd) if d not in src)
     order = [next(rest) if o is None else o for o in order]
-    return self.permute(*order) if nd else self
+    return self.permute(*order)
 
 
 def moveaxis(self, source, destination):
@@ -831,13 +838,17 @@ def take_along_dim(self, indices, dim=None):
         raise _gflow.DTypeError(
             f"take_along_dim(): dtype of indices should be int64 but got {indices.dtype}")
     if dim is None:
-        return self.reshape(-1).gather(0, indices.reshape(-1))
+        flat = indices.reshape(-1)
+        flat = _gflow.where(flat < 0, flat + self.numel(), flat)
+        return self.reshape(-1).gather(0, flat)
     if self.dim() != indices.dim():
         raise _gflow.ShapeError(
             "take_along_dim(): input and indices should have the same number of dimensions, "
             f"but got {self.dim()} dimensions for input, and {indices.dim()} dimensions for "
             "indices")
     d = _dim(dim, self.dim())
+    # negative indices count from the end of the dim, as PyTorch's
+    indices = _gflow.where(indices < 0, indices + self.shape[d], indices)
     a, b = list(self.shape), list(indices.shape)
     a[d] = b[d] = 1
     shape = list(_broadcast_shape(a, b))
@@ -1053,7 +1064,11 @@ def floor_divide(self, other):
 
 
 def float_power(self, exponent):
-    """``self ** exponent`` computed and returned in float64, as ``torch.float_power``."""
+    """``self ** exponent`` computed and returned in float64, as ``torch.float_power``
+    (either may be a number, not both)."""
+    if not isinstance(self, Tensor):
+        base = _gflow.tensor(self, dtype=_gflow.float64, **where(exponent))
+        return base.pow(exponent.to(_gflow.float64))
     x = self.to(_gflow.float64)
     if isinstance(exponent, Tensor):
         exponent = exponent.to(_gflow.float64)

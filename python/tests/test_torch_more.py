@@ -722,3 +722,19 @@ def test_bce_with_logits_gradient_at_zero_and_shape_checks():
         F.nll_loss(flow.randn(3, 4).log_softmax(1), flow.tensor([0, 1]))
     with pytest.raises(ValueError, match="match target batch_size"):
         F.cross_entropy(flow.randn(3, 4), flow.tensor([0, 1]), reduction="none")
+
+
+def test_composed_functions_at_their_edges():
+    """``float_power`` with a number base, ``take_along_dim`` with negative indices (from the
+    end, as PyTorch's), ``sinh``/``cosh`` of bools (as floats) and ``movedim`` of a 0-d
+    tensor."""
+    t = flow.tensor([1.0, 2.0])
+    assert flow.float_power(2, t).tolist() == [2.0, 4.0]
+    assert flow.float_power(2, t).dtype == flow.float64
+    x = flow.tensor([[1.0, 2.0, 3.0]])
+    assert x.take_along_dim(flow.tensor([[-1, 0]]), 1).tolist() == [[3.0, 1.0]]
+    assert x.take_along_dim(flow.tensor([-2])).tolist() == [2.0]
+    b = flow.tensor([True, False])
+    np.testing.assert_allclose(b.sinh().numpy(), [math.sinh(1.0), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(b.cosh().numpy(), [math.cosh(1.0), 1.0], rtol=1e-6)
+    assert flow.tensor(1.5).movedim(0, -1).item() == 1.5
