@@ -301,10 +301,26 @@ def tile(self, *dims):
     return x.repeat(*([1] * (nd - len(dims))), *dims)
 
 
-def repeat_interleave(self, repeats, dim=None):
+def repeat_interleave(self, repeats=None, dim=None, *, output_size=None):
     """Each element (each slice along ``dim``; of the flattened tensor when ``dim`` is
     ``None``) repeated ``repeats`` times in place: an int, or a tensor of one count per slice
-    (read to the host: the output's size depends on it)."""
+    (read to the host: the output's size depends on it). ``output_size`` is PyTorch's hint
+    (checked). With no ``repeats``, ``self`` holds the counts and the result is the
+    positions, each repeated as often (``repeat_interleave(tensor([1, 2]))`` is
+    ``[0, 1, 1]``)."""
+    if repeats is None:
+        positions = _gflow.arange(self.numel(), **where(self))
+        return repeat_interleave(positions, self, output_size=output_size)
+    out = _repeat_interleave(self, repeats, dim)
+    if output_size is not None and out.shape[0 if dim is None else _dim(dim, out.dim())] \
+            != output_size:
+        raise _gflow.InvalidArgumentError(
+            f"repeat_interleave: output_size {output_size} differs from the result's "
+            f"{out.shape[0 if dim is None else _dim(dim, out.dim())]}")
+    return out
+
+
+def _repeat_interleave(self, repeats, dim):
     x = self.flatten() if dim is None else self
     d = _dim(0 if dim is None else dim, x.dim())
     if isinstance(repeats, Tensor):
@@ -913,16 +929,24 @@ def reshape_as(self, other):
     return self.reshape(*other.shape)
 
 
-def tensor_split(self, indices_or_sections, dim=0):
+def tensor_split(self, indices_or_sections=None, dim=0, *, sections=None, indices=None):
     """``self`` split along ``dim`` into ``n`` near-equal parts (an int: the first ``size % n``
     one longer) or at the given indices (a sequence, or a 1-D int64 tensor; a 0-d one is a
     count), as ``torch.tensor_split``: a tuple of views (narrows)."""
     if self.dim() == 0:
         raise _gflow.ShapeError(
             "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
+    given = [v for v in (indices_or_sections, sections, indices) if v is not None]
+    if len(given) != 1:
+        raise TypeError("tensor_split() takes one of indices_or_sections, sections= or "
+                        "indices=")
     d = _dim(dim, self.dim())
     n = self.shape[d]
-    spec = indices_or_sections
+    spec = given[0]
+    if sections is not None and not isinstance(sections, int):
+        raise TypeError(f"tensor_split(): sections must be an int, got {type(sections).__name__}")
+    if indices is not None:
+        spec = list(indices)
     if isinstance(spec, Tensor):
         if spec.dtype != _gflow.int64:
             raise _gflow.DTypeError(

@@ -181,3 +181,23 @@ def test_docstring_examples_run():
 
     for module in (flow, nn.utils):
         assert doctest.testmod(module).failed == 0
+
+
+def test_module_containers_grow_as_pytorchs():
+    """``Sequential.append/extend``, ``ModuleList.extend``, ``add_module`` (PyTorch's checks of
+    the name) and ``named_children`` naming a module held twice once."""
+    s = flow.nn.Sequential(flow.nn.Linear(2, 3))
+    s.append(flow.nn.ReLU()).extend([flow.nn.Linear(3, 1)])
+    assert len(s) == 3 and len(list(s.parameters())) == 4
+    assert s(flow.randn(4, 2)).shape == (4, 1)
+    lst = flow.nn.ModuleList([flow.nn.Linear(1, 1)]).extend([flow.nn.ReLU()])
+    assert len(lst) == 2
+    m = flow.nn.Module()
+    lin = flow.nn.Linear(1, 1)
+    m.add_module("a", lin)
+    m.b = lin
+    assert [n for n, _ in m.named_children()] == ["a"]
+    with pytest.raises(KeyError):
+        m.add_module("x.y", flow.nn.ReLU())
+    with pytest.raises(TypeError):
+        m.add_module("c", 3)

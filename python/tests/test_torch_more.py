@@ -738,3 +738,19 @@ def test_composed_functions_at_their_edges():
     np.testing.assert_allclose(b.sinh().numpy(), [math.sinh(1.0), 0.0], rtol=1e-6)
     np.testing.assert_allclose(b.cosh().numpy(), [math.cosh(1.0), 1.0], rtol=1e-6)
     assert flow.tensor(1.5).movedim(0, -1).item() == 1.5
+
+
+def test_repeat_interleave_and_tensor_split_keyword_forms():
+    """``repeat_interleave(counts)`` (positions repeated), ``output_size=``, and
+    ``tensor_split(sections=)`` / ``tensor_split(indices=)``, as PyTorch's."""
+    assert flow.repeat_interleave(flow.tensor([1, 2])).tolist() == [0, 1, 1]
+    x = flow.tensor([[1, 2], [3, 4]])
+    assert x.repeat_interleave(2, dim=0, output_size=4).tolist() == [[1, 2], [1, 2], [3, 4],
+                                                                      [3, 4]]
+    with pytest.raises(RuntimeError):
+        x.repeat_interleave(2, dim=0, output_size=5)
+    t = flow.arange(7)
+    assert [p.tolist() for p in t.tensor_split(sections=3)] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [p.tolist() for p in t.tensor_split(indices=[1, 5])] == [[0], [1, 2, 3, 4], [5, 6]]
+    with pytest.raises(TypeError):
+        t.tensor_split(3, sections=3)

@@ -181,8 +181,34 @@ class Module:
         return [m for _, m in self.named_modules()]
 
     def named_children(self):
-        """``(name, module)`` of the direct sub-modules."""
-        return list(self._modules.items())
+        """``(name, module)`` of the direct sub-modules, a module held under two names once
+        (its first), as PyTorch's."""
+        seen, out = set(), []
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                out.append((name, m))
+        return out
+
+    def add_module(self, name, module):
+        """Registers ``module`` (a ``Module`` or ``None``) as the sub-module ``name``, as
+        ``setattr`` does, with PyTorch's checks of the name."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        if not isinstance(name, str):
+            raise TypeError(f"module name should be a string. Got {type(name).__name__}")
+        if "." in name or name == "":
+            raise KeyError(f'module name can\'t contain ".", got: {name}' if name
+                           else 'module name can\'t be empty string ""')
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        if module is None:
+            self._modules[name] = None
+            object.__setattr__(self, name, None)
+        else:
+            setattr(self, name, module)
+
+    register_module = add_module
 
     def children(self):
         """The direct sub-modules."""
@@ -512,7 +538,32 @@ class Flatten(Module):
         return x.flatten(self.start_dim, self.end_dim)
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """Sub-modules named by their positions: indexing, length, iteration, ``append`` and
+    ``extend`` (``Sequential`` and ``ModuleList``)."""
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        """Adds ``module`` at the end (named by its position); returns the container."""
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        """Appends each of ``modules``; returns the container."""
+        for m in modules:
+            self.append(m)
+        return self
+
+
+class Sequential(_ModuleSequence):
     """Modules applied in order; parameters named ``"0.weight"``, ``"2.bias"``, ..."""
 
     def __init__(self, *modules):
@@ -529,36 +580,13 @@ class Sequential(Module):
             x = m(x)
         return x
 
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of sub-modules (registered, so their parameters are the list's)."""
 
     def __init__(self, modules=()):
         super().__init__()
-        for m in modules:
-            self.append(m)
-
-    def append(self, m):
-        setattr(self, str(len(self._modules)), m)
-        return self
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
+        self.extend(modules)
 
 
 class ModuleDict(Module):
