@@ -338,33 +338,9 @@ def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_i
     x, unbatched = _batched(input, nd, name)
     geometry = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nd)
     in_sizes, kernel, stride, dilation, pad, out_sizes = geometry
-    if (not return_indices and stride == kernel and all(d == 1 for d in dilation)
-            and not any(pad) and all(o * k <= n for o, k, n in zip(out_sizes, kernel, in_sizes))):
-        values = _tiled_max(x, kernel, out_sizes)
-        return values.squeeze(0) if unbatched else values
     key = ("pool", in_sizes, kernel, stride, dilation, pad, out_sizes)
     table, outside, _ = _sliding_table(*key[1:])
     return _window_max(x, table, outside, key, out_sizes, unbatched, return_indices)
-
-
-def _tiled_max(x, kernel, out_sizes):
-    """The maximum of windows that tile (N, C, *spatial) ``x`` (stride the kernel, no padding
-    or dilation: PyTorch's ``max_pool2d(x, 2)``), by reshapes instead of a gather: each
-    spatial dim cut to ``out * kernel`` and split in (out, kernel), then the kernel dims
-    reduced from the last to the first, each keeping its first maximum, which together is the
-    first maximum in the window's row-major order (the gathered form's, and PyTorch's
-    gradient)."""
-    n, c, nd = x.shape[0], x.shape[1], len(kernel)
-    for i, (o, k) in enumerate(zip(out_sizes, kernel)):
-        if x.shape[2 + i] != o * k:
-            x = x.narrow(2 + i, 0, o * k)
-    split = [n, c]
-    for o, k in zip(out_sizes, kernel):
-        split += [o, k]
-    x = x.reshape(*split)
-    for i in reversed(range(nd)):
-        x = x.max(3 + 2 * i)[0]
-    return x
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
