@@ -444,14 +444,40 @@ def true_divide(self, other):
     return self / other
 
 
+def _powers(base, like, exact_float64):
+    """The powers ``base ** k`` that ``like``'s dtype holds exactly, as ``(lowest k, a tensor
+    of them in like's dtype)``: every power of 2 from the smallest subnormal to the largest
+    finite one, powers of 10 from 10^0 up to 10^22 in float64 (10^10 in float32)."""
+    if base == 2:
+        lo, hi = (-1074, 1023) if exact_float64 else (-149, 127)
+    else:
+        lo, hi = 0, (22 if exact_float64 else 10)
+    values = [math.ldexp(1.0, k) if base == 2 else float(10 ** k) for k in range(lo, hi + 1)]
+    return lo, _gflow.tensor(values, dtype=like.dtype, **where(like))
+
+
+def _log_exact(self, base):
+    """``log(x) / ln(base)``, and exactly ``k`` where ``x`` is ``base ** k`` (``log10(1000)``
+    is 3, not 2.9999998, as PyTorch's ``log10``/``log2``, whose kernels are exact there); the
+    gradient ``1 / (x ln base)`` throughout."""
+    x = _float(self)
+    y = x.log() * (1.0 / math.log(base))
+    lo, table = _powers(base, x, x.dtype == _gflow.float64)
+    k = y.detach().round()
+    inside = (k >= lo).logical_and(k < lo + table.numel())
+    at = _gflow.where(inside, k - lo, 0).to(_gflow.int64).reshape(-1)
+    exact = inside.logical_and(table.gather(0, at).reshape(*x.shape) == x.detach())
+    return y + _gflow.where(exact, k - y.detach(), 0.0)
+
+
 def log2(self):
-    """The base-2 logarithm (``log(x) / ln 2``)."""
-    return self.log() * (1.0 / math.log(2.0))
+    """The base-2 logarithm, exact at powers of 2 (``log(x) / ln 2`` elsewhere)."""
+    return _log_exact(self, 2)
 
 
 def log10(self):
-    """The base-10 logarithm (``log(x) / ln 10``)."""
-    return self.log() * (1.0 / math.log(10.0))
+    """The base-10 logarithm, exact at powers of 10 (``log(x) / ln 10`` elsewhere)."""
+    return _log_exact(self, 10)
 
 
 def cosh(self):
@@ -1100,8 +1126,17 @@ def float_power(self, exponent):
 
 
 def exp2(self):
-    """``2 ** self`` (integers give floats)."""
-    return (_float(self) * math.log(2.0)).exp()
+    """``2 ** self`` (integers give floats), exact at integers (``exp2(10)`` is 1024, not
+    1023.9999, as PyTorch's), ``e^(x ln 2)`` elsewhere; the gradient ``2^x ln 2``
+    throughout."""
+    x = _float(self)
+    y = (x * math.log(2.0)).exp()
+    lo, table = _powers(2, x, x.dtype == _gflow.float64)
+    k = x.detach().round()
+    exact = (k == x.detach()).logical_and(k >= lo).logical_and(k < lo + table.numel())
+    at = _gflow.where(exact, k - lo, 0).to(_gflow.int64).reshape(-1)
+    picked = table.gather(0, at).reshape(*x.shape)
+    return y + _gflow.where(exact, picked - y.detach(), 0.0)
 
 
 def _correction(correction, unbiased):

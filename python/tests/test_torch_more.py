@@ -754,3 +754,23 @@ def test_repeat_interleave_and_tensor_split_keyword_forms():
     assert [p.tolist() for p in t.tensor_split(indices=[1, 5])] == [[0], [1, 2, 3, 4], [5, 6]]
     with pytest.raises(TypeError):
         t.tensor_split(3, sections=3)
+
+
+def test_log2_log10_exp2_are_exact_at_powers():
+    """``log10(1000)`` is 3 and ``exp2(10)`` 1024 exactly (composed through ``ln`` they were a
+    few ulp off, so ``floor(log10(1000))`` gave 2), in float32 and float64; gradients are the
+    functions' derivatives there too."""
+    for dt in (flow.float32, flow.float64):
+        x = flow.tensor([1000.0, 1e10, 1.0, 0.125, 2.0**-20, 7.0], dtype=dt)
+        assert x.log10().tolist()[:3] == [3.0, 10.0, 0.0]
+        assert x.log2().tolist()[3:5] == [-3.0, -20.0]
+        assert flow.tensor([10.0, -3.0, 0.0], dtype=dt).exp2().tolist() == [1024.0, 0.125, 1.0]
+        np.testing.assert_allclose(x.log10().numpy()[5], math.log10(7.0), rtol=1e-6)
+    x = flow.tensor([1000.0, 5.0], dtype=flow.float64, requires_grad=True)
+    x.log10().sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 1 / (np.array([1000.0, 5.0]) * math.log(10)),
+                               rtol=1e-12)
+    e = flow.tensor([3.0, 0.5], dtype=flow.float64, requires_grad=True)
+    e.exp2().sum().backward()
+    np.testing.assert_allclose(e.grad.numpy(), 2 ** np.array([3.0, 0.5]) * math.log(2),
+                               rtol=1e-12)
