@@ -453,7 +453,7 @@ def _powers(base, like, exact_float64):
     else:
         lo, hi = 0, (22 if exact_float64 else 10)
     values = [math.ldexp(1.0, k) if base == 2 else float(10 ** k) for k in range(lo, hi + 1)]
-    return lo, _gflow.tensor(values, dtype=like.dtype, **where(like))
+    return lo, _gflow._constant(values, dtype=like.dtype, **where(like))
 
 
 def _log_exact(self, base):
@@ -619,11 +619,11 @@ def nonzero(self, *, as_tuple=False):
 
     hits = np.nonzero(np.atleast_1d(self.numpy()))
     if as_tuple:
-        return tuple(_gflow.tensor(h.astype(np.int64), **where(self)) for h in hits)
+        return tuple(_gflow._constant(h.astype(np.int64), **where(self)) for h in hits)
     if self.dim() == 0:
-        return _gflow.tensor(np.zeros((len(hits[0]), 0), np.int64), **where(self))
-    return _gflow.tensor(np.stack(hits, axis=1).astype(np.int64).reshape(-1, self.dim()),
-                         **where(self))
+        return _gflow._constant(np.zeros((len(hits[0]), 0), np.int64), **where(self))
+    return _gflow._constant(np.stack(hits, axis=1).astype(np.int64).reshape(-1, self.dim()),
+                            **where(self))
 
 
 def argwhere(self):
@@ -1117,7 +1117,7 @@ def float_power(self, exponent):
     """``self ** exponent`` computed and returned in float64, as ``torch.float_power``
     (either may be a number, not both)."""
     if not isinstance(self, Tensor):
-        base = _gflow.tensor(self, dtype=_gflow.float64, **where(exponent))
+        base = _gflow._constant(self, dtype=_gflow.float64, **where(exponent))
         return base.pow(exponent.to(_gflow.float64))
     x = self.to(_gflow.float64)
     if isinstance(exponent, Tensor):
@@ -1442,16 +1442,16 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
         except TypeError:
             pass
     vals, inv, cnt = np.unique(a, return_inverse=True, return_counts=True, **kw)
-    out = _gflow.tensor(np.ascontiguousarray(vals), dtype=self.dtype, **where(self))
+    out = _gflow._constant(np.ascontiguousarray(vals), dtype=self.dtype, **where(self))
     if dim is None:
         inv = inv.reshape(a.shape)
     else:
         inv = inv.reshape(-1)
     rest = []
     if return_inverse:
-        rest.append(_gflow.tensor(inv.astype(np.int64), **where(self)))
+        rest.append(_gflow._constant(inv.astype(np.int64), **where(self)))
     if return_counts:
-        rest.append(_gflow.tensor(cnt.astype(np.int64), **where(self)))
+        rest.append(_gflow._constant(cnt.astype(np.int64), **where(self)))
     return (out, *rest) if rest else out
 
 
@@ -1715,9 +1715,9 @@ def isin(elements, test_elements, assume_unique=False, invert=False):
     if not isinstance(elements, Tensor):
         if not isinstance(test_elements, Tensor):
             raise TypeError("isin() expected elements or test_elements to be a Tensor")
-        elements = _gflow.tensor(elements, **where(test_elements))
+        elements = _gflow._constant(elements, **where(test_elements))
     if not isinstance(test_elements, Tensor):
-        test_elements = _gflow.tensor(test_elements, **where(elements))
+        test_elements = _gflow._constant(test_elements, **where(elements))
     for t in (elements, test_elements):
         if t.dtype == _gflow.bool:
             raise _gflow.DTypeNotImplementedError(

@@ -593,6 +593,25 @@ pub fn tensor(
     Ok(PyTensor::new(t.set_requires_grad(requires_grad)))
 }
 
+/// `flow.tensor` for gflow's own Python code, whose data is the same on every rank by
+/// construction (a table of constants, values gathered from a global tensor): without the
+/// digest collective of the user's `flow.tensor`, which would run on every call of a hot path
+/// (a global convolution's window table each forward).
+#[pyfunction]
+#[pyo3(name = "_constant", signature = (data, dtype = None, placement = None, sbp = None, device = None))]
+pub fn constant(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<PyDType>,
+    placement: Option<PyPlacement>,
+    sbp: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    check_cpu(device)?;
+    let t = from_data(py, data, dtype.map(|d| d.inner), placement.as_ref(), sbp)?;
+    Ok(PyTensor::new(t))
+}
+
 /// Refuses data that differs between the ranks of `placement` (a digest of 32 bytes per rank,
 /// gathered among the placement's ranks only): a global tensor's data is its whole value on
 /// every rank, and data that differs (an unseeded `np.random` draw, a rank's own batch) would

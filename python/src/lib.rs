@@ -76,6 +76,7 @@ fn _gflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layout::split, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::is_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::grad, m)?)?;
+    m.add_function(wrap_pyfunction!(creation::constant, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::_swap_grad_depth, m)?)?;
     m.add_function(wrap_pyfunction!(creation::randn, m)?)?;
     m.add_function(wrap_pyfunction!(creation::rand, m)?)?;

@@ -126,8 +126,8 @@ def _constant(array, key, like, dtype=None):
     """``array`` as a tensor where ``like`` is (broadcast on its placement when global); a
     local one is kept under ``key`` for the next call."""
     if like.is_global:
-        return _gflow.tensor(array, placement=like.placement,
-                             sbp=[_gflow.broadcast] * len(like.sbp), dtype=dtype)
+        return _gflow._constant(array, placement=like.placement,
+                                sbp=[_gflow.broadcast] * len(like.sbp), dtype=dtype)
     key = (key, str(like.device), repr(dtype))
     t = _INDEX_CACHE.get(key)
     if t is None:
